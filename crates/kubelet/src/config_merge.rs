@@ -1,0 +1,1 @@
+//! config_merge (in progress).

@@ -1,0 +1,1 @@
+//! Pod status cache (in progress).

@@ -1,0 +1,1 @@
+//! Image manager (in progress).

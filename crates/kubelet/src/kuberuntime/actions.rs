@@ -1,0 +1,1 @@
+//! kuberuntime::actions (in progress).

@@ -1,0 +1,1 @@
+//! kuberuntime::container_config (in progress).

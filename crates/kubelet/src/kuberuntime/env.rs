@@ -1,0 +1,1 @@
+//! kuberuntime::env (in progress).

@@ -1,0 +1,1 @@
+//! kuberuntime::hash (in progress).

@@ -1,0 +1,1 @@
+//! kuberuntime::labels (in progress).

@@ -1,0 +1,12 @@
+//! kuberuntime: turns a desired pod plus the runtime's view of it into CRI calls.
+//! Pure decisions (`actions`, `env`, `hash`, `sandbox_config`, `container_config`, `labels`) are
+//! kept apart from the side effects (`runtime_status` reads, `sync` acts).
+
+pub mod actions;
+pub mod container_config;
+pub mod env;
+pub mod hash;
+pub mod labels;
+pub mod runtime_status;
+pub mod sandbox_config;
+pub mod sync;

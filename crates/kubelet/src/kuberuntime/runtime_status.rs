@@ -1,0 +1,1 @@
+//! kuberuntime::runtime_status (in progress).

@@ -1,0 +1,1 @@
+//! kuberuntime::sandbox_config (in progress).

@@ -1,0 +1,1 @@
+//! kuberuntime::sync (in progress).

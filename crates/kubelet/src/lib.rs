@@ -1,0 +1,19 @@
+//! rkubelet library: a Kubernetes node agent. Data path (see DESIGN.md):
+//! sources → config_merge → pod_manager → sync_loop → pod_workers → kuberuntime (pure
+//! `compute_pod_actions`, then CRI side effects); PLEG events feed back into the sync loop and
+//! the status manager owns every pod's API status.
+
+pub mod backoff;
+pub mod config;
+pub mod config_merge;
+pub mod container;
+pub mod images;
+pub mod kuberuntime;
+pub mod pleg;
+pub mod pod_manager;
+pub mod pod_workers;
+pub mod server;
+pub mod sources;
+pub mod status;
+pub mod sync_loop;
+pub mod types;

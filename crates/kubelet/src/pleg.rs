@@ -1,0 +1,1 @@
+//! pleg (in progress).

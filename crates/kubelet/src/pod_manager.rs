@@ -1,0 +1,1 @@
+//! pod_manager (in progress).

@@ -1,0 +1,1 @@
+//! pod_workers (in progress).

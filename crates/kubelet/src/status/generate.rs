@@ -1,0 +1,1 @@
+//! status::generate (in progress).

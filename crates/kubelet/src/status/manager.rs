@@ -1,0 +1,1 @@
+//! status::manager (in progress).

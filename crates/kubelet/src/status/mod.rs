@@ -1,0 +1,7 @@
+//! Pod status: pure generation of the API `PodStatus` from the runtime's view (`generate`),
+//! QoS classification (`qos`), and the status manager that owns every pod's latest status
+//! (`manager`).
+
+pub mod generate;
+pub mod manager;
+pub mod qos;

@@ -1,0 +1,1 @@
+//! status::qos (in progress).

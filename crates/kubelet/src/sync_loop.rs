@@ -1,0 +1,1 @@
+//! sync_loop (in progress).
