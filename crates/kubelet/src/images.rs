@@ -1,1 +1,965 @@
-//! Image manager (in progress).
+//! Image manager (upstream `images.imageManager` + pullers): makes sure a container's image is
+//! on the node before the container is created. Owns the image-pull backoff (keyed
+//! `<pod uid>_<image>`), the last pull error of each key, and the pull concurrency limit
+//! (serial by default). Receives a pod and container; talks to the CRI `ImageService`; emits
+//! the upstream events (Pulling, Pulled, Failed, BackOff, ErrImageNeverPull, InspectFailed) and
+//! an `ImageError` whose reason is the container's waiting reason.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use rkubelet_cri::api::{Image, ImageSpec, ImageStatusRequest, PodSandboxConfig, PullImageRequest};
+use rkubelet_cri::error::go_duration;
+use rkubelet_cri::{CriError, ImageService};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::events::{EventRecorder, EventType};
+use crate::types::PodExt;
+
+/// The waiting reason of a container whose image is not usable (upstream `images/types.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageErrorReason {
+    ErrImagePull,
+    ImagePullBackOff,
+    ErrImageNeverPull,
+    InvalidImageName,
+    ImageInspectError,
+    RegistryUnavailable,
+    SignatureValidationFailed,
+}
+
+impl ImageErrorReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ErrImagePull => "ErrImagePull",
+            Self::ImagePullBackOff => "ImagePullBackOff",
+            Self::ErrImageNeverPull => "ErrImageNeverPull",
+            Self::InvalidImageName => "InvalidImageName",
+            Self::ImageInspectError => "ImageInspectError",
+            Self::RegistryUnavailable => "RegistryUnavailable",
+            Self::SignatureValidationFailed => "SignatureValidationFailed",
+        }
+    }
+}
+
+impl fmt::Display for ImageErrorReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why `ensure_image_exists` failed: `reason` is the waiting reason, `message` the waiting
+/// message (both as upstream).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ImageError {
+    pub reason: ImageErrorReason,
+    pub message: String,
+}
+
+impl ImageError {
+    fn new(reason: ImageErrorReason, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// A container's effective `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+/// The container's pull policy; unset means the API default (`Always` for `:latest` or no
+/// tag/digest, else `IfNotPresent`). An unknown value pulls like `Always`.
+pub fn pull_policy(container: &Container) -> PullPolicy {
+    match container.image_pull_policy.as_deref() {
+        Some("Never") => PullPolicy::Never,
+        Some("IfNotPresent") => PullPolicy::IfNotPresent,
+        Some("Always") => PullPolicy::Always,
+        Some(other) if !other.is_empty() => PullPolicy::Always,
+        _ => {
+            let image = container.image.as_deref().unwrap_or_default();
+            match parse_reference(image) {
+                Ok(r) if r.tag.as_deref() == Some("latest") => PullPolicy::Always,
+                Ok(r) if r.tag.is_none() && r.digest.is_none() => PullPolicy::Always,
+                _ => PullPolicy::IfNotPresent,
+            }
+        }
+    }
+}
+
+/// The parts of an image reference that matter here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reference {
+    tag: Option<String>,
+    digest: Option<String>,
+}
+
+/// Appends `:latest` when the reference has neither tag nor digest (upstream
+/// `applyDefaultImageTag`); the name is otherwise kept as written (the runtime normalizes it).
+pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
+    let r = parse_reference(image)
+        .map_err(|e| format!("couldn't parse image reference {image:?}: {e}"))?;
+    if r.tag.is_none() && r.digest.is_none() {
+        Ok(format!("{image}:latest"))
+    } else {
+        Ok(image.to_owned())
+    }
+}
+
+/// Validates `image` like docker's `ParseNormalizedNamed` and returns its tag and digest.
+fn parse_reference(image: &str) -> Result<Reference, String> {
+    if image.len() == 64
+        && image
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(format!(
+            "invalid repository name ({image}), cannot specify 64-byte hexadecimal strings"
+        ));
+    }
+    const INVALID: &str = "invalid reference format";
+    let (name_tag, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    if let Some(d) = digest {
+        validate_digest(d)?;
+    }
+    // A tag is whatever follows the last ':' when no '/' comes after it (else it's a port).
+    let (name, tag) = match name_tag.rsplit_once(':') {
+        Some((n, t)) if !t.contains('/') => (n, Some(t)),
+        _ => (name_tag, None),
+    };
+    if let Some(t) = tag {
+        let valid = !t.is_empty()
+            && t.len() <= 128
+            && t.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !valid {
+            return Err(INVALID.to_owned());
+        }
+    }
+    // Split off an explicit registry as docker does: the first component is a domain when it
+    // contains '.' or ':', is "localhost", or has upper-case letters.
+    let (domain, remainder) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.to_lowercase() != first =>
+        {
+            (Some(first), rest)
+        }
+        _ => (None, name),
+    };
+    if remainder.to_lowercase() != remainder {
+        return Err(format!(
+            "invalid reference format: repository name ({remainder}) must be lowercase"
+        ));
+    }
+    if let Some(d) = domain
+        && !valid_domain(d)
+    {
+        return Err(INVALID.to_owned());
+    }
+    if remainder.is_empty() || !remainder.split('/').all(valid_path_component) {
+        return Err(INVALID.to_owned());
+    }
+    let full_len = match domain {
+        Some(d) => d.len() + 1 + remainder.len(),
+        None if remainder.contains('/') => "docker.io/".len() + remainder.len(),
+        None => "docker.io/library/".len() + remainder.len(),
+    };
+    if full_len > 255 {
+        return Err("repository name must not be more than 255 characters".to_owned());
+    }
+    Ok(Reference {
+        tag: tag.map(str::to_owned),
+        digest: digest.map(str::to_owned),
+    })
+}
+
+/// `[a-z0-9]+` joined by `.`, `_`, `__` or runs of `-`.
+fn valid_path_component(c: &str) -> bool {
+    let b = c.as_bytes();
+    let alnum = |x: u8| x.is_ascii_lowercase() || x.is_ascii_digit();
+    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &c[start..i];
+        let ok = matches!(sep, "." | "_" | "__") || sep.bytes().all(|x| x == b'-');
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// `host[:port]` where host is a DNS name or a bracketed IPv6 address.
+fn valid_domain(d: &str) -> bool {
+    let (host, port) = if let Some(rest) = d.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else {
+            return false;
+        };
+        if v6.is_empty() || !v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') {
+            return false;
+        }
+        match after {
+            "" => return true,
+            p => match p.strip_prefix(':') {
+                Some(port) => ("", Some(port)),
+                None => return false,
+            },
+        }
+    } else {
+        match d.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (d, None),
+        }
+    };
+    if let Some(p) = port
+        && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return false;
+    }
+    if d.starts_with('[') {
+        return true;
+    }
+    !host.is_empty()
+        && host.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter().all(|x| x.is_ascii_alphanumeric() || *x == b'-')
+        })
+}
+
+/// `algorithm:hex` with a registered algorithm's exact length (sha256/384/512).
+fn validate_digest(d: &str) -> Result<(), String> {
+    let Some((alg, hex)) = d.split_once(':') else {
+        return Err("invalid reference format".to_owned());
+    };
+    let alg_ok = !alg.is_empty()
+        && alg.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && alg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'.'));
+    if !alg_ok || hex.len() < 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("invalid reference format".to_owned());
+    }
+    let want = match alg {
+        "sha256" => 64,
+        "sha384" => 96,
+        "sha512" => 128,
+        _ => return Err("unsupported digest algorithm".to_owned()),
+    };
+    if hex.len() != want {
+        return Err("invalid checksum digest length".to_owned());
+    }
+    if !hex
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    {
+        return Err("invalid checksum digest format".to_owned());
+    }
+    Ok(())
+}
+
+/// Pull-related state behind one lock (never held across an await).
+#[derive(Debug)]
+struct PullState {
+    backoff: Backoff,
+    /// The last pull error per backoff key, shown while backing off (upstream
+    /// `prevPullErrMsg`).
+    prev_errors: HashMap<String, String>,
+}
+
+/// Pulls images for containers, with backoff and bounded concurrency.
+pub struct ImageManager {
+    images: Arc<dyn ImageService>,
+    events: Arc<dyn EventRecorder>,
+    /// `None`: unlimited parallel pulls.
+    pull_slots: Option<Semaphore>,
+    state: Mutex<PullState>,
+}
+
+impl fmt::Debug for ImageManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImageManager")
+            .field("pull_slots", &self.pull_slots)
+            .finish_non_exhaustive()
+    }
+}
+
+struct PullOutcome {
+    image_ref: String,
+    size: u64,
+    pull_duration: Duration,
+}
+
+impl ImageManager {
+    /// `serialize_image_pulls` (default true) pulls one image at a time, in request order;
+    /// otherwise up to `max_parallel_image_pulls` at once (`None`: unlimited).
+    pub fn new(
+        images: Arc<dyn ImageService>,
+        events: Arc<dyn EventRecorder>,
+        serialize_image_pulls: bool,
+        max_parallel_image_pulls: Option<u32>,
+    ) -> Self {
+        let pull_slots = if serialize_image_pulls {
+            Some(Semaphore::new(1))
+        } else {
+            max_parallel_image_pulls
+                .filter(|n| *n > 0)
+                .map(|n| Semaphore::new(n as usize))
+        };
+        Self {
+            images,
+            events,
+            pull_slots,
+            state: Mutex::new(PullState {
+                backoff: Backoff::for_image_pulls(),
+                prev_errors: HashMap::new(),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, PullState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn event(&self, pod: &Pod, event_type: EventType, reason: &str, message: &str) {
+        self.events.event(pod, event_type, reason, message);
+    }
+
+    /// Makes sure `container`'s image is present, pulling it as its pull policy says (upstream
+    /// `EnsureImageExists`). Returns the image reference (ID) to create the container with.
+    pub async fn ensure_image_exists(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        pod_sandbox_config: Option<&PodSandboxConfig>,
+    ) -> Result<String, ImageError> {
+        let requested = container.image.as_deref().unwrap_or_default();
+        let image = match apply_default_image_tag(requested) {
+            Ok(image) => image,
+            Err(e) => {
+                let msg = format!("Failed to apply default image tag {requested:?}: {e}");
+                self.event(pod, EventType::Warning, "InspectFailed", &msg);
+                return Err(ImageError::new(ImageErrorReason::InvalidImageName, msg));
+            }
+        };
+        let spec = ImageSpec {
+            image,
+            annotations: pod
+                .metadata
+                .annotations
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            user_specified_image: requested.to_owned(),
+            runtime_handler: String::new(),
+        };
+
+        let policy = pull_policy(container);
+        if policy != PullPolicy::Always {
+            let present = self.image_ref(&spec).await.map_err(|e| {
+                let msg = format!(
+                    "Failed to inspect image {requested:?}: {}",
+                    cri_error_text(&e)
+                );
+                self.event(pod, EventType::Warning, "InspectFailed", &msg);
+                ImageError::new(ImageErrorReason::ImageInspectError, msg)
+            })?;
+            if let Some(image_ref) = present {
+                let msg = format!("Container image {requested:?} already present on machine");
+                self.event(pod, EventType::Normal, "Pulled", &msg);
+                return Ok(image_ref);
+            }
+            if policy == PullPolicy::Never {
+                let msg = format!(
+                    "Container image {requested:?} is not present with pull policy of Never"
+                );
+                self.event(pod, EventType::Warning, "ErrImageNeverPull", &msg);
+                return Err(ImageError::new(ImageErrorReason::ErrImageNeverPull, msg));
+            }
+        }
+
+        let key = format!("{}_{requested}", pod.uid());
+        {
+            let mut state = self.state();
+            if state
+                .backoff
+                .is_in_backoff_since_update(&key, Instant::now())
+            {
+                let msg = format!("Back-off pulling image {requested:?}");
+                let waiting = match state.prev_errors.get(&key) {
+                    Some(prev) => format!("{msg}: {prev}"),
+                    None => msg.clone(),
+                };
+                drop(state);
+                self.event(pod, EventType::Normal, "BackOff", &msg);
+                return Err(ImageError::new(ImageErrorReason::ImagePullBackOff, waiting));
+            }
+            state.prev_errors.remove(&key);
+        }
+
+        self.event(
+            pod,
+            EventType::Normal,
+            "Pulling",
+            &format!("Pulling image {requested:?}"),
+        );
+        let started = Instant::now();
+        match self.pull(&spec, pod_sandbox_config).await {
+            Ok(outcome) => {
+                let total = started.elapsed();
+                let msg = format!(
+                    "Successfully pulled image {requested:?} in {} ({} including waiting). Image size: {} bytes.",
+                    go_duration(truncate_to_millis(outcome.pull_duration)),
+                    go_duration(truncate_to_millis(total)),
+                    outcome.size
+                );
+                self.event(pod, EventType::Normal, "Pulled", &msg);
+                let mut state = self.state();
+                state.backoff.gc(Instant::now());
+                let PullState {
+                    backoff,
+                    prev_errors,
+                } = &mut *state;
+                prev_errors.retain(|k, _| !backoff.get(k).is_zero());
+                drop(state);
+                Ok(outcome.image_ref)
+            }
+            Err(e) => {
+                let text = cri_error_text(&e);
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Failed to pull image {requested:?}: {text}"),
+                );
+                let (reason, msg) = classify_pull_error(requested, &text);
+                let mut state = self.state();
+                state.backoff.next(&key, Instant::now());
+                state.prev_errors.insert(key, format!("{reason}: {msg}"));
+                Err(ImageError::new(reason, msg))
+            }
+        }
+    }
+
+    /// The image's ID when present (upstream `GetImageRef`).
+    async fn image_ref(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
+        let resp = self
+            .images
+            .image_status(ImageStatusRequest {
+                image: Some(spec.clone()),
+                verbose: false,
+            })
+            .await?;
+        Ok(resp.image.map(|i| i.id))
+    }
+
+    /// One pull through the concurrency limit; the size lookup afterwards is best effort.
+    async fn pull(
+        &self,
+        spec: &ImageSpec,
+        sandbox: Option<&PodSandboxConfig>,
+    ) -> Result<PullOutcome, CriError> {
+        let _permit = match &self.pull_slots {
+            Some(slots) => slots.acquire().await.ok(),
+            None => None,
+        };
+        let started = Instant::now();
+        let resp = self
+            .images
+            .pull_image(PullImageRequest {
+                image: Some(spec.clone()),
+                auth: None,
+                sandbox_config: sandbox.cloned(),
+            })
+            .await?;
+        let mut size = 0;
+        if !resp.image_ref.is_empty()
+            && let Ok(status) = self
+                .images
+                .image_status(ImageStatusRequest {
+                    image: Some(spec.clone()),
+                    verbose: false,
+                })
+                .await
+        {
+            size = status.image.map_or(0, |i| i.size);
+        }
+        Ok(PullOutcome {
+            image_ref: resp.image_ref,
+            size,
+            pull_duration: started.elapsed(),
+        })
+    }
+
+    /// The runtime's record of `image` as written in the spec (`None`: not present). The
+    /// container config needs it for the image's default user (upstream `getImageUser`).
+    pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CriError> {
+        let resp = self
+            .images
+            .image_status(ImageStatusRequest {
+                image: Some(ImageSpec {
+                    image: image.to_owned(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await?;
+        Ok(resp.image)
+    }
+
+    /// Number of image keys currently tracked by the pull backoff (for leak tests).
+    pub fn backoff_len(&self) -> usize {
+        self.state().backoff.len()
+    }
+}
+
+/// A CRI error as upstream's remote image client renders it: `Unknown` errors show only the
+/// runtime's message, others the full `rpc error: code = … desc = …`.
+fn cri_error_text(e: &CriError) -> String {
+    if rkubelet_cri::error::code_name(e.code()) == "Unknown" {
+        e.message()
+    } else {
+        e.rpc_error_string()
+    }
+}
+
+/// Upstream `evalCRIPullErr`: registry and signature failures get their own reasons.
+fn classify_pull_error(image: &str, text: &str) -> (ImageErrorReason, String) {
+    if let Some(rest) = text.strip_prefix("RegistryUnavailable") {
+        return (
+            ImageErrorReason::RegistryUnavailable,
+            format!("image pull failed for {image} because the registry is unavailable{rest}"),
+        );
+    }
+    if let Some(rest) = text.strip_prefix("SignatureValidationFailed") {
+        return (
+            ImageErrorReason::SignatureValidationFailed,
+            format!("image pull failed for {image} because the signature validation failed{rest}"),
+        );
+    }
+    (ImageErrorReason::ErrImagePull, text.to_owned())
+}
+
+fn truncate_to_millis(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::events::CollectingRecorder;
+    use rkubelet_cri::fake::FakeRuntime;
+    use serde_json::json;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "prod", "uid": "uid-1"},
+            "spec": {"containers": [{"name": "c"}]},
+        }))
+        .expect("valid pod")
+    }
+
+    fn container(image: &str, policy: Option<&str>) -> Container {
+        Container {
+            name: "c".to_owned(),
+            image: Some(image.to_owned()),
+            image_pull_policy: policy.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    struct Env {
+        rt: Arc<FakeRuntime>,
+        events: CollectingRecorder,
+        manager: ImageManager,
+    }
+
+    fn env(rt: FakeRuntime, serialize: bool, max_parallel: Option<u32>) -> Env {
+        let rt = Arc::new(rt);
+        let events = CollectingRecorder::default();
+        let manager = ImageManager::new(
+            rt.clone(),
+            Arc::new(events.clone()),
+            serialize,
+            max_parallel,
+        );
+        Env {
+            rt,
+            events,
+            manager,
+        }
+    }
+
+    fn messages(events: &CollectingRecorder) -> Vec<(String, String)> {
+        events
+            .events()
+            .into_iter()
+            .map(|e| (e.reason, e.message))
+            .collect()
+    }
+
+    fn pair(reason: &str, message: &str) -> (String, String) {
+        (reason.to_owned(), message.to_owned())
+    }
+
+    #[test]
+    fn reference_parsing_and_default_policy() {
+        #[rustfmt::skip]
+        let cases: Vec<(&str, Result<&str, &str>, PullPolicy)> = vec![
+            ("busybox", Ok("busybox:latest"), PullPolicy::Always),
+            ("busybox:latest", Ok("busybox:latest"), PullPolicy::Always),
+            ("busybox:1.0", Ok("busybox:1.0"), PullPolicy::IfNotPresent),
+            ("localhost:5000/team/app", Ok("localhost:5000/team/app:latest"), PullPolicy::Always),
+            ("registry.example.com:5000/a/b:v1.2_3", Ok("registry.example.com:5000/a/b:v1.2_3"), PullPolicy::IfNotPresent),
+            ("[fd00::1]:5000/app:1", Ok("[fd00::1]:5000/app:1"), PullPolicy::IfNotPresent),
+            ("my__app.x-y---z", Ok("my__app.x-y---z:latest"), PullPolicy::Always),
+            (concat!("busybox@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
+             Ok(concat!("busybox@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")),
+             PullPolicy::IfNotPresent),
+            (concat!("busybox:latest@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
+             Ok(concat!("busybox:latest@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")),
+             PullPolicy::Always),
+            ("", Err("couldn't parse image reference \"\": invalid reference format"), PullPolicy::IfNotPresent),
+            ("busybox:", Err("couldn't parse image reference \"busybox:\": invalid reference format"), PullPolicy::IfNotPresent),
+            ("Busybox", Err("couldn't parse image reference \"Busybox\": invalid reference format: repository name (Busybox) must be lowercase"), PullPolicy::IfNotPresent),
+            ("a//b", Err("couldn't parse image reference \"a//b\": invalid reference format"), PullPolicy::IfNotPresent),
+            ("app-:1", Err("couldn't parse image reference \"app-:1\": invalid reference format"), PullPolicy::IfNotPresent),
+            ("busybox@sha256:abc", Err("couldn't parse image reference \"busybox@sha256:abc\": invalid reference format"), PullPolicy::IfNotPresent),
+            ("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+             Err("couldn't parse image reference \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\": invalid repository name (0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef), cannot specify 64-byte hexadecimal strings"),
+             PullPolicy::IfNotPresent),
+        ];
+        for (image, want, policy) in cases {
+            assert_eq!(
+                apply_default_image_tag(image).as_deref(),
+                want.map_err(str::to_owned).as_deref(),
+                "{image}"
+            );
+            assert_eq!(pull_policy(&container(image, None)), policy, "{image}");
+        }
+        assert_eq!(
+            pull_policy(&container("busybox", Some("Never"))),
+            PullPolicy::Never
+        );
+        assert_eq!(
+            pull_policy(&container("busybox", Some("IfNotPresent"))),
+            PullPolicy::IfNotPresent
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn present_image_with_if_not_present_is_not_pulled() {
+        let e = env(FakeRuntime::with_images(&["busybox:1.0"]), true, None);
+        let id = e.rt.add_image("busybox:1.0");
+        let got = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+            .await;
+        assert_eq!(got, Ok(id));
+        assert_eq!(e.rt.call_count("PullImage"), 0);
+        assert_eq!(
+            messages(&e.events),
+            vec![pair(
+                "Pulled",
+                "Container image \"busybox:1.0\" already present on machine"
+            )]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn always_pulls_and_reports_size() {
+        let e = env(FakeRuntime::with_images(&["busybox:1.0"]), true, None);
+        let id = e.rt.add_image("busybox:1.0");
+        let got = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Always")), None)
+            .await;
+        assert_eq!(got, Ok(id));
+        assert_eq!(e.rt.call_count("PullImage"), 1);
+        let size =
+            e.rt.image_status(ImageStatusRequest {
+                image: Some(ImageSpec {
+                    image: "busybox:1.0".to_owned(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .image
+            .unwrap()
+            .size;
+        assert_eq!(
+            messages(&e.events),
+            vec![
+                pair("Pulling", "Pulling image \"busybox:1.0\""),
+                pair(
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image \"busybox:1.0\" in 0s (0s including waiting). Image size: {size} bytes."
+                    )
+                ),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn untagged_image_defaults_to_always_and_latest() {
+        let e = env(FakeRuntime::new(), true, None);
+        let got = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox", None), None)
+            .await
+            .unwrap();
+        assert!(got.starts_with("sha256:"), "{got}");
+        assert!(e.rt.has_image("busybox:latest"));
+        assert_eq!(e.rt.call_count("ImageStatus"), 1, "only the size lookup");
+        let status = e.manager.image_status("busybox").await.unwrap();
+        assert_eq!(status.map(|i| i.id), Some(got));
+        assert_eq!(e.manager.image_status("nginx:1").await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_policy_with_missing_image() {
+        let e = env(FakeRuntime::new(), true, None);
+        let got = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Never")), None)
+            .await;
+        let msg = "Container image \"busybox:1.0\" is not present with pull policy of Never";
+        assert_eq!(
+            got,
+            Err(ImageError::new(ImageErrorReason::ErrImageNeverPull, msg))
+        );
+        assert_eq!(got.unwrap_err().reason.as_str(), "ErrImageNeverPull");
+        assert_eq!(messages(&e.events), vec![pair("ErrImageNeverPull", msg)]);
+        assert_eq!(e.rt.call_count("PullImage"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn invalid_name_and_inspect_failures() {
+        let e = env(FakeRuntime::new(), true, None);
+        let err = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:", None), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, ImageErrorReason::InvalidImageName);
+        assert_eq!(
+            err.message,
+            "Failed to apply default image tag \"busybox:\": couldn't parse image reference \"busybox:\": invalid reference format"
+        );
+
+        e.rt.fail_next("ImageStatus", CriError::unknown("ImageStatus", "boom"));
+        let err = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, ImageErrorReason::ImageInspectError);
+        assert_eq!(err.message, "Failed to inspect image \"busybox:1.0\": boom");
+        let reasons: Vec<String> = e.events.events().into_iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, vec!["InspectFailed", "InspectFailed"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pull_failures_back_off_then_retry() {
+        let e = env(FakeRuntime::new(), true, None);
+        e.rt.fail_pull("busybox:1.0", "not found");
+        let p = pod();
+        let c = container("busybox:1.0", None);
+        let pull_err =
+            "failed to pull and unpack image \"docker.io/library/busybox:1.0\": not found";
+
+        let err = e
+            .manager
+            .ensure_image_exists(&p, &c, None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ImageError::new(ImageErrorReason::ErrImagePull, pull_err)
+        );
+        assert_eq!(
+            messages(&e.events)[1..],
+            [pair(
+                "Failed",
+                &format!("Failed to pull image \"busybox:1.0\": {pull_err}")
+            )]
+        );
+
+        // Inside the 10s window: back-off, carrying the last pull error, no pull.
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let err = e
+            .manager
+            .ensure_image_exists(&p, &c, None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, ImageErrorReason::ImagePullBackOff);
+        assert_eq!(
+            err.message,
+            format!("Back-off pulling image \"busybox:1.0\": ErrImagePull: {pull_err}")
+        );
+        assert_eq!(
+            messages(&e.events).last(),
+            Some(&pair("BackOff", "Back-off pulling image \"busybox:1.0\""))
+        );
+        assert_eq!(e.rt.call_count("PullImage"), 1);
+
+        // After 10s: pulled again; it fails again and the delay doubles to 20s.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let err = e
+            .manager
+            .ensure_image_exists(&p, &c, None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, ImageErrorReason::ErrImagePull);
+        assert_eq!(e.rt.call_count("PullImage"), 2);
+        tokio::time::advance(Duration::from_secs(19)).await;
+        let err = e
+            .manager
+            .ensure_image_exists(&p, &c, None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, ImageErrorReason::ImagePullBackOff);
+        assert_eq!(e.rt.call_count("PullImage"), 2);
+
+        // The registry recovers: the next attempt after the window succeeds.
+        e.rt.clear_pull_failure("busybox:1.0");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let id = e.manager.ensure_image_exists(&p, &c, None).await.unwrap();
+        assert!(id.starts_with("sha256:"));
+        assert_eq!(e.rt.call_count("PullImage"), 3);
+
+        // Success leaves no back-off behind: an Always pull goes straight to the runtime.
+        let always = container("busybox:1.0", Some("Always"));
+        e.manager
+            .ensure_image_exists(&p, &always, None)
+            .await
+            .unwrap();
+        assert_eq!(e.rt.call_count("PullImage"), 4);
+
+        // Other pods are not affected by this pod's back-off.
+        assert_eq!(e.manager.backoff_len(), 1);
+        tokio::time::advance(Duration::from_secs(601)).await;
+        e.manager
+            .ensure_image_exists(&p, &always, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            e.manager.backoff_len(),
+            0,
+            "idle entries are collected after a pull"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn non_unknown_errors_keep_the_grpc_code() {
+        let e = env(FakeRuntime::new(), true, None);
+        e.rt.fail_next(
+            "PullImage",
+            CriError::not_found("PullImage", "manifest unknown"),
+        );
+        let err = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            "rpc error: code = NotFound desc = manifest unknown"
+        );
+
+        let e = env(FakeRuntime::new(), true, None);
+        e.rt.fail_next(
+            "PullImage",
+            CriError::unknown("PullImage", "RegistryUnavailable: connection refused"),
+        );
+        let err = e
+            .manager
+            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, ImageErrorReason::RegistryUnavailable);
+        assert_eq!(
+            err.message,
+            "image pull failed for busybox:1.0 because the registry is unavailable: connection refused"
+        );
+    }
+
+    async fn two_pulls(e: &Env) -> Duration {
+        e.rt.set_latency("PullImage", Duration::from_secs(1));
+        let start = Instant::now();
+        let p = pod();
+        let (a, b) = (container("a:1", None), container("b:1", None));
+        let (ra, rb) = tokio::join!(
+            e.manager.ensure_image_exists(&p, &a, None),
+            e.manager.ensure_image_exists(&p, &b, None)
+        );
+        assert!(ra.is_ok() && rb.is_ok());
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serialized_pulls_wait_for_each_other() {
+        let e = env(FakeRuntime::new(), true, None);
+        assert_eq!(two_pulls(&e).await, Duration::from_secs(2));
+        let pulled: Vec<String> = e
+            .events
+            .with_reason("Pulled")
+            .into_iter()
+            .map(|ev| ev.message)
+            .collect();
+        assert!(
+            pulled[0].contains("in 1s (1s including waiting)"),
+            "{pulled:?}"
+        );
+        assert!(
+            pulled[1].contains("in 1s (2s including waiting)"),
+            "{pulled:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn parallel_pulls_run_together() {
+        let e = env(FakeRuntime::new(), false, None);
+        assert_eq!(two_pulls(&e).await, Duration::from_secs(1));
+        let e = env(FakeRuntime::new(), false, Some(1));
+        assert_eq!(two_pulls(&e).await, Duration::from_secs(2));
+        let e = env(FakeRuntime::new(), false, Some(2));
+        assert_eq!(two_pulls(&e).await, Duration::from_secs(1));
+    }
+}

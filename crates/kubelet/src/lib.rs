@@ -3,10 +3,13 @@
 //! `compute_pod_actions`, then CRI side effects); PLEG events feed back into the sync loop and
 //! the status manager owns every pod's API status.
 
+pub mod agent;
 pub mod backoff;
 pub mod config;
+pub mod clock;
 pub mod config_merge;
 pub mod container;
+pub mod events;
 pub mod images;
 pub mod kuberuntime;
 pub mod pleg;

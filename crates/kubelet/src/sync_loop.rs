@@ -1,1 +1,248 @@
-//! sync_loop (in progress).
+//! The sync loop (upstream `syncLoop`/`syncLoopIteration`/`HandlePodCleanups`): owns the pod
+//! manager. Receives merged pod updates, PLEG events, the 1 s sync tick and the 2 s
+//! housekeeping tick; dispatches work to pod workers; kills runtime pods that belong to no
+//! source once every source has reported. Publishes its liveness for `/healthz`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::RuntimeService;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::kuberuntime::runtime_status::list_pods;
+use crate::pleg::PodLifecycleEvent;
+use crate::pod_manager::PodManager;
+use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType};
+use crate::status::manager::StatusManager;
+use crate::types::{PodExt, PodOp, PodUpdate};
+
+/// Upstream: the loop is unhealthy when an iteration has not started for
+/// max(2 × syncFrequency, 5 min).
+#[derive(Clone)]
+pub struct SyncLoopHealth {
+    last_activity: Arc<Mutex<Option<Instant>>>,
+    threshold: Duration,
+}
+
+impl SyncLoopHealth {
+    pub fn new(sync_frequency: Duration) -> Self {
+        Self {
+            last_activity: Arc::default(),
+            threshold: (sync_frequency * 2).max(Duration::from_secs(300)),
+        }
+    }
+
+    fn mark(&self) {
+        if let Ok(mut t) = self.last_activity.lock() {
+            *t = Some(Instant::now());
+        }
+    }
+
+    /// `Ok` while the loop iterates; upstream's message otherwise.
+    pub fn check(&self) -> Result<(), String> {
+        let last = self.last_activity.lock().ok().and_then(|t| *t);
+        match last {
+            Some(t) if t.elapsed() > self.threshold => {
+                Err("sync Loop took longer than expected".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Tick periods of the loop.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopTimings {
+    pub sync_tick: Duration,
+    pub housekeeping: Duration,
+}
+
+impl Default for LoopTimings {
+    fn default() -> Self {
+        Self {
+            sync_tick: Duration::from_secs(1),
+            housekeeping: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Tells whether every configured source has delivered its first full set.
+pub type SourcesReady = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The kubelet's main loop.
+pub struct SyncLoop {
+    pub pod_manager: PodManager,
+    workers: PodWorkers,
+    status: StatusManager,
+    runtime: Arc<dyn RuntimeService>,
+    sources_ready: SourcesReady,
+    health: SyncLoopHealth,
+    timings: LoopTimings,
+}
+
+impl SyncLoop {
+    pub fn new(
+        workers: PodWorkers,
+        status: StatusManager,
+        runtime: Arc<dyn RuntimeService>,
+        sources_ready: SourcesReady,
+        health: SyncLoopHealth,
+        timings: LoopTimings,
+    ) -> Self {
+        Self {
+            pod_manager: PodManager::new(),
+            workers,
+            status,
+            runtime,
+            sources_ready,
+            health,
+            timings,
+        }
+    }
+
+    /// Desired pods, for readers.
+    pub fn pods(&self) -> watch::Receiver<Arc<Vec<Pod>>> {
+        self.pod_manager.subscribe()
+    }
+
+    /// Runs until `cancel` fires.
+    pub async fn run(
+        mut self,
+        mut updates: mpsc::Receiver<PodUpdate>,
+        mut pleg: mpsc::Receiver<PodLifecycleEvent>,
+        cancel: CancellationToken,
+    ) {
+        info!("starting kubelet main sync loop");
+        let mut sync_tick = tokio::time::interval(self.timings.sync_tick);
+        sync_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut housekeeping = tokio::time::interval(self.timings.housekeeping);
+        housekeeping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            self.health.mark();
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                u = updates.recv() => match u {
+                    Some(u) => self.handle_update(u),
+                    None => {
+                        warn!("pod config channel closed; stopping the sync loop");
+                        break;
+                    }
+                },
+                Some(e) = pleg.recv() => self.handle_pleg_event(e),
+                _ = sync_tick.tick() => self.sync_due_pods(),
+                _ = housekeeping.tick() => self.housekeeping().await,
+            }
+        }
+        info!("kubelet main sync loop stopped");
+    }
+
+    /// Applies one merged update (upstream `HandlePodAdditions/Updates/Removes/...`).
+    pub fn handle_update(&mut self, update: PodUpdate) {
+        debug!(op = ?update.op, source = %update.source, pods = update.pods.len(), "pod config update");
+        match update.op {
+            PodOp::Add | PodOp::Set => {
+                let mut pods = update.pods;
+                pods.sort_by(|a, b| {
+                    a.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0)
+                        .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                });
+                for pod in pods {
+                    info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
+                    self.pod_manager.upsert(pod.clone());
+                    self.workers.update_pod(PodWork::sync(UpdateType::Create, pod));
+                }
+            }
+            PodOp::Update | PodOp::Delete => {
+                for pod in update.pods {
+                    info!(pod = %pod.full_name(), uid = %pod.uid(), op = ?update.op, "pod updated");
+                    self.pod_manager.upsert(pod.clone());
+                    self.workers.update_pod(PodWork::sync(UpdateType::Update, pod));
+                }
+            }
+            PodOp::Remove => {
+                for pod in update.pods {
+                    info!(pod = %pod.full_name(), uid = %pod.uid(), reason = "removed from its source", "pod removed");
+                    self.pod_manager.remove(pod.uid());
+                    self.workers.update_pod(PodWork::kill(
+                        pod,
+                        KillOptions {
+                            grace_period_override: None,
+                            removed: true,
+                        },
+                    ));
+                }
+            }
+            PodOp::Reconcile => {
+                for pod in update.pods {
+                    self.pod_manager.upsert(pod);
+                }
+            }
+        }
+    }
+
+    fn handle_pleg_event(&mut self, event: PodLifecycleEvent) {
+        match self.pod_manager.get(&event.uid) {
+            Some(pod) => {
+                debug!(pod = %pod.full_name(), uid = %event.uid, event = ?event.kind, "PLEG event");
+                self.workers
+                    .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
+            }
+            None => debug!(uid = %event.uid, event = ?event.kind, "PLEG event for a pod that is not desired; housekeeping handles it"),
+        }
+    }
+
+    fn sync_due_pods(&mut self) {
+        for uid in self.workers.take_due(Instant::now()) {
+            if let Some(pod) = self.pod_manager.get(&uid) {
+                self.workers
+                    .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
+            }
+        }
+    }
+
+    /// Upstream `HandlePodCleanups`.
+    pub async fn housekeeping(&mut self) {
+        if !(self.sources_ready)() {
+            debug!("skipping pod cleanup: not all pod sources have reported yet");
+            return;
+        }
+        let desired = self.pod_manager.uids();
+        let forgotten = self.workers.sync_known_pods(&desired);
+        for uid in &forgotten {
+            debug!(%uid, "forgot finished pod worker");
+        }
+        let known = self.workers.known_uids();
+        let keep: HashSet<String> = desired.union(&known).cloned().collect();
+        self.status.remove_orphaned_statuses(&keep);
+
+        // Desired pods without a worker (restarted after being re-added) get one again.
+        for uid in desired.difference(&known) {
+            if let Some(pod) = self.pod_manager.get(uid) {
+                info!(pod = %pod.full_name(), %uid, "restarting pod worker for desired pod");
+                self.workers
+                    .update_pod(PodWork::sync(UpdateType::Create, pod.clone()));
+            }
+        }
+
+        match list_pods(self.runtime.as_ref(), false).await {
+            Ok(running) => {
+                for rp in running {
+                    if !known.contains(&rp.uid) && !desired.contains(&rp.uid) {
+                        info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "killing orphaned runtime pod");
+                        self.workers.update_pod(PodWork::kill_orphan(rp));
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "housekeeping: listing runtime pods failed"),
+        }
+    }
+}

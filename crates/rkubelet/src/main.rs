@@ -1,1 +1,167 @@
-fn main() {}
+//! The `rkubelet` binary: parses upstream-compatible flags, loads the KubeletConfiguration,
+//! sets up logging, connects to the CRI runtime and runs the kubelet until SIGTERM/SIGINT.
+//! Stopping the kubelet never stops pods; the next start adopts them.
+
+mod cli;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::config::KubeletConfiguration;
+use kubelet::events::LoggingRecorder;
+use kubelet::sync_loop::LoopTimings;
+use rkubelet_cri::RemoteRuntime;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+fn main() -> ExitCode {
+    let flags = cli::Flags::parse();
+    let (config, node) = match cli::resolve(&flags) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rkubelet: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    init_logging(node.verbosity);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rkubelet: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(config, node)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("rkubelet: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--v` maps to tracing levels as klog's verbosity does to log volume: 0–1 info, 2–3 info with
+/// more modules, 4–5 debug, 6+ trace. `RUST_LOG` overrides.
+fn init_logging(verbosity: u8) {
+    let level = match verbosity {
+        0..=3 => "info",
+        4..=5 => "debug",
+        _ => "trace",
+    };
+    let default = format!("warn,rkubelet={level},kubelet={level},rkubelet_cri={level}");
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()> {
+    if node.kubeconfig.is_some() {
+        warn!("--kubeconfig given: API-server mode is not implemented yet; running standalone with static pods only");
+    }
+    let endpoint = config.container_runtime_endpoint.clone();
+    let timeout = config.runtime_request_timeout.as_std();
+    info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");
+    let remote = RemoteRuntime::connect(&endpoint, timeout)
+        .await
+        .with_context(|| format!("connecting to the container runtime at {endpoint}"))?;
+    let remote = Arc::new(remote);
+
+    let agent_cfg = agent_config(&config, &node)?;
+    let cancel = CancellationToken::new();
+    let agent = Agent::start(
+        agent_cfg,
+        AgentDeps {
+            runtime: remote.clone(),
+            images: remote,
+            events: Arc::new(LoggingRecorder),
+        },
+        cancel.clone(),
+    )
+    .await
+    .context("starting the kubelet")?;
+
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => info!("received SIGTERM, shutting down (pods keep running)"),
+        _ = int.recv() => info!("received SIGINT, shutting down (pods keep running)"),
+    }
+    agent.shutdown().await;
+    Ok(())
+}
+
+fn socket(addr: &str, port: i32) -> Result<Option<SocketAddr>> {
+    if port == 0 {
+        return Ok(None);
+    }
+    let ip: IpAddr = addr
+        .parse()
+        .with_context(|| format!("{addr:?} is not an IP address"))?;
+    let port = u16::try_from(port).with_context(|| format!("port {port} out of range"))?;
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<AgentConfig> {
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let resolv_conf = non_empty(&c.resolv_conf).and_then(|path| match std::fs::read_to_string(&path) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(path, error = %e, "cannot read resolvConf; pods get no DNS from the host");
+            None
+        }
+    });
+    let host_ips = match &node.node_ip {
+        Some(ip) => ip.split(',').map(|s| s.trim().to_owned()).collect(),
+        None => vec![default_host_ip()],
+    };
+    Ok(AgentConfig {
+        node_name: node.node_name.clone(),
+        root_dir: node.root_dir.clone(),
+        pod_logs_dir: PathBuf::from(&c.pod_logs_dir),
+        container_log_symlink_dir: Some(PathBuf::from("/var/log/containers")),
+        static_pod_path: non_empty(&c.static_pod_path).map(PathBuf::from),
+        file_check_frequency: c.file_check_frequency.as_std(),
+        static_pod_url: non_empty(&c.static_pod_url),
+        static_pod_url_header: c.static_pod_url_header.clone().unwrap_or_default(),
+        http_check_frequency: c.http_check_frequency.as_std(),
+        sync_frequency: c.sync_frequency.as_std(),
+        read_only_addr: socket(&c.address, c.read_only_port)?,
+        healthz_addr: socket(&c.healthz_bind_address, c.healthz_port)?,
+        cluster_dns: c.cluster_dns.clone(),
+        cluster_domain: c.cluster_domain.clone(),
+        host_resolv_conf: resolv_conf,
+        host_ips,
+        serialize_image_pulls: c.serialize_image_pulls,
+        max_parallel_image_pulls: c.max_parallel_image_pulls.and_then(|n| u32::try_from(n).ok()),
+        relist_period: Duration::from_secs(1),
+        loop_timings: LoopTimings::default(),
+        runtime_name: "containerd".to_owned(),
+    })
+}
+
+/// The node's primary IP when `--node-ip` is not given: the source address of the default
+/// route (no packet is sent), else loopback.
+fn default_host_ip() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".to_owned())
+}

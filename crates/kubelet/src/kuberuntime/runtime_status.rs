@@ -1,1 +1,1153 @@
-//! kuberuntime::runtime_status (in progress).
+//! Reads the runtime's view of pods (upstream `GetPodStatus`/`GetPods` of the kuberuntime
+//! manager). Receives a `RuntimeService` and a pod identity; emits `PodStatus` (sandboxes and
+//! containers decoded from their CRI labels/annotations, newest first, with the pod IPs and the
+//! termination messages of exited containers) or the list of `RunningPod`s. Only reads: the CRI
+//! list/status calls, plus termination-message files and container logs on the host.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+use std::io::SeekFrom;
+use std::net::IpAddr;
+use std::path::Path;
+
+use rkubelet_cri::api;
+use rkubelet_cri::{CriError, RuntimeService};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tracing::{debug, info};
+
+use crate::container::{
+    ContainerState, ContainerStatus, PodStatus, RunningPod, SandboxStatus, from_unix_nanos,
+};
+use crate::kuberuntime::labels::{
+    ContainerAnnotationInfo, POD_UID_LABEL, container_info_from_annotations,
+    container_info_from_labels,
+};
+
+/// Upper bound of a termination message read from the file (upstream
+/// `MaxContainerTerminationMessageLength`).
+pub const MAX_TERMINATION_MESSAGE_LENGTH: usize = 4 * 1024;
+/// Upper bound of a termination message taken from the logs.
+pub const MAX_TERMINATION_MESSAGE_LOG_LENGTH: usize = 2 * 1024;
+/// How many log lines are considered for a termination message taken from the logs.
+pub const MAX_TERMINATION_MESSAGE_LOG_LINES: usize = 80;
+/// How much of a log file's tail is read to find those lines: containerd splits log lines at
+/// 16 KiB, so 80 lines fit in well under this.
+const LOG_TAIL_READ_LIMIT: u64 = 2 * 1024 * 1024;
+
+/// Reading the runtime failed; names the CRI call and the pod.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeStatusError {
+    #[error("listing the sandboxes of pod {pod}: {source}")]
+    ListPodSandboxes {
+        pod: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("status of sandbox {sandbox_id} of pod {pod}: {source}")]
+    SandboxStatus {
+        pod: String,
+        sandbox_id: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("status of sandbox {sandbox_id} of pod {pod}: the runtime returned no status")]
+    SandboxStatusMissing { pod: String, sandbox_id: String },
+    #[error("listing the containers of pod {pod}: {source}")]
+    ListPodContainers {
+        pod: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("status of container {container_id} of pod {pod}: {source}")]
+    ContainerStatus {
+        pod: String,
+        container_id: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("status of container {container_id} of pod {pod}: the runtime returned no status")]
+    ContainerStatusMissing { pod: String, container_id: String },
+    #[error("listing all pod sandboxes: {0}")]
+    ListAllSandboxes(#[source] CriError),
+    #[error("listing all containers: {0}")]
+    ListAllContainers(#[source] CriError),
+}
+
+/// A pod as `name_namespace(uid)`, upstream's `format.Pod`.
+fn pod_ref(uid: &str, name: &str, namespace: &str) -> String {
+    format!("{name}_{namespace}({uid})")
+}
+
+fn uid_selector(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(POD_UID_LABEL.to_string(), uid.to_string())])
+}
+
+/// Everything the runtime knows about the pod `uid` (upstream `GetPodStatus`): its sandboxes
+/// and containers (all attempts, newest first) and the IPs of its newest sandbox if that one is
+/// ready. Objects that vanish between the list and the status call are skipped.
+pub async fn get_pod_status(
+    rt: &dyn RuntimeService,
+    uid: &str,
+    name: &str,
+    namespace: &str,
+) -> Result<PodStatus, RuntimeStatusError> {
+    let pod = pod_ref(uid, name, namespace);
+
+    let mut sandboxes = rt
+        .list_pod_sandbox(api::ListPodSandboxRequest {
+            filter: Some(api::PodSandboxFilter {
+                label_selector: uid_selector(uid),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|source| RuntimeStatusError::ListPodSandboxes {
+            pod: pod.clone(),
+            source,
+        })?
+        .items;
+    sandboxes.sort_by_key(|s| Reverse(s.created_at));
+
+    let mut sandbox_statuses = Vec::with_capacity(sandboxes.len());
+    let mut ips = Vec::new();
+    for (idx, sandbox) in sandboxes.iter().enumerate() {
+        let resp = match rt
+            .pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox.id.clone(),
+                verbose: false,
+            })
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) if e.is_not_found() => {
+                debug!(pod = %pod, sandbox_id = %sandbox.id, "sandbox vanished between list and status; skipping it");
+                continue;
+            }
+            Err(source) => {
+                return Err(RuntimeStatusError::SandboxStatus {
+                    pod,
+                    sandbox_id: sandbox.id.clone(),
+                    source,
+                });
+            }
+        };
+        let Some(status) = resp.status else {
+            return Err(RuntimeStatusError::SandboxStatusMissing {
+                pod,
+                sandbox_id: sandbox.id.clone(),
+            });
+        };
+        let converted = to_sandbox_status(&status);
+        // Only the newest sandbox gives the pod its IPs, and only while it is ready.
+        if idx == 0 && converted.ready {
+            ips = determine_pod_ips(&pod, &status);
+        }
+        sandbox_statuses.push(converted);
+    }
+
+    let containers = rt
+        .list_containers(api::ListContainersRequest {
+            filter: Some(api::ContainerFilter {
+                label_selector: uid_selector(uid),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|source| RuntimeStatusError::ListPodContainers {
+            pod: pod.clone(),
+            source,
+        })?
+        .containers;
+
+    let mut container_statuses = Vec::with_capacity(containers.len());
+    for container in &containers {
+        let resp = match rt
+            .container_status(api::ContainerStatusRequest {
+                container_id: container.id.clone(),
+                verbose: false,
+            })
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) if e.is_not_found() => {
+                debug!(pod = %pod, container_id = %container.id, "container vanished between list and status; skipping it");
+                continue;
+            }
+            Err(source) => {
+                return Err(RuntimeStatusError::ContainerStatus {
+                    pod,
+                    container_id: container.id.clone(),
+                    source,
+                });
+            }
+        };
+        let Some(status) = resp.status else {
+            return Err(RuntimeStatusError::ContainerStatusMissing {
+                pod,
+                container_id: container.id.clone(),
+            });
+        };
+        let mut converted = to_container_status(&status, &container.pod_sandbox_id);
+        if converted.state == ContainerState::Exited {
+            let annotations = container_info_from_annotations(&status.annotations);
+            let extra = termination_message(&status, &converted, &annotations).await;
+            if !extra.is_empty() {
+                if !converted.message.is_empty() {
+                    converted.message.push_str(": ");
+                }
+                converted.message.push_str(&extra);
+            }
+        }
+        container_statuses.push(converted);
+    }
+    container_statuses.sort_by_key(|c| Reverse(c.created_at));
+
+    Ok(PodStatus {
+        uid: uid.to_string(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        ips,
+        sandbox_statuses,
+        container_statuses,
+    })
+}
+
+/// One pod as the runtime lists it, with each sandbox's state (`RunningPod` only carries the
+/// sandbox IDs): what the PLEG diffs between relists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedPod {
+    pub pod: RunningPod,
+    /// `(sandbox ID, Running if ready else Exited)`, in the order of `pod.sandboxes`.
+    pub sandbox_states: Vec<(String, ContainerState)>,
+}
+
+/// The pods the runtime has (upstream `GetPods`), grouped by the pod UID; with `all == false`
+/// only ready sandboxes and running containers. Entries without the kubelet's pod UID label
+/// are not the kubelet's and are ignored.
+pub async fn list_pods(
+    rt: &dyn RuntimeService,
+    all: bool,
+) -> Result<Vec<RunningPod>, RuntimeStatusError> {
+    Ok(list_pods_with_sandbox_states(rt, all)
+        .await?
+        .into_iter()
+        .map(|p| p.pod)
+        .collect())
+}
+
+/// `list_pods` plus the state of every sandbox. Pods are ordered newest sandbox first (pods
+/// with only containers last), their sandboxes and containers newest first.
+pub async fn list_pods_with_sandbox_states(
+    rt: &dyn RuntimeService,
+    all: bool,
+) -> Result<Vec<ListedPod>, RuntimeStatusError> {
+    let sandbox_filter = (!all).then(|| api::PodSandboxFilter {
+        state: Some(api::PodSandboxStateValue {
+            state: api::PodSandboxState::SandboxReady as i32,
+        }),
+        ..Default::default()
+    });
+    let mut sandboxes = rt
+        .list_pod_sandbox(api::ListPodSandboxRequest {
+            filter: sandbox_filter,
+        })
+        .await
+        .map_err(RuntimeStatusError::ListAllSandboxes)?
+        .items;
+    sandboxes.sort_by_key(|s| Reverse(s.created_at));
+
+    let container_filter = (!all).then(|| api::ContainerFilter {
+        state: Some(api::ContainerStateValue {
+            state: api::ContainerState::ContainerRunning as i32,
+        }),
+        ..Default::default()
+    });
+    let mut containers = rt
+        .list_containers(api::ListContainersRequest {
+            filter: container_filter,
+        })
+        .await
+        .map_err(RuntimeStatusError::ListAllContainers)?
+        .containers;
+    containers.sort_by_key(|c| Reverse(c.created_at));
+
+    // Insertion order = newest sandbox first, then pods known only from their containers.
+    let mut order: Vec<String> = Vec::new();
+    let mut pods: HashMap<String, ListedPod> = HashMap::new();
+    for sandbox in &sandboxes {
+        let Some(meta) = sandbox.metadata.as_ref() else {
+            debug!(sandbox_id = %sandbox.id, "sandbox has no metadata; ignoring it");
+            continue;
+        };
+        if !sandbox.labels.contains_key(POD_UID_LABEL) {
+            debug!(sandbox_id = %sandbox.id, "sandbox lacks the kubelet's labels; not ours");
+            continue;
+        }
+        let listed = entry(
+            &mut pods,
+            &mut order,
+            &meta.uid,
+            &meta.name,
+            &meta.namespace,
+        );
+        listed.pod.sandboxes.push(sandbox.id.clone());
+        listed
+            .sandbox_states
+            .push((sandbox.id.clone(), sandbox_state(sandbox.state)));
+    }
+
+    for container in &containers {
+        if container.metadata.is_none() {
+            debug!(container_id = %container.id, "container has no metadata; ignoring it");
+            continue;
+        }
+        if !container.labels.contains_key(POD_UID_LABEL) {
+            debug!(container_id = %container.id, "container lacks the kubelet's labels; not ours");
+            continue;
+        }
+        let info = container_info_from_labels(&container.labels);
+        let listed = entry(
+            &mut pods,
+            &mut order,
+            &info.pod_uid,
+            &info.pod_name,
+            &info.pod_namespace,
+        );
+        listed.pod.containers.push(listed_container(container));
+    }
+
+    Ok(order
+        .into_iter()
+        .filter_map(|uid| pods.remove(&uid))
+        .collect())
+}
+
+/// The `ListedPod` of `uid`, created (and its UID appended to `order`) on first sight.
+fn entry<'a>(
+    pods: &'a mut HashMap<String, ListedPod>,
+    order: &mut Vec<String>,
+    uid: &str,
+    name: &str,
+    namespace: &str,
+) -> &'a mut ListedPod {
+    if !pods.contains_key(uid) {
+        order.push(uid.to_string());
+    }
+    pods.entry(uid.to_string()).or_insert_with(|| ListedPod {
+        pod: RunningPod {
+            uid: uid.to_string(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ..Default::default()
+        },
+        sandbox_states: Vec::new(),
+    })
+}
+
+fn sandbox_state(state: i32) -> ContainerState {
+    if state == api::PodSandboxState::SandboxReady as i32 {
+        ContainerState::Running
+    } else {
+        ContainerState::Exited
+    }
+}
+
+/// CRI container state → `ContainerState` (upstream `toKubeContainerState`).
+pub fn container_state(state: i32) -> ContainerState {
+    match api::ContainerState::try_from(state) {
+        Ok(api::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(api::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(api::ContainerState::ContainerExited) => ContainerState::Exited,
+        Ok(api::ContainerState::ContainerUnknown) | Err(_) => ContainerState::Unknown,
+    }
+}
+
+fn sorted(map: &HashMap<String, String>) -> BTreeMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn sandbox_ips(status: &api::PodSandboxStatus) -> Vec<String> {
+    let Some(net) = status.network.as_ref() else {
+        return Vec::new();
+    };
+    std::iter::once(net.ip.clone())
+        .filter(|ip| !ip.is_empty())
+        .chain(net.additional_ips.iter().map(|ip| ip.ip.clone()))
+        .collect()
+}
+
+/// A CRI sandbox status in the kubelet's terms.
+pub fn to_sandbox_status(status: &api::PodSandboxStatus) -> SandboxStatus {
+    let network_mode = status
+        .linux
+        .as_ref()
+        .and_then(|l| l.namespaces.as_ref())
+        .and_then(|n| n.options.as_ref())
+        .map(|o| o.network);
+    SandboxStatus {
+        id: status.id.clone(),
+        ready: status.state == api::PodSandboxState::SandboxReady as i32,
+        created_at: from_unix_nanos(status.created_at),
+        attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
+        ips: sandbox_ips(status),
+        host_network: network_mode == Some(api::NamespaceMode::Node as i32),
+        labels: sorted(&status.labels),
+        annotations: sorted(&status.annotations),
+    }
+}
+
+/// The pod IPs a ready sandbox reports, primary first (upstream `determinePodSandboxIPs`): none
+/// when the runtime reports no network or any unparseable address.
+fn determine_pod_ips(pod: &str, status: &api::PodSandboxStatus) -> Vec<String> {
+    let Some(net) = status.network.as_ref() else {
+        info!(pod = %pod, "pod sandbox status has no network information; cannot report IPs");
+        return Vec::new();
+    };
+    let mut ips = Vec::new();
+    // The primary IP may be empty when the runtime does not handle the network (host network).
+    if !net.ip.is_empty() {
+        if net.ip.parse::<IpAddr>().is_err() {
+            info!(pod = %pod, ip = %net.ip, "pod sandbox reported an unparseable primary IP");
+            return Vec::new();
+        }
+        ips.push(net.ip.clone());
+    }
+    for extra in &net.additional_ips {
+        if extra.ip.parse::<IpAddr>().is_err() {
+            info!(pod = %pod, ip = %extra.ip, "pod sandbox reported an unparseable additional IP");
+            return Vec::new();
+        }
+        ips.push(extra.ip.clone());
+    }
+    ips
+}
+
+/// What a listed and an inspected container have in common, decoded (upstream
+/// `toKubeContainer`); no timestamps beyond creation, no exit details.
+struct ContainerBase<'a> {
+    id: &'a str,
+    sandbox_id: &'a str,
+    state: i32,
+    created_at: i64,
+    image: Option<&'a api::ImageSpec>,
+    image_ref: &'a str,
+    image_id: &'a str,
+    labels: &'a HashMap<String, String>,
+    annotations: &'a HashMap<String, String>,
+}
+
+impl ContainerBase<'_> {
+    fn decode(&self) -> ContainerStatus {
+        let labels = container_info_from_labels(self.labels);
+        let annotations = container_info_from_annotations(self.annotations);
+        // `image_id` is new in CRI (v1.30); older runtimes only give the image ref.
+        let image_id = if self.image_id.is_empty() {
+            self.image_ref
+        } else {
+            self.image_id
+        };
+        ContainerStatus {
+            id: self.id.to_string(),
+            name: labels.container_name,
+            sandbox_id: self.sandbox_id.to_string(),
+            state: container_state(self.state),
+            created_at: from_unix_nanos(self.created_at),
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            image: self.image.map(|i| i.image.clone()).unwrap_or_default(),
+            image_ref: self.image_ref.to_string(),
+            image_id: image_id.to_string(),
+            hash: annotations.hash,
+            restart_count: annotations.restart_count,
+            reason: String::new(),
+            message: String::new(),
+            termination_message_path: Some(annotations.termination_message_path)
+                .filter(|p| !p.is_empty()),
+            termination_grace_period: annotations.pod_termination_grace_period,
+        }
+    }
+}
+
+/// A CRI container status in the kubelet's terms (upstream `toKubeContainerStatus`), without
+/// the termination message from file or logs. CRI statuses do not name the sandbox, so the
+/// caller passes it (from the container list).
+pub fn to_container_status(status: &api::ContainerStatus, sandbox_id: &str) -> ContainerStatus {
+    let mut out = ContainerBase {
+        id: &status.id,
+        sandbox_id,
+        state: status.state,
+        created_at: status.created_at,
+        image: status.image.as_ref(),
+        image_ref: &status.image_ref,
+        image_id: &status.image_id,
+        labels: &status.labels,
+        annotations: &status.annotations,
+    }
+    .decode();
+    if out.state != ContainerState::Created {
+        out.started_at = from_unix_nanos(status.started_at);
+    }
+    if out.state == ContainerState::Exited {
+        out.finished_at = from_unix_nanos(status.finished_at);
+        out.exit_code = status.exit_code;
+        out.reason = status.reason.clone();
+        out.message = status.message.clone();
+    }
+    out
+}
+
+/// A listed (not inspected) container.
+fn listed_container(c: &api::Container) -> ContainerStatus {
+    ContainerBase {
+        id: &c.id,
+        sandbox_id: &c.pod_sandbox_id,
+        state: c.state,
+        created_at: c.created_at,
+        image: c.image.as_ref(),
+        image_ref: &c.image_ref,
+        image_id: &c.image_id,
+        labels: &c.labels,
+        annotations: &c.annotations,
+    }
+    .decode()
+}
+
+/// The termination message of an exited container (upstream `convertToKubeContainerStatus`):
+/// the file mounted at its termination message path, or — with `FallbackToLogsOnError`, a
+/// non-zero exit and a container that did run — the tail of its log when the file is empty.
+async fn termination_message(
+    status: &api::ContainerStatus,
+    converted: &ContainerStatus,
+    annotations: &ContainerAnnotationInfo,
+) -> String {
+    let fallback_to_logs = annotations.termination_message_policy == "FallbackToLogsOnError"
+        && converted.exit_code != 0
+        && converted.reason != "ContainerCannotRun";
+    let (message, check_logs) = message_from_file(
+        status,
+        &annotations.termination_message_path,
+        fallback_to_logs,
+    )
+    .await;
+    if check_logs {
+        return last_log_text(Path::new(&status.log_path)).await;
+    }
+    message
+}
+
+/// Reads the termination message file behind the mount at `path`; returns the message and
+/// whether the logs should be consulted instead (upstream `getTerminationMessage`).
+async fn message_from_file(
+    status: &api::ContainerStatus,
+    path: &str,
+    fallback_to_logs: bool,
+) -> (String, bool) {
+    if path.is_empty() {
+        return (String::new(), fallback_to_logs);
+    }
+    let Some(mount) = status.mounts.iter().find(|m| m.container_path == path) else {
+        return (String::new(), fallback_to_logs);
+    };
+    match read_tail(
+        Path::new(&mount.host_path),
+        MAX_TERMINATION_MESSAGE_LENGTH as u64,
+    )
+    .await
+    {
+        Ok((data, _)) => {
+            let empty = data.is_empty();
+            (
+                String::from_utf8_lossy(&data).into_owned(),
+                fallback_to_logs && empty,
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), fallback_to_logs),
+        Err(e) => (
+            format!("Error on reading termination log {}: {e}", mount.host_path),
+            false,
+        ),
+    }
+}
+
+/// The last `max` bytes of a file, and whether that is the whole file.
+async fn read_tail(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let len = file.metadata().await?.len();
+    let start = len.saturating_sub(max);
+    file.seek(SeekFrom::Start(start)).await?;
+    let mut data = Vec::new();
+    file.take(max).read_to_end(&mut data).await?;
+    Ok((data, start == 0))
+}
+
+/// The text of the last log lines of a container, at most
+/// `MAX_TERMINATION_MESSAGE_LOG_LENGTH` bytes of it (upstream
+/// `readLastStringFromContainerLogs`).
+async fn last_log_text(path: &Path) -> String {
+    match read_tail(path, LOG_TAIL_READ_LIMIT).await {
+        Ok((data, whole_file)) => log_tail_text(&data, whole_file),
+        Err(e) => format!("Error on reading termination message from logs: {e}"),
+    }
+}
+
+/// Extracts the message text of the last `MAX_TERMINATION_MESSAGE_LOG_LINES` CRI log lines in
+/// `data` (`<time> <stream> <P|F> <text>`), keeping the last
+/// `MAX_TERMINATION_MESSAGE_LOG_LENGTH` bytes. `whole_file` says whether `data` starts at the
+/// beginning of the file; otherwise its first, cut line is dropped.
+fn log_tail_text(data: &[u8], whole_file: bool) -> String {
+    let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+    if data.ends_with(b"\n") {
+        lines.pop();
+    }
+    if !whole_file && !lines.is_empty() {
+        lines.remove(0);
+    }
+    let skip = lines
+        .len()
+        .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LINES);
+    let mut out: Vec<u8> = Vec::new();
+    for line in &lines[skip..] {
+        match parse_cri_log_line(line) {
+            Some((partial, content)) => {
+                out.extend_from_slice(content);
+                if !partial {
+                    out.push(b'\n');
+                }
+            }
+            None => debug!("skipping a malformed CRI log line"),
+        }
+    }
+    let start = out.len().saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LENGTH);
+    String::from_utf8_lossy(&out[start..]).into_owned()
+}
+
+/// Splits a CRI log line into (partial?, content); `None` when it is not in CRI format.
+fn parse_cri_log_line(line: &[u8]) -> Option<(bool, &[u8])> {
+    let mut parts = line.splitn(4, |b| *b == b' ');
+    let timestamp = parts.next()?;
+    let stream = parts.next()?;
+    let tags = parts.next()?;
+    let content = parts.next().unwrap_or_default();
+    if timestamp.is_empty() || !(stream == b"stdout" || stream == b"stderr") {
+        return None;
+    }
+    match tags.split(|b| *b == b':').next()? {
+        b"P" => Some((true, content)),
+        b"F" => Some((false, content)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use rkubelet_cri::fake::FakeRuntime;
+
+    use super::*;
+    use crate::kuberuntime::labels::{
+        container_annotations, container_labels, sandbox_annotations, sandbox_labels,
+    };
+
+    pub(crate) fn pod(uid: &str, name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                labels: Some(BTreeMap::from([("app".into(), name.into())])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                termination_grace_period_seconds: Some(30),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn spec(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            termination_message_path: Some("/dev/termination-log".into()),
+            termination_message_policy: Some("File".into()),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) async fn run_sandbox(
+        rt: &FakeRuntime,
+        pod: &Pod,
+        attempt: u32,
+        host_network: bool,
+    ) -> String {
+        let linux = host_network.then(|| api::LinuxPodSandboxConfig {
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(api::NamespaceOption {
+                    network: api::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        rt.run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: pod.metadata.uid.clone().unwrap_or_default(),
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    attempt,
+                }),
+                labels: sandbox_labels(pod),
+                annotations: sandbox_annotations(pod),
+                linux,
+                ..Default::default()
+            }),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .pod_sandbox_id
+    }
+
+    /// Creates (and optionally starts) a container the way the kubelet does: kubelet labels
+    /// and annotations, restart count = attempt, hash 0xabc.
+    pub(crate) async fn container(
+        rt: &FakeRuntime,
+        sandbox_id: &str,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        start: bool,
+    ) -> String {
+        let id = rt
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                config: Some(api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: c.name.clone(),
+                        attempt,
+                    }),
+                    image: Some(api::ImageSpec {
+                        image: "busybox".into(),
+                        ..Default::default()
+                    }),
+                    labels: container_labels(c, pod),
+                    annotations: container_annotations(c, pod, attempt, 0xabc),
+                    ..Default::default()
+                }),
+                sandbox_config: None,
+            })
+            .await
+            .unwrap()
+            .container_id;
+        if start {
+            rt.start_container(api::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap();
+        }
+        id
+    }
+
+    /// A container without the kubelet's labels (someone else's, e.g. `ctr run`).
+    async fn foreign_container(rt: &FakeRuntime, sandbox_id: &str) -> String {
+        rt.create_container(api::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "stranger".into(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: "busybox".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .unwrap()
+        .container_id
+    }
+
+    async fn foreign_sandbox(rt: &FakeRuntime) -> String {
+        rt.run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: "other".into(),
+                    uid: "other-uid".into(),
+                    namespace: "x".into(),
+                    attempt: 0,
+                }),
+                ..Default::default()
+            }),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .pod_sandbox_id
+    }
+
+    pub(crate) async fn stop_sandbox(rt: &FakeRuntime, id: &str) {
+        rt.stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        })
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pod_status_with_several_attempts() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let p = pod("u1", "web");
+        let app = spec("app");
+        let sb0 = run_sandbox(&rt, &p, 0, false).await;
+        let c0 = container(&rt, &sb0, &p, &app, 0, true).await;
+        stop_sandbox(&rt, &sb0).await; // kills c0 (137)
+        let sb1 = run_sandbox(&rt, &p, 1, false).await;
+        let c1 = container(&rt, &sb1, &p, &app, 1, true).await;
+        let created = container(&rt, &sb1, &p, &spec("side"), 0, false).await;
+        foreign_container(&rt, &sb1).await;
+        // Another pod's objects are not part of this status.
+        let other = pod("u2", "db");
+        let other_sb = run_sandbox(&rt, &other, 0, false).await;
+        container(&rt, &other_sb, &other, &app, 0, true).await;
+
+        let status = get_pod_status(&rt, "u1", "web", "default").await.unwrap();
+        assert_eq!(
+            (
+                status.uid.as_str(),
+                status.name.as_str(),
+                status.namespace.as_str()
+            ),
+            ("u1", "web", "default")
+        );
+        let sandbox_ids: Vec<_> = status
+            .sandbox_statuses
+            .iter()
+            .map(|s| s.id.clone())
+            .collect();
+        assert_eq!(sandbox_ids, vec![sb1.clone(), sb0.clone()], "newest first");
+        let newest = &status.sandbox_statuses[0];
+        assert!(newest.ready && !newest.host_network);
+        assert_eq!(newest.attempt, 1);
+        assert_eq!(newest.labels.get("app").map(String::as_str), Some("web"));
+        assert!(!status.sandbox_statuses[1].ready);
+        assert_eq!(status.ips.len(), 1, "IP of the ready newest sandbox");
+        assert_eq!(status.ips, newest.ips);
+
+        let ids: Vec<_> = status
+            .container_statuses
+            .iter()
+            .map(|c| c.id.clone())
+            .collect();
+        assert_eq!(
+            ids,
+            vec![created.clone(), c1.clone(), c0.clone()],
+            "newest first, foreign skipped"
+        );
+        let side = &status.container_statuses[0];
+        assert_eq!(side.state, ContainerState::Created);
+        assert_eq!(side.started_at, None);
+        let running = &status.container_statuses[1];
+        assert_eq!(running.name, "app");
+        assert_eq!(running.state, ContainerState::Running);
+        assert_eq!(running.sandbox_id, sb1);
+        assert_eq!(running.restart_count, 1);
+        assert_eq!(running.hash, 0xabc);
+        assert_eq!(running.termination_grace_period, Some(30));
+        assert_eq!(
+            running.termination_message_path.as_deref(),
+            Some("/dev/termination-log")
+        );
+        assert!(running.started_at.is_some() && running.finished_at.is_none());
+        assert!(running.image.contains("busybox"));
+        assert!(!running.image_ref.is_empty());
+        assert_eq!(running.image_id, running.image_ref, "CRI without image_id");
+        let dead = &status.container_statuses[2];
+        assert_eq!(dead.state, ContainerState::Exited);
+        assert_eq!(dead.exit_code, 137);
+        assert_eq!(dead.reason, "Error");
+        assert_eq!(dead.sandbox_id, sb0);
+        assert!(dead.finished_at.is_some());
+        assert_eq!(
+            status.find_container("app").map(|c| c.id.as_str()),
+            Some(c1.as_str())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_ips_unless_the_newest_sandbox_is_ready() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let p = pod("u1", "web");
+        let sb = run_sandbox(&rt, &p, 0, false).await;
+        stop_sandbox(&rt, &sb).await;
+        let status = get_pod_status(&rt, "u1", "web", "default").await.unwrap();
+        assert!(status.ips.is_empty());
+        assert_eq!(status.sandbox_statuses.len(), 1);
+
+        let hp = pod("h1", "host");
+        run_sandbox(&rt, &hp, 0, true).await;
+        let status = get_pod_status(&rt, "h1", "host", "default").await.unwrap();
+        assert!(status.sandbox_statuses[0].host_network);
+        assert!(status.ips.is_empty(), "host-network sandboxes report no IP");
+
+        let none = get_pod_status(&rt, "nope", "x", "y").await.unwrap();
+        assert!(none.sandbox_statuses.is_empty() && none.container_statuses.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn vanished_objects_are_skipped_other_errors_fail() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let p = pod("u1", "web");
+        let sb = run_sandbox(&rt, &p, 0, false).await;
+        let c = container(&rt, &sb, &p, &spec("app"), 0, true).await;
+
+        rt.fail_next(
+            "ContainerStatus",
+            CriError::not_found("ContainerStatus", "gone"),
+        );
+        rt.fail_next(
+            "PodSandboxStatus",
+            CriError::not_found("PodSandboxStatus", "gone"),
+        );
+        let status = get_pod_status(&rt, "u1", "web", "default").await.unwrap();
+        assert!(status.container_statuses.is_empty());
+        assert!(status.sandbox_statuses.is_empty());
+
+        rt.fail_next(
+            "ContainerStatus",
+            CriError::unknown("ContainerStatus", "boom"),
+        );
+        let err = get_pod_status(&rt, "u1", "web", "default")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, RuntimeStatusError::ContainerStatus { container_id, .. } if *container_id == c),
+            "{err}"
+        );
+        assert!(err.to_string().contains("web_default(u1)"), "{err}");
+
+        rt.fail_next(
+            "ListPodSandbox",
+            CriError::unknown("ListPodSandbox", "boom"),
+        );
+        let err = get_pod_status(&rt, "u1", "web", "default")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeStatusError::ListPodSandboxes { .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn list_pods_groups_by_uid_and_ignores_foreign_entries() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let a = pod("ua", "a");
+        let b = pod("ub", "b");
+        let sa0 = run_sandbox(&rt, &a, 0, false).await;
+        let a_dead = container(&rt, &sa0, &a, &spec("app"), 0, true).await;
+        stop_sandbox(&rt, &sa0).await;
+        let sa1 = run_sandbox(&rt, &a, 1, false).await;
+        let a_live = container(&rt, &sa1, &a, &spec("app"), 1, true).await;
+        let sb = run_sandbox(&rt, &b, 0, false).await;
+        let b_live = container(&rt, &sb, &b, &spec("db"), 0, true).await;
+        foreign_container(&rt, &sb).await;
+        let fs = foreign_sandbox(&rt).await;
+        foreign_container(&rt, &fs).await;
+
+        let all = list_pods_with_sandbox_states(&rt, true).await.unwrap();
+        let uids: Vec<_> = all.iter().map(|p| p.pod.uid.as_str()).collect();
+        assert_eq!(
+            uids,
+            vec!["ub", "ua"],
+            "newest sandbox first; foreign pod ignored"
+        );
+        let pa = &all[1];
+        assert_eq!(
+            (pa.pod.name.as_str(), pa.pod.namespace.as_str()),
+            ("a", "default")
+        );
+        assert_eq!(pa.pod.sandboxes, vec![sa1.clone(), sa0.clone()]);
+        assert_eq!(
+            pa.sandbox_states,
+            vec![
+                (sa1.clone(), ContainerState::Running),
+                (sa0.clone(), ContainerState::Exited)
+            ]
+        );
+        let ids: Vec<_> = pa.pod.containers.iter().map(|c| c.id.clone()).collect();
+        assert_eq!(ids, vec![a_live.clone(), a_dead.clone()]);
+        assert_eq!(pa.pod.containers[0].name, "app");
+        assert_eq!(pa.pod.containers[0].hash, 0xabc);
+        assert_eq!(pa.pod.containers[0].restart_count, 1);
+        assert_eq!(pa.pod.containers[1].state, ContainerState::Exited);
+        let pb = &all[0];
+        assert_eq!(
+            pb.pod.containers.len(),
+            1,
+            "foreign container in our sandbox ignored"
+        );
+        assert_eq!(pb.pod.containers[0].id, b_live);
+
+        let running = list_pods(&rt, false).await.unwrap();
+        let a_running = running.iter().find(|p| p.uid == "ua").unwrap();
+        assert_eq!(a_running.sandboxes, vec![sa1]);
+        assert_eq!(a_running.containers.len(), 1);
+        assert_eq!(a_running.containers[0].id, a_live);
+        assert_eq!(running.len(), 2);
+
+        rt.fail_next(
+            "ListContainers",
+            CriError::unknown("ListContainers", "boom"),
+        );
+        assert!(matches!(
+            list_pods(&rt, true).await,
+            Err(RuntimeStatusError::ListAllContainers(_))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn termination_message_from_file_and_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let p = pod("u1", "web");
+        let sb = run_sandbox(&rt, &p, 0, false).await;
+        let msg_file = dir.path().join("termination-log");
+        let create = |name: &str, policy: &str| {
+            let mut c = spec(name);
+            c.termination_message_policy = Some(policy.into());
+            let request = api::CreateContainerRequest {
+                pod_sandbox_id: sb.clone(),
+                config: Some(api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: name.into(),
+                        attempt: 0,
+                    }),
+                    image: Some(api::ImageSpec {
+                        image: "busybox".into(),
+                        ..Default::default()
+                    }),
+                    labels: container_labels(&c, &p),
+                    annotations: container_annotations(&c, &p, 0, 1),
+                    mounts: vec![api::Mount {
+                        container_path: "/dev/termination-log".into(),
+                        host_path: msg_file.display().to_string(),
+                        ..Default::default()
+                    }],
+                    log_path: format!("{name}.log"),
+                    ..Default::default()
+                }),
+                sandbox_config: Some(api::PodSandboxConfig {
+                    log_directory: dir.path().display().to_string(),
+                    ..Default::default()
+                }),
+            };
+            let rt = rt.clone();
+            async move {
+                let id = rt.create_container(request).await.unwrap().container_id;
+                rt.start_container(api::StartContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .unwrap();
+                id
+            }
+        };
+        let from_file = create("file", "File").await;
+        let from_logs = create("logs", "FallbackToLogsOnError").await;
+        rt.exit_container(&from_file, 1);
+        rt.exit_container(&from_logs, 2);
+        std::fs::write(
+            dir.path().join("logs.log"),
+            "2026-11-22T10:24:43.554326027Z stdout F hello\n\
+             2026-11-22T10:24:43.6Z stderr P part\n\
+             2026-11-22T10:24:43.7Z stderr F ial\n",
+        )
+        .unwrap();
+
+        // Missing file: no message; the log fallback applies.
+        let status = get_pod_status(&rt, "u1", "web", "default").await.unwrap();
+        assert_eq!(status.find_container("file").unwrap().message, "");
+        assert_eq!(
+            status.find_container("logs").unwrap().message,
+            "hello\npartial\n"
+        );
+
+        std::fs::write(&msg_file, "goodbye").unwrap();
+        let status = get_pod_status(&rt, "u1", "web", "default").await.unwrap();
+        assert_eq!(status.find_container("file").unwrap().message, "goodbye");
+        assert_eq!(status.find_container("logs").unwrap().message, "goodbye");
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines_and_bytes() {
+        let mut data = String::from("cut-partial-line\n");
+        for i in 0..100 {
+            data.push_str(&format!("2026-01-01T00:00:00Z stdout F line{i}\n"));
+        }
+        data.push_str("garbage without format\n");
+        let text = log_tail_text(data.as_bytes(), false);
+        assert!(text.starts_with("line21\n"), "{text}");
+        assert!(text.ends_with("line99\n"));
+        assert_eq!(text.lines().count(), 79, "80 lines, one of them malformed");
+
+        let long = format!("2026-01-01T00:00:00Z stdout F {}\n", "x".repeat(5000));
+        let text = log_tail_text(long.as_bytes(), true);
+        assert_eq!(text.len(), MAX_TERMINATION_MESSAGE_LOG_LENGTH);
+        assert!(text.ends_with("x\n"));
+    }
+
+    #[test]
+    fn pod_ips_primary_first_and_unparseable_dropped() {
+        let status = |ip: &str, extra: &[&str]| api::PodSandboxStatus {
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: ip.into(),
+                additional_ips: extra
+                    .iter()
+                    .map(|ip| api::PodIp { ip: (*ip).into() })
+                    .collect(),
+            }),
+            ..Default::default()
+        };
+        let cases: [(&str, &[&str], &[&str]); 4] = [
+            ("10.0.0.2", &["fd00::2"], &["10.0.0.2", "fd00::2"]),
+            ("", &[], &[]),
+            ("not-an-ip", &["fd00::2"], &[]),
+            ("10.0.0.2", &["bogus"], &[]),
+        ];
+        for (ip, extra, want) in cases {
+            assert_eq!(
+                determine_pod_ips("p", &status(ip, extra)),
+                want,
+                "{ip} {extra:?}"
+            );
+        }
+        assert!(determine_pod_ips("p", &api::PodSandboxStatus::default()).is_empty());
+    }
+
+    #[test]
+    fn container_states_map_as_upstream() {
+        use api::ContainerState as C;
+        let cases = [
+            (C::ContainerCreated as i32, ContainerState::Created),
+            (C::ContainerRunning as i32, ContainerState::Running),
+            (C::ContainerExited as i32, ContainerState::Exited),
+            (C::ContainerUnknown as i32, ContainerState::Unknown),
+            (42, ContainerState::Unknown),
+        ];
+        for (cri, want) in cases {
+            assert_eq!(container_state(cri), want);
+        }
+    }
+}

@@ -1,1 +1,343 @@
-//! kuberuntime::sync (in progress).
+//! The kuberuntime side effects (upstream `SyncPod`, `killPod`, `syncTerminatingPod`,
+//! `syncTerminatedPod`): owns the CrashLoopBackOff state and the reason cache (the last start
+//! error of each container). Receives work from pod workers with the runtime status from the
+//! PLEG cache; decides through `compute_pod_actions`, acts through CRI, writes the generated
+//! API status to the status manager and reports events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::RuntimeService;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::backoff::Backoff;
+use crate::clock::Clock;
+use crate::container::{PodStatus, RunningPod};
+use crate::events::{EventRecorder, EventType};
+use crate::images::ImageManager;
+use crate::kuberuntime::actions::compute_pod_actions;
+use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
+use crate::kuberuntime::runtime_status::get_pod_status;
+use crate::kuberuntime::container_config::RuntimeOptions;
+use crate::kuberuntime::sandbox_config::SandboxContext;
+use crate::kuberuntime::start::{StartError, Starter};
+use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
+use crate::status::generate::{StatusInputs, generate_api_pod_status};
+use crate::status::manager::StatusManager;
+use crate::types::{PodExt, PodUid};
+
+/// Static settings of the syncer.
+#[derive(Debug, Clone)]
+pub struct SyncerConfig {
+    /// `<root-dir>` (pod directories live in `<root-dir>/pods/<uid>`).
+    pub root_dir: PathBuf,
+    /// `podLogsDir` (default `/var/log/pods`).
+    pub pod_logs_dir: PathBuf,
+    /// Where the legacy `/var/log/containers` symlinks go; `None` disables them.
+    pub container_log_symlink_dir: Option<PathBuf>,
+    pub node_name: String,
+    pub host_ips: Vec<String>,
+    /// The runtime's name for container IDs (`containerd://…`).
+    pub runtime_name: String,
+    /// Node-level knobs of container config generation (CFS quota, memory capacity…).
+    pub runtime_options: RuntimeOptions,
+    pub sandbox: SandboxContext,
+}
+
+/// Per-pod record of the last start failure of each container (upstream `ReasonCache`).
+type Reasons = BTreeMap<String, (String, String)>;
+
+/// Makes pods run on the container runtime.
+pub struct Syncer {
+    pub(crate) runtime: Arc<dyn RuntimeService>,
+    pub(crate) images: ImageManager,
+    pub(crate) status: StatusManager,
+    pub(crate) events: Arc<dyn EventRecorder>,
+    pub(crate) config: SyncerConfig,
+    pub(crate) clock: Clock,
+    pub(crate) crash_backoff: Mutex<Backoff>,
+    reasons: Mutex<HashMap<PodUid, Reasons>>,
+}
+
+impl Syncer {
+    pub fn new(
+        runtime: Arc<dyn RuntimeService>,
+        images: ImageManager,
+        status: StatusManager,
+        events: Arc<dyn EventRecorder>,
+        config: SyncerConfig,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            runtime,
+            images,
+            status,
+            events,
+            config,
+            clock,
+            crash_backoff: Mutex::new(Backoff::for_containers()),
+            reasons: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn reasons(&self) -> MutexGuard<'_, HashMap<PodUid, Reasons>> {
+        self.reasons
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Generates the pod's API status from the runtime view and hands it to the status manager.
+    fn update_status(&self, pod: &Pod, status: &PodStatus, pod_is_terminal: bool) -> Option<String> {
+        let old = self.status.get_pod_status(pod.uid());
+        let reasons = self.reasons().get(pod.uid()).cloned().unwrap_or_default();
+        let api = generate_api_pod_status(&StatusInputs {
+            pod,
+            runtime: status,
+            old: old.as_ref(),
+            sync_errors: &reasons,
+            pod_is_terminal,
+            host_ips: &self.config.host_ips,
+            now: self.clock.now(),
+            runtime_name: &self.config.runtime_name,
+        });
+        let phase = api.phase.clone();
+        self.status.set_pod_status(pod, api);
+        phase
+    }
+
+    fn record_start_result(&self, pod: &Pod, container: &str, result: Result<(), &StartError>) {
+        let mut reasons = self.reasons();
+        match result {
+            Ok(()) => {
+                if let Some(r) = reasons.get_mut(pod.uid()) {
+                    r.remove(container);
+                }
+            }
+            Err(e) => {
+                reasons
+                    .entry(pod.uid().to_owned())
+                    .or_default()
+                    .insert(container.to_owned(), (e.reason().to_owned(), e.to_string()));
+            }
+        }
+    }
+
+    fn forget_pod(&self, pod: &Pod) {
+        self.reasons().remove(pod.uid());
+        self.status.delete(pod.uid());
+    }
+
+    /// The runtime's freshest view of a pod (after acting on it).
+    async fn refetch(&self, pod: &Pod) -> Result<PodStatus, SyncError> {
+        get_pod_status(self.runtime.as_ref(), pod.uid(), pod.name(), pod.namespace())
+            .await
+            .map_err(|e| SyncError(e.to_string()))
+    }
+
+    fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
+        let base = self.config.root_dir.join("pods").join(pod.uid());
+        for sub in ["volumes", "plugins", "containers"] {
+            std::fs::create_dir_all(base.join(sub)).map_err(|e| {
+                SyncError(format!(
+                    "creating pod directory {}: {e}",
+                    base.join(sub).display()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl PodSyncer for Syncer {
+    async fn sync_pod(
+        &self,
+        update_type: UpdateType,
+        pod: &Pod,
+        status: &PodStatus,
+        cancel: &CancellationToken,
+    ) -> Result<bool, SyncError> {
+        let phase = self.update_status(pod, status, false);
+        if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {
+            return Ok(true);
+        }
+        if update_type == UpdateType::Create {
+            info!(pod = %pod.full_name(), uid = %pod.uid(), "syncing new pod");
+        }
+        self.make_pod_dirs(pod)?;
+
+        let actions = compute_pod_actions(pod, status);
+        debug!(pod = %pod.full_name(), uid = %pod.uid(), ?actions, "computed pod actions");
+
+        if actions.kill_pod {
+            let reason = if actions.create_sandbox {
+                "pod sandbox changed, it will be killed and re-created"
+            } else {
+                "no containers to keep or start"
+            };
+            info!(pod = %pod.full_name(), uid = %pod.uid(), reason, "killing pod");
+            let targets: Vec<KillTarget> = status
+                .running_containers()
+                .map(|c| KillTarget::for_container(pod, c, None))
+                .collect();
+            kill_containers(self, Some(pod), targets, None).await?;
+            self.stop_sandboxes(pod, status).await?;
+            if !actions.create_sandbox {
+                return Ok(false);
+            }
+        } else if !actions.containers_to_kill.is_empty() {
+            let targets: Vec<KillTarget> = actions
+                .containers_to_kill
+                .iter()
+                .filter_map(|(id, k)| {
+                    let c = status.container_statuses.iter().find(|c| &c.id == id)?;
+                    info!(pod = %pod.full_name(), uid = %pod.uid(), container = %k.name, reason = %k.message, "killing container");
+                    Some(KillTarget::for_container(pod, c, Some(k.message.clone())))
+                })
+                .collect();
+            kill_containers(self, Some(pod), targets, None).await?;
+        }
+        if cancel.is_cancelled() {
+            return Err(SyncError("sync cancelled: pod is terminating".into()));
+        }
+
+        let starter = Starter::new(self, pod, status);
+        let sandbox = if actions.create_sandbox {
+            match starter.create_sandbox(actions.attempt).await {
+                Ok(s) => s,
+                Err(e) => return Err(SyncError(e.to_string())),
+            }
+        } else {
+            match actions.sandbox_id.as_deref() {
+                Some(id) => starter.existing_sandbox(id, actions.attempt)?,
+                None => return Ok(false),
+            }
+        };
+
+        let mut failed = Vec::new();
+        let spec = pod.spec.as_ref();
+        let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+        for &idx in &actions.init_containers_to_start {
+            let Some(c) = init.get(idx) else { continue };
+            if cancel.is_cancelled() {
+                break;
+            }
+            let result = starter.start_container(&sandbox, c, true).await;
+            self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
+            if let Err(e) = result {
+                let sidecar = c.restart_policy.as_deref() == Some("Always");
+                failed.push(e.to_string());
+                if !sidecar {
+                    break;
+                }
+            }
+        }
+        let regular = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+        for &idx in &actions.containers_to_start {
+            let Some(c) = regular.get(idx) else { continue };
+            if cancel.is_cancelled() {
+                break;
+            }
+            let result = starter.start_container(&sandbox, c, false).await;
+            self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
+            if let Err(e) = result {
+                failed.push(e.to_string());
+            }
+        }
+        if failed.is_empty() {
+            Ok(false)
+        } else {
+            Err(SyncError(failed.join("; ")))
+        }
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        grace_period: i64,
+    ) -> Result<(), SyncError> {
+        self.update_status(pod, status, false);
+        let targets: Vec<KillTarget> = status
+            .running_containers()
+            .map(|c| KillTarget::for_container(pod, c, None))
+            .collect();
+        kill_containers(self, Some(pod), targets, Some(grace_period)).await?;
+        self.stop_sandboxes(pod, status).await?;
+        let after = self.refetch(pod).await?;
+        let still_running: Vec<&str> = after.running_containers().map(|c| c.name.as_str()).collect();
+        if !still_running.is_empty() {
+            return Err(SyncError(format!(
+                "containers still running after kill: {}",
+                still_running.join(", ")
+            )));
+        }
+        self.update_status(pod, &after, true);
+        info!(pod = %pod.full_name(), uid = %pod.uid(), "pod terminated: all containers stopped");
+        Ok(())
+    }
+
+    async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), SyncError> {
+        info!(pod = %format!("{}/{}", running.namespace, running.name), uid = %running.uid, reason = "orphaned: not in any pod source", "killing runtime pod");
+        let targets: Vec<KillTarget> = running
+            .containers
+            .iter()
+            .filter(|c| c.is_running())
+            .map(KillTarget::orphan)
+            .collect();
+        kill_containers(self, None, targets, Some(1)).await?;
+        remove_pod_content(self, &running.uid, &running.name, &running.namespace).await
+    }
+
+    async fn sync_terminated_pod(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        removed: bool,
+    ) -> Result<(), SyncError> {
+        if !removed {
+            self.update_status(pod, status, true);
+            return Ok(());
+        }
+        remove_pod_content(self, pod.uid(), pod.name(), pod.namespace()).await?;
+        let base = self.config.root_dir.join("pods").join(pod.uid());
+        if let Err(e) = std::fs::remove_dir_all(&base)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(pod = %pod.full_name(), uid = %pod.uid(), dir = %base.display(), error = %e, "failed to remove pod directory");
+        }
+        self.forget_pod(pod);
+        self.crash_backoff
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .gc(tokio::time::Instant::now());
+        info!(pod = %pod.full_name(), uid = %pod.uid(), "pod removed: containers, sandboxes and directories cleaned up");
+        Ok(())
+    }
+}
+
+impl Syncer {
+    async fn stop_sandboxes(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
+        for sb in status.sandbox_statuses.iter().filter(|s| s.ready) {
+            let req = rkubelet_cri::api::StopPodSandboxRequest {
+                pod_sandbox_id: sb.id.clone(),
+            };
+            if let Err(e) = self.runtime.stop_pod_sandbox(req).await
+                && !e.is_not_found()
+            {
+                self.events.event(
+                    pod,
+                    EventType::Warning,
+                    "FailedKillPod",
+                    &format!("error killing pod: failed to \"KillPodSandbox\" for \"{}\" with KillPodSandboxError: \"{e}\"", pod.uid()),
+                );
+                return Err(SyncError(format!("stopping sandbox {}: {e}", sb.id)));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,310 @@
+//! Assembly of a running kubelet (upstream `NewMainKubelet` + `Run`, without the god-struct):
+//! builds each manager, wires their channels, and runs every task under one cancellation tree.
+//! Receives the resolved settings and the runtime/image services; returns a handle whose
+//! `shutdown` waits for every task. Shutting down never stops pods: a restarted kubelet adopts
+//! them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::{ImageService, RuntimeService};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+use crate::clock::Clock;
+use crate::config_merge::PodConfigMerger;
+use crate::container::cache::PodCache;
+use crate::events::EventRecorder;
+use crate::images::ImageManager;
+use crate::kuberuntime::container_config::RuntimeOptions;
+use crate::kuberuntime::sandbox_config::SandboxContext;
+use crate::kuberuntime::sync::{Syncer, SyncerConfig};
+use crate::pleg::GenericPleg;
+use crate::pod_workers::{PodWorkers, WorkerTimings};
+use crate::server::{self, Endpoints, HealthCheck, ServerState};
+use crate::sources::file::FileSource;
+use crate::sources::http::HttpSource;
+use crate::status::manager::StatusManager;
+use crate::sync_loop::{LoopTimings, SyncLoop, SyncLoopHealth};
+use crate::types::PodSource;
+
+/// Everything the agent needs, already resolved from config file and flags.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub container_log_symlink_dir: Option<PathBuf>,
+    pub static_pod_path: Option<PathBuf>,
+    pub file_check_frequency: Duration,
+    pub static_pod_url: Option<String>,
+    pub static_pod_url_header: BTreeMap<String, Vec<String>>,
+    pub http_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub read_only_addr: Option<SocketAddr>,
+    pub healthz_addr: Option<SocketAddr>,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    /// Contents of the host's resolv.conf (`resolvConf`), if any.
+    pub host_resolv_conf: Option<String>,
+    pub host_ips: Vec<String>,
+    pub serialize_image_pulls: bool,
+    pub max_parallel_image_pulls: Option<u32>,
+    pub relist_period: Duration,
+    pub loop_timings: LoopTimings,
+    pub runtime_name: String,
+}
+
+impl AgentConfig {
+    /// Defaults for tests: everything under `root`, no ports.
+    pub fn for_tests(root: &std::path::Path, node_name: &str) -> Self {
+        Self {
+            node_name: node_name.to_owned(),
+            root_dir: root.join("kubelet"),
+            pod_logs_dir: root.join("pods-logs"),
+            container_log_symlink_dir: None,
+            static_pod_path: None,
+            file_check_frequency: Duration::from_secs(20),
+            static_pod_url: None,
+            static_pod_url_header: BTreeMap::new(),
+            http_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            read_only_addr: None,
+            healthz_addr: None,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            host_resolv_conf: Some("nameserver 127.0.0.53\n".to_owned()),
+            host_ips: vec!["127.0.0.1".to_owned()],
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
+            relist_period: Duration::from_secs(1),
+            loop_timings: LoopTimings::default(),
+            runtime_name: "containerd".to_owned(),
+        }
+    }
+}
+
+/// I/O edges the agent talks through.
+#[derive(Clone)]
+pub struct AgentDeps {
+    pub runtime: Arc<dyn RuntimeService>,
+    pub images: Arc<dyn ImageService>,
+    pub events: Arc<dyn EventRecorder>,
+}
+
+/// Failures at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    #[error("creating {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("static pod source: {0}")]
+    Source(String),
+}
+
+/// A running kubelet.
+pub struct Agent {
+    pub pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pub status: StatusManager,
+    pub workers: PodWorkers,
+    pub health: Vec<(String, HealthCheck)>,
+    /// Bound addresses of the read-only and healthz listeners (for tests using port 0).
+    pub read_only_addr: Option<SocketAddr>,
+    pub healthz_addr: Option<SocketAddr>,
+    /// Sends pod updates as if from a source (tests, and the API source later).
+    pub source_tx: mpsc::Sender<crate::types::PodUpdate>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Agent {
+    /// Builds and starts every manager.
+    pub async fn start(
+        cfg: AgentConfig,
+        deps: AgentDeps,
+        cancel: CancellationToken,
+    ) -> Result<Self, AgentError> {
+        for dir in [
+            cfg.root_dir.clone(),
+            cfg.root_dir.join("pods"),
+            cfg.pod_logs_dir.clone(),
+        ] {
+            std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let tracker = TaskTracker::new();
+        let cache = PodCache::new();
+        let status = StatusManager::new();
+        let images = ImageManager::new(
+            deps.images.clone(),
+            deps.events.clone(),
+            cfg.serialize_image_pulls,
+            cfg.max_parallel_image_pulls,
+        );
+        let syncer = Arc::new(Syncer::new(
+            deps.runtime.clone(),
+            images,
+            status.clone(),
+            deps.events.clone(),
+            SyncerConfig {
+                root_dir: cfg.root_dir.clone(),
+                pod_logs_dir: cfg.pod_logs_dir.clone(),
+                container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
+                node_name: cfg.node_name.clone(),
+                host_ips: cfg.host_ips.clone(),
+                runtime_name: cfg.runtime_name.clone(),
+                runtime_options: RuntimeOptions {
+                    memory_capacity: host_memory_bytes().unwrap_or(0),
+                    cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+                    seccomp_profile_root: cfg.root_dir.join("seccomp"),
+                    ..RuntimeOptions::default()
+                },
+                sandbox: SandboxContext {
+                    node_name: cfg.node_name.clone(),
+                    node_ips: cfg.host_ips.clone(),
+                    pod_logs_dir: cfg.pod_logs_dir.clone(),
+                    host_resolv_conf: cfg.host_resolv_conf.clone(),
+                    cluster_dns: cfg.cluster_dns.clone(),
+                    cluster_domain: cfg.cluster_domain.clone(),
+                    cgroup_parent: None,
+                },
+            },
+            Clock::new(),
+        ));
+        let workers = PodWorkers::new(
+            syncer,
+            cache.clone(),
+            WorkerTimings {
+                resync_interval: cfg.sync_frequency,
+                backoff_period: Duration::from_secs(10),
+            },
+            cancel.child_token(),
+        );
+
+        // PLEG.
+        let (pleg_tx, pleg_rx) = mpsc::channel(1000);
+        let pleg = GenericPleg::new(deps.runtime.clone(), cache, cfg.relist_period, pleg_tx);
+        let pleg_health = pleg.health();
+        tracker.spawn(pleg.run(cancel.child_token()));
+
+        // Sources → merger.
+        let (source_tx, source_rx) = mpsc::channel(64);
+        let (merged_tx, merged_rx) = mpsc::channel(64);
+        let mut expected = Vec::new();
+        if let Some(path) = &cfg.static_pod_path {
+            expected.push(PodSource::File);
+            let src = FileSource::new(path.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
+            tracker.spawn(src.run(source_tx.clone(), cancel.child_token()));
+        }
+        if let Some(url) = &cfg.static_pod_url {
+            expected.push(PodSource::Http);
+            let src = HttpSource::new(
+                url,
+                &cfg.static_pod_url_header,
+                cfg.node_name.clone(),
+                cfg.http_check_frequency,
+            )
+            .map_err(|e| AgentError::Source(e.to_string()))?;
+            tracker.spawn(src.run(source_tx.clone(), cancel.child_token()));
+        }
+        let merger = PodConfigMerger::new();
+        let seen = merger.seen_sources();
+        tracker.spawn(merger.run(source_rx, merged_tx, cancel.child_token()));
+        let sources_ready = Box::new(move || seen.seen_all(&expected));
+
+        // Sync loop.
+        let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
+        let sync_loop = SyncLoop::new(
+            workers.clone(),
+            status.clone(),
+            deps.runtime.clone(),
+            sources_ready,
+            loop_health.clone(),
+            cfg.loop_timings,
+        );
+        let pods = sync_loop.pods();
+        tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
+
+        // HTTP.
+        let health: Vec<(String, HealthCheck)> = vec![
+            (
+                "syncloop".to_owned(),
+                Arc::new(move || loop_health.check()) as HealthCheck,
+            ),
+            (
+                "pleg".to_owned(),
+                Arc::new(move || pleg_health.healthy()) as HealthCheck,
+            ),
+        ];
+        let state = ServerState {
+            pods: pods.clone(),
+            status: status.clone(),
+            checks: health.clone(),
+        };
+        let mut bound = [None, None];
+        for (i, (addr, endpoints)) in [
+            (cfg.read_only_addr, Endpoints::ReadOnly),
+            (cfg.healthz_addr, Endpoints::Healthz),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(addr) = addr {
+                let listener = server::bind(addr).await?;
+                bound[i] = listener.local_addr().ok();
+                tracker.spawn(server::serve(
+                    listener,
+                    endpoints,
+                    state.clone(),
+                    cancel.child_token(),
+                ));
+            }
+        }
+        info!(node = %cfg.node_name, "kubelet started");
+        Ok(Self {
+            pods,
+            status,
+            workers,
+            health,
+            read_only_addr: bound[0],
+            healthz_addr: bound[1],
+            source_tx,
+            cancel,
+            tracker,
+        })
+    }
+
+    /// Stops every task and waits for them (pods keep running).
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.workers.shutdown().await;
+        info!("kubelet stopped");
+    }
+}
+
+/// `MemTotal` from `/proc/meminfo`, in bytes.
+fn host_memory_bytes() -> Option<i64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: i64 = info
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}

@@ -1,1 +1,0 @@
-//! kuberuntime::actions (in progress).

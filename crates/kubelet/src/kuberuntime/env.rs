@@ -1,1 +1,0 @@
-//! kuberuntime::env (in progress).

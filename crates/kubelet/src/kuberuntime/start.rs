@@ -1,0 +1,416 @@
+//! Starting things on the runtime (upstream `createPodSandbox` and `startContainer`): sandbox
+//! creation with its log directory, and the per-container sequence
+//! backoff check → image → config → CreateContainer → StartContainer, each step failing with the
+//! upstream waiting reason (CrashLoopBackOff, ErrImagePull…, CreateContainerConfigError,
+//! CreateContainerError, RunContainerError). Emits the upstream events for each step.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use rkubelet_cri::api::{
+    CreateContainerRequest, PodSandboxConfig, PodSandboxStatusRequest, RunPodSandboxRequest,
+    StartContainerRequest,
+};
+use tracing::{debug, info, warn};
+
+use crate::container::{ContainerState, PodStatus};
+use crate::events::EventType;
+use crate::images::ImageError;
+use crate::kuberuntime::container_config::{
+    ContainerContext, ImageUser, generate_container_config,
+};
+use crate::kuberuntime::hash::hash_container;
+use crate::kuberuntime::env::EnvContext;
+use crate::kuberuntime::sandbox_config::{WarningObject, generate_pod_sandbox_config};
+use crate::status::qos::pod_qos_class;
+use crate::kuberuntime::sync::Syncer;
+use crate::pod_workers::SyncError;
+use crate::types::PodExt;
+
+/// Why a container (or the sandbox) could not be started; `reason()` is the waiting reason.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    CrashLoopBackOff(String),
+    #[error("{}", .0.message)]
+    Image(ImageError),
+    #[error("{0}")]
+    CreateContainerConfig(String),
+    #[error("{0}")]
+    CreateContainer(String),
+    #[error("{0}")]
+    RunContainer(String),
+    #[error("Failed to create pod sandbox: {0}")]
+    CreatePodSandbox(String),
+}
+
+impl StartError {
+    /// The container waiting reason upstream reports for this failure.
+    pub fn reason(&self) -> &str {
+        match self {
+            StartError::CrashLoopBackOff(_) => "CrashLoopBackOff",
+            StartError::Image(e) => e.reason.as_str(),
+            StartError::CreateContainerConfig(_) => "CreateContainerConfigError",
+            StartError::CreateContainer(_) => "CreateContainerError",
+            StartError::RunContainer(_) => "RunContainerError",
+            StartError::CreatePodSandbox(_) => "CreatePodSandboxError",
+        }
+    }
+}
+
+/// A sandbox ready to take containers.
+#[derive(Debug, Clone)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub config: PodSandboxConfig,
+    pub ips: Vec<String>,
+}
+
+/// Starts a pod's sandbox and containers for one sync.
+pub struct Starter<'a> {
+    syncer: &'a Syncer,
+    pod: &'a Pod,
+    status: &'a PodStatus,
+}
+
+/// `name_namespace(uid)`, upstream's `format.Pod`.
+pub fn format_pod(pod: &Pod) -> String {
+    format!("{}_{}({})", pod.name(), pod.namespace(), pod.uid())
+}
+
+/// The CrashLoopBackOff key prefix of a container (upstream `getStableKey` without the hash).
+pub fn backoff_key_prefix(pod: &Pod, container: &str) -> String {
+    format!("{}_{}_{}_{}", pod.name(), pod.namespace(), pod.uid(), container)
+}
+
+/// Formats a duration as Go's `time.Duration.String()` does for whole seconds (`10s`, `5m0s`).
+pub fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `<podLogsDir>/<ns>_<name>_<uid>`.
+pub fn pod_log_dir(logs_root: &Path, pod_namespace: &str, pod_name: &str, uid: &str) -> PathBuf {
+    logs_root.join(format!("{pod_namespace}_{pod_name}_{uid}"))
+}
+
+/// The restart count to use when the runtime has no record of a container: one more than the
+/// highest `<n>.log` in its log directory (upstream `calcRestartCountByLogDir`).
+pub fn restart_count_from_log_dir(dir: &Path) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let stem = name.split('.').next()?;
+            (name.starts_with(stem) && name[stem.len()..].starts_with(".log"))
+                .then(|| stem.parse::<u32>().ok())
+                .flatten()
+        })
+        .max()
+        .map_or(0, |n| n + 1)
+}
+
+impl<'a> Starter<'a> {
+    pub fn new(syncer: &'a Syncer, pod: &'a Pod, status: &'a PodStatus) -> Self {
+        Self {
+            syncer,
+            pod,
+            status,
+        }
+    }
+
+    fn sandbox_config(&self, attempt: u32) -> Result<PodSandboxConfig, StartError> {
+        let (config, warnings) =
+            generate_pod_sandbox_config(self.pod, attempt, &self.syncer.config.sandbox)
+                .map_err(|e| StartError::CreatePodSandbox(e.to_string()))?;
+        for w in warnings {
+            // Node-object events need the API event sink; until then they are logged.
+            if w.object == WarningObject::Node {
+                warn!(node = %self.syncer.config.node_name, reason = w.reason, "{}", w.message);
+            }
+            self.syncer
+                .events
+                .event(self.pod, EventType::Warning, w.reason, &w.message);
+        }
+        Ok(config)
+    }
+
+    /// Uses a sandbox that already runs (its config regenerated for container creation).
+    pub fn existing_sandbox(&self, id: &str, attempt: u32) -> Result<SandboxInfo, SyncError> {
+        let config = self
+            .sandbox_config(attempt)
+            .map_err(|e| SyncError(e.to_string()))?;
+        Ok(SandboxInfo {
+            id: id.to_owned(),
+            config,
+            ips: self.status.ips.clone(),
+        })
+    }
+
+    /// Creates a new sandbox (upstream `createPodSandbox`), reporting `FailedCreatePodSandBox`.
+    pub async fn create_sandbox(&self, attempt: u32) -> Result<SandboxInfo, StartError> {
+        let pod = self.pod;
+        if attempt > 0 {
+            self.syncer.events.event(
+                pod,
+                EventType::Normal,
+                "SandboxChanged",
+                "Pod sandbox changed, it will be killed and re-created.",
+            );
+        }
+        let config = self.sandbox_config(attempt)?;
+        let fail = |msg: String| {
+            self.syncer.events.event(
+                pod,
+                EventType::Warning,
+                "FailedCreatePodSandBox",
+                &format!("Failed to create pod sandbox: {msg}"),
+            );
+            StartError::CreatePodSandbox(msg)
+        };
+        std::fs::create_dir_all(&config.log_directory)
+            .map_err(|e| fail(format!("creating log directory {}: {e}", config.log_directory)))?;
+        let started = tokio::time::Instant::now();
+        let resp = self
+            .syncer
+            .runtime
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let id = resp.pod_sandbox_id;
+        info!(pod = %pod.full_name(), uid = %pod.uid(), sandbox = %id, attempt, elapsed = ?started.elapsed(), "created pod sandbox");
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let mut ips = Vec::new();
+        if !host_network {
+            let st = self
+                .syncer
+                .runtime
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: id.clone(),
+                    verbose: false,
+                })
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            if let Some(net) = st.status.and_then(|s| s.network) {
+                if !net.ip.is_empty() {
+                    ips.push(net.ip.clone());
+                }
+                ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
+            }
+        }
+        Ok(SandboxInfo { id, config, ips })
+    }
+
+    /// Starts one container (upstream `startContainer`); returns its ID.
+    pub async fn start_container(
+        &self,
+        sandbox: &SandboxInfo,
+        container: &Container,
+        is_init: bool,
+    ) -> Result<String, StartError> {
+        let (pod, syncer) = (self.pod, self.syncer);
+        self.check_backoff(container)?;
+
+        let image_ref = syncer
+            .images
+            .ensure_image_exists(pod, container, Some(&sandbox.config))
+            .await
+            .map_err(StartError::Image)?;
+
+        let log_dir = pod_log_dir(
+            &syncer.config.pod_logs_dir,
+            pod.namespace(),
+            pod.name(),
+            pod.uid(),
+        )
+        .join(&container.name);
+        let restart_count = match self.status.find_container(&container.name) {
+            Some(prev) => prev.restart_count + 1,
+            None => restart_count_from_log_dir(&log_dir),
+        };
+        let failed = |msg: String| {
+            syncer
+                .events
+                .event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
+            msg
+        };
+        std::fs::create_dir_all(&log_dir).map_err(|e| {
+            StartError::CreateContainerConfig(failed(format!(
+                "creating container log directory {}: {e}",
+                log_dir.display()
+            )))
+        })?;
+        let image = syncer
+            .images
+            .image_status(&image_ref)
+            .await
+            .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?;
+        let image_user = ImageUser::from_image(image.as_ref());
+        let config = {
+            // Scoped: the env context borrows trait objects that must not live across awaits.
+            let env =
+                EnvContext::new(&syncer.config.node_name, &sandbox.ips, &syncer.config.host_ips);
+            generate_container_config(
+                pod,
+                container,
+                &ContainerContext {
+                    env: &env,
+                    image_ref: &image_ref,
+                    restart_count,
+                    qos_class: pod_qos_class(pod),
+                    image_user: &image_user,
+                    mounts: &[],
+                    options: &syncer.config.runtime_options,
+                },
+            )
+            .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?
+        };
+        let log_path = config.log_path.clone();
+
+        let created = syncer
+            .runtime
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: sandbox.id.clone(),
+                config: Some(config),
+                sandbox_config: Some(sandbox.config.clone()),
+            })
+            .await
+            .map_err(|e| StartError::CreateContainer(failed(e.to_string())))?;
+        let id = created.container_id;
+        syncer.events.event(
+            pod,
+            EventType::Normal,
+            "Created",
+            &format!("Created container: {}", container.name),
+        );
+        syncer
+            .runtime
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .map_err(|e| StartError::RunContainer(failed(e.to_string())))?;
+        syncer.events.event(
+            pod,
+            EventType::Normal,
+            "Started",
+            &format!("Started container {}", container.name),
+        );
+        info!(pod = %pod.full_name(), uid = %pod.uid(), container = %container.name, id = %id, restart_count, init = is_init, "started container");
+        self.link_legacy_log(&id, &container.name, &sandbox.config.log_directory, &log_path);
+        Ok(id)
+    }
+
+    /// Upstream `doBackOff`: refuses to restart a container that exited too recently.
+    fn check_backoff(&self, container: &Container) -> Result<(), StartError> {
+        let Some(last) = self
+            .status
+            .containers_named(&container.name)
+            .find(|c| c.state == ContainerState::Exited)
+        else {
+            return Ok(());
+        };
+        let syncer = self.syncer;
+        let now = tokio::time::Instant::now();
+        let finished = last
+            .finished_at
+            .map(|t| syncer.clock.instant_of(t))
+            .unwrap_or(now);
+        let key = format!(
+            "{}_{}",
+            backoff_key_prefix(self.pod, &container.name),
+            hash_container(container)
+        );
+        let mut backoff = syncer
+            .crash_backoff
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if backoff.is_in_backoff_since(&key, finished, now) {
+            let delay = go_duration(backoff.get(&key));
+            drop(backoff);
+            syncer.events.event(
+                self.pod,
+                EventType::Warning,
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    format_pod(self.pod)
+                ),
+            );
+            debug!(pod = %self.pod.full_name(), container = %container.name, %delay, "container in CrashLoopBackOff");
+            return Err(StartError::CrashLoopBackOff(format!(
+                "back-off {delay} restarting failed container={} pod={}",
+                container.name,
+                format_pod(self.pod)
+            )));
+        }
+        backoff.next(&key, finished);
+        Ok(())
+    }
+
+    /// Upstream keeps `/var/log/containers/<pod>_<ns>_<container>-<id>.log` symlinks for log
+    /// shippers; failures only warn.
+    fn link_legacy_log(&self, id: &str, name: &str, log_directory: &str, log_path: &str) {
+        let Some(dir) = &self.syncer.config.container_log_symlink_dir else {
+            return;
+        };
+        let link = dir.join(legacy_log_name(self.pod.name(), self.pod.namespace(), name, id));
+        let target = Path::new(log_directory).join(log_path);
+        let result = std::fs::create_dir_all(dir)
+            .and_then(|()| std::os::unix::fs::symlink(&target, &link));
+        if let Err(e) = result
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            warn!(link = %link.display(), error = %e, "failed to create container log symlink");
+        }
+    }
+}
+
+/// `<pod>_<ns>_<container>-<id>.log` (upstream `logSymlink`), cut to ext4's 255-byte limit.
+pub fn legacy_log_name(pod: &str, namespace: &str, container: &str, id: &str) -> String {
+    let mut base = format!("{pod}_{namespace}_{container}-{id}");
+    base.truncate(255 - ".log".len());
+    format!("{base}.log")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        for (secs, want) in [(10, "10s"), (80, "1m20s"), (160, "2m40s"), (300, "5m0s"), (3600, "1h0m0s")] {
+            assert_eq!(go_duration(Duration::from_secs(secs)), want);
+        }
+    }
+
+    #[test]
+    fn restart_count_from_logs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(restart_count_from_log_dir(dir.path()), 0);
+        for f in ["0.log", "3.log", "2.log.20250101-000000", "junk"] {
+            std::fs::write(dir.path().join(f), "").expect("write");
+        }
+        assert_eq!(restart_count_from_log_dir(dir.path()), 4);
+        assert_eq!(restart_count_from_log_dir(&dir.path().join("missing")), 0);
+    }
+}

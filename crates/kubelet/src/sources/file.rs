@@ -1,0 +1,360 @@
+//! The `staticPodPath` source (upstream `file.go`/`file_linux.go`): owns the watch on a
+//! manifest directory (non-recursive, dotfiles ignored) or a single manifest file. Receives
+//! inotify events (debounced) and a `fileCheckFrequency` tick; on each, re-reads every manifest
+//! and emits the full current set as `PodUpdate { op: Set, source: File }` when it changed (and
+//! always once at start). A bad file is logged, recorded in `errors()`, and skipped without
+//! disturbing the pods of other files.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use inotify::{EventMask, EventStream, Inotify, WatchMask};
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::decode::MAX_MANIFEST_BYTES;
+use super::static_pod::{ManifestError, ManifestOrigin, static_pods_from_manifest};
+use crate::types::{PodOp, PodSource, PodUpdate};
+
+/// How long to wait after a filesystem event before re-reading, to coalesce bursts of events
+/// (an editor's write + rename, `cp` of several files).
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Why one manifest file (or the path itself) could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FileSourceError {
+    #[error("path does not exist, ignoring")]
+    PathMissing,
+    #[error("path is not a directory or file")]
+    NotDirOrFile,
+    #[error("provided manifest path is a directory, not recursing into manifest path")]
+    NestedDirectory,
+    #[error("reading: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// The outcome of reading `staticPodPath` once.
+#[derive(Debug, Default)]
+pub struct ManifestSnapshot {
+    /// Every valid static pod, in file-name order (documents in file order).
+    pub pods: Vec<Pod>,
+    /// The problem with each manifest that was skipped (the path itself when it is missing).
+    pub errors: BTreeMap<PathBuf, String>,
+}
+
+/// Reads `path` (a directory of manifests or one manifest file) synchronously.
+pub fn read_manifests(path: &Path, node_name: &str) -> ManifestSnapshot {
+    let mut snap = ManifestSnapshot::default();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => {
+            let err = if e.kind() == io::ErrorKind::NotFound {
+                FileSourceError::PathMissing
+            } else {
+                FileSourceError::Io(e)
+            };
+            snap.errors.insert(path.to_path_buf(), err.to_string());
+            return snap;
+        }
+    };
+    let files = if meta.is_dir() {
+        match list_dir(path) {
+            Ok(files) => files,
+            Err(e) => {
+                snap.errors.insert(path.to_path_buf(), e.to_string());
+                return snap;
+            }
+        }
+    } else if meta.is_file() {
+        vec![path.to_path_buf()]
+    } else {
+        snap.errors.insert(
+            path.to_path_buf(),
+            FileSourceError::NotDirOrFile.to_string(),
+        );
+        return snap;
+    };
+    for file in files {
+        match read_file(&file, node_name) {
+            Ok(pods) => snap.pods.extend(pods),
+            // A file that vanished between listing and reading is simply gone.
+            Err(FileSourceError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                snap.errors.insert(file, e.to_string());
+            }
+        }
+    }
+    snap
+}
+
+/// The directory's non-hidden entries, sorted by name.
+fn list_dir(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn read_file(file: &Path, node_name: &str) -> Result<Vec<Pod>, FileSourceError> {
+    let meta = std::fs::metadata(file)?;
+    if meta.is_dir() {
+        return Err(FileSourceError::NestedDirectory);
+    }
+    if !meta.is_file() {
+        return Err(FileSourceError::NotDirOrFile);
+    }
+    if meta.len() > MAX_MANIFEST_BYTES as u64 {
+        return Err(ManifestError::TooLarge(MAX_MANIFEST_BYTES).into());
+    }
+    let data = std::fs::read(file)?;
+    Ok(static_pods_from_manifest(
+        &data,
+        node_name,
+        &ManifestOrigin::File(file),
+        false,
+    )?)
+}
+
+/// Watches `staticPodPath` and emits its static pods.
+pub struct FileSource {
+    path: PathBuf,
+    node_name: String,
+    period: Duration,
+    debounce: Duration,
+    use_inotify: bool,
+    errors: watch::Sender<BTreeMap<PathBuf, String>>,
+}
+
+impl FileSource {
+    /// `path` is `staticPodPath`, `period` is `fileCheckFrequency` (upstream default 20s).
+    pub fn new(path: impl Into<PathBuf>, node_name: impl Into<String>, period: Duration) -> Self {
+        let path: PathBuf = path.into();
+        // Upstream trims trailing separators; `Path` already ignores them except for "/".
+        let path = path.components().collect::<PathBuf>();
+        FileSource {
+            path,
+            node_name: node_name.into(),
+            period,
+            debounce: DEFAULT_DEBOUNCE,
+            use_inotify: true,
+            errors: watch::channel(BTreeMap::new()).0,
+        }
+    }
+
+    /// Overrides the event debounce (tests).
+    pub fn with_debounce(mut self, debounce: Duration) -> Self {
+        self.debounce = debounce;
+        self
+    }
+
+    /// Turns the inotify watch off, leaving only the periodic re-read (tests, odd filesystems).
+    pub fn with_inotify(mut self, enabled: bool) -> Self {
+        self.use_inotify = enabled;
+        self
+    }
+
+    /// The current problems, per manifest file (or the path itself), as of the last read.
+    pub fn errors(&self) -> watch::Receiver<BTreeMap<PathBuf, String>> {
+        self.errors.subscribe()
+    }
+
+    /// Runs until `cancel`: reads at once, then on every debounced inotify event and every
+    /// `period`. Returns early when `tx` is closed.
+    pub async fn run(self, tx: mpsc::Sender<PodUpdate>, cancel: CancellationToken) {
+        tracing::info!(path = %self.path.display(), "watching static pod path");
+        let mut ticker = tokio::time::interval(self.period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut watcher: Option<Watcher> = None;
+        let mut watch_error: Option<String> = None;
+        let mut deadline: Option<Instant> = None;
+        let mut last_sent: Option<Vec<Pod>> = None;
+        loop {
+            let reread = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {
+                    if watcher.is_none() && self.use_inotify {
+                        watcher = self.start_watch(&mut watch_error);
+                    }
+                    true
+                }
+                outcome = next_event(&mut watcher) => {
+                    if outcome == WatchOutcome::Lost {
+                        watcher = None;
+                    }
+                    if outcome != WatchOutcome::Ignored {
+                        deadline.get_or_insert_with(|| Instant::now() + self.debounce);
+                    }
+                    false
+                }
+                _ = sleep_until_opt(deadline) => true,
+            };
+            if !reread {
+                continue;
+            }
+            deadline = None;
+            let Some(pods) = self.read_and_record().await else {
+                continue;
+            };
+            if last_sent.as_ref() == Some(&pods) {
+                continue;
+            }
+            let update = PodUpdate {
+                op: PodOp::Set,
+                source: PodSource::File,
+                pods: pods.clone(),
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                sent = tx.send(update) => if sent.is_err() { return },
+            }
+            last_sent = Some(pods);
+        }
+    }
+
+    /// Reads the path off the runtime threads, records and logs the errors, returns the pods.
+    async fn read_and_record(&self) -> Option<Vec<Pod>> {
+        let (path, node) = (self.path.clone(), self.node_name.clone());
+        let snap = match tokio::task::spawn_blocking(move || read_manifests(&path, &node)).await {
+            Ok(snap) => snap,
+            Err(e) => {
+                tracing::error!(path = %self.path.display(), error = %e, "reading static pod path failed");
+                return None;
+            }
+        };
+        let previous = self.errors.borrow().clone();
+        for (file, err) in &snap.errors {
+            if previous.get(file) == Some(err) {
+                tracing::debug!(path = %file.display(), "static pod manifest {}: {err}", file.display());
+            } else if file == &self.path && err == &FileSourceError::PathMissing.to_string() {
+                tracing::info!(path = %file.display(), "static pod path {}: {err}", file.display());
+            } else {
+                tracing::error!(path = %file.display(), "static pod manifest {}: {err}", file.display());
+            }
+        }
+        self.errors.send_replace(snap.errors);
+        Some(snap.pods)
+    }
+
+    fn start_watch(&self, last_error: &mut Option<String>) -> Option<Watcher> {
+        match Watcher::start(&self.path) {
+            Ok(w) => {
+                *last_error = None;
+                Some(w)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if last_error.as_deref() != Some(msg.as_str()) {
+                    tracing::warn!(path = %self.path.display(), error = %msg,
+                        "cannot watch static pod path with inotify; relying on periodic re-reads");
+                }
+                *last_error = Some(msg);
+                None
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchOutcome {
+    /// A manifest may have changed.
+    Changed,
+    /// Hidden file or another file than the watched one.
+    Ignored,
+    /// The watch is gone (path removed or moved, stream error): re-read and re-watch later.
+    Lost,
+}
+
+struct Watcher {
+    stream: EventStream<[u8; 4096]>,
+    /// In single-file mode, the file's name inside the watched parent directory.
+    only: Option<OsString>,
+}
+
+impl Watcher {
+    fn start(path: &Path) -> io::Result<Watcher> {
+        let meta = std::fs::metadata(path)?;
+        // A single file is watched through its directory so editors' rename-over still works.
+        let (dir, only) = if meta.is_dir() {
+            (path.to_path_buf(), None)
+        } else {
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            (dir.to_path_buf(), path.file_name().map(OsString::from))
+        };
+        let inotify = Inotify::init()?;
+        inotify.watches().add(
+            &dir,
+            WatchMask::CREATE
+                | WatchMask::MODIFY
+                | WatchMask::CLOSE_WRITE
+                | WatchMask::ATTRIB
+                | WatchMask::MOVED_FROM
+                | WatchMask::MOVED_TO
+                | WatchMask::DELETE
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF,
+        )?;
+        Ok(Watcher {
+            stream: inotify.into_event_stream([0u8; 4096])?,
+            only,
+        })
+    }
+
+    fn classify(&self, mask: EventMask, name: Option<&OsString>) -> WatchOutcome {
+        if mask.intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED) {
+            return WatchOutcome::Lost;
+        }
+        if mask.contains(EventMask::Q_OVERFLOW) {
+            return WatchOutcome::Changed;
+        }
+        let Some(name) = name else {
+            return WatchOutcome::Ignored;
+        };
+        if name.to_string_lossy().starts_with('.') {
+            return WatchOutcome::Ignored;
+        }
+        match &self.only {
+            Some(only) if only != name => WatchOutcome::Ignored,
+            _ => WatchOutcome::Changed,
+        }
+    }
+}
+
+async fn next_event(watcher: &mut Option<Watcher>) -> WatchOutcome {
+    let Some(w) = watcher.as_mut() else {
+        return std::future::pending().await;
+    };
+    match w.stream.next().await {
+        Some(Ok(ev)) => w.classify(ev.mask, ev.name.as_ref()),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "inotify watch on static pod path failed");
+            WatchOutcome::Lost
+        }
+        None => WatchOutcome::Lost,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+#[path = "file_tests.rs"]
+mod tests;

@@ -1,0 +1,224 @@
+use std::fs;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::types::PodExt;
+
+const LONG: Duration = Duration::from_secs(600);
+const WAIT: Duration = Duration::from_secs(3);
+
+fn manifest(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
+    )
+}
+
+struct Running {
+    rx: mpsc::Receiver<PodUpdate>,
+    errors: watch::Receiver<BTreeMap<PathBuf, String>>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(source: FileSource) -> Running {
+        let (tx, rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let errors = source.errors();
+        let task = tokio::spawn(source.run(tx, cancel.clone()));
+        Running {
+            rx,
+            errors,
+            cancel,
+            task,
+        }
+    }
+
+    async fn next(&mut self) -> PodUpdate {
+        let u = tokio::time::timeout(WAIT, self.rx.recv())
+            .await
+            .expect("no update in time")
+            .expect("source stopped");
+        assert_eq!((u.op, u.source), (PodOp::Set, PodSource::File));
+        u
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+fn names(u: &PodUpdate) -> Vec<String> {
+    u.pods.iter().map(|p| p.name().to_string()).collect()
+}
+
+#[tokio::test]
+async fn directory_add_modify_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx:1")).unwrap();
+    fs::write(dir.path().join(".hidden.yaml"), manifest("hidden", "x")).unwrap();
+    let mut run = Running::start(FileSource::new(dir.path(), "node1", LONG));
+
+    let first = run.next().await;
+    assert_eq!(names(&first), ["a-node1"]);
+    let uid_a = first.pods[0].uid().to_string();
+    assert!(run.errors.borrow().is_empty());
+
+    // Add: picked up by inotify (the period is 10 minutes).
+    fs::write(dir.path().join("b.json"), manifest("b", "redis")).unwrap();
+    let u = run.next().await;
+    assert_eq!(names(&u), ["a-node1", "b-node1"]);
+
+    // Modify: same name, new content, new UID.
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx:2")).unwrap();
+    let u = run.next().await;
+    assert_eq!(names(&u), ["a-node1", "b-node1"]);
+    assert_ne!(u.pods[0].uid(), uid_a);
+
+    // Delete.
+    fs::remove_file(dir.path().join("b.json")).unwrap();
+    let u = run.next().await;
+    assert_eq!(names(&u), ["a-node1"]);
+
+    // Hidden files never count.
+    fs::write(dir.path().join(".other"), manifest("other", "x")).unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), run.rx.recv())
+            .await
+            .is_err()
+    );
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_file_is_skipped_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx")).unwrap();
+    let bad = dir.path().join("bad.yaml");
+    fs::write(
+        &bad,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: c\n",
+    )
+    .unwrap();
+    fs::write(dir.path().join("garbage.yaml"), "{{{ not yaml").unwrap();
+    fs::write(dir.path().join("z.yaml"), manifest("z", "nginx")).unwrap();
+    let mut run = Running::start(FileSource::new(dir.path(), "node1", LONG));
+
+    let u = run.next().await;
+    assert_eq!(names(&u), ["a-node1", "z-node1"]);
+    let errors = run.errors.borrow().clone();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(
+        errors[&bad],
+        "invalid pod: [spec.containers[0].image: Required value]"
+    );
+    assert!(errors[&dir.path().join("garbage.yaml")].contains("couldn't parse as pod"));
+
+    // Fixing the file brings its pod in and clears the error.
+    fs::write(&bad, manifest("bad", "nginx")).unwrap();
+    let u = run.next().await;
+    assert_eq!(names(&u), ["a-node1", "bad-node1", "z-node1"]);
+    assert_eq!(run.errors.borrow().len(), 1);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn multi_document_and_single_file_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pods.yaml");
+    fs::write(
+        &file,
+        format!("{}---\n{}", manifest("one", "x"), manifest("two", "y")),
+    )
+    .unwrap();
+    fs::write(dir.path().join("ignored.yaml"), manifest("ignored", "x")).unwrap();
+    let mut run = Running::start(FileSource::new(&file, "node1", LONG));
+    assert_eq!(names(&run.next().await), ["one-node1", "two-node1"]);
+
+    // Other files in the same directory do not matter; the watched file does.
+    fs::write(dir.path().join("other.yaml"), manifest("other", "x")).unwrap();
+    fs::write(&file, manifest("three", "z")).unwrap();
+    assert_eq!(names(&run.next().await), ["three-node1"]);
+
+    // Replacing the file by rename (as editors do) is seen too.
+    let tmp = dir.path().join(".pods.yaml.swp");
+    fs::write(&tmp, manifest("four", "z")).unwrap();
+    fs::rename(&tmp, &file).unwrap();
+    assert_eq!(names(&run.next().await), ["four-node1"]);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn periodic_reread_without_inotify() {
+    let dir = tempfile::tempdir().unwrap();
+    let source =
+        FileSource::new(dir.path(), "node1", Duration::from_millis(200)).with_inotify(false);
+    let mut run = Running::start(source);
+    // An empty directory still yields one (empty) update so the source counts as seen.
+    assert!(run.next().await.pods.is_empty());
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx")).unwrap();
+    assert_eq!(names(&run.next().await), ["a-node1"]);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn missing_directory_is_polled_until_it_appears() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("manifests");
+    let mut run = Running::start(FileSource::new(&dir, "node1", Duration::from_millis(200)));
+    assert!(run.next().await.pods.is_empty());
+    assert_eq!(
+        run.errors.borrow().get(&dir).map(String::as_str),
+        Some("path does not exist, ignoring")
+    );
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("a.yaml"), manifest("a", "nginx")).unwrap();
+    assert_eq!(names(&run.next().await), ["a-node1"]);
+    assert!(run.errors.borrow().is_empty());
+
+    // Once watched, removing the whole directory empties the set.
+    fs::remove_dir_all(&dir).unwrap();
+    assert!(run.next().await.pods.is_empty());
+    run.stop().await;
+}
+
+#[test]
+fn read_manifests_reports_nested_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("sub")).unwrap();
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx")).unwrap();
+    let snap = read_manifests(dir.path(), "node1");
+    assert_eq!(snap.pods.len(), 1);
+    assert_eq!(
+        snap.errors[&dir.path().join("sub")],
+        "provided manifest path is a directory, not recursing into manifest path"
+    );
+}
+
+#[tokio::test]
+async fn modify_yields_remove_then_add_downstream() {
+    use crate::config_merge::PodConfigMerger;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.yaml");
+    fs::write(&file, manifest("web", "nginx:1")).unwrap();
+    let mut run = Running::start(FileSource::new(dir.path(), "node1", LONG));
+    let mut merger = PodConfigMerger::new();
+
+    let first = merger.merge(run.next().await);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].op, PodOp::Add);
+    let old_uid = first[0].pods[0].uid().to_string();
+
+    fs::write(&file, manifest("web", "nginx:2")).unwrap();
+    let out = merger.merge(run.next().await);
+    let ops: Vec<PodOp> = out.iter().map(|u| u.op).collect();
+    assert_eq!(ops, [PodOp::Remove, PodOp::Add]);
+    assert_eq!(out[0].pods[0].uid(), old_uid);
+    assert_ne!(out[1].pods[0].uid(), old_uid);
+    assert_eq!(out[1].pods[0].name(), "web-node1");
+    run.stop().await;
+}

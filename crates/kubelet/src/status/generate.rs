@@ -1,1 +1,0 @@
-//! status::generate (in progress).

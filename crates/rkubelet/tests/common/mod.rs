@@ -1,0 +1,237 @@
+//! Test harness for black-box runs of the `rkubelet` binary against the real containerd that
+//! `dev/runtime.sh up` starts: temp dirs, a config file, the process, `/pods` polling, and a CRI
+//! client for looking behind the kubelet's back.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rkubelet_cri::RemoteRuntime;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub const NODE: &str = "test-node";
+
+/// The CRI endpoint of the dev containerd; tests fail (never skip) without it.
+pub fn endpoint() -> String {
+    std::env::var("RKUBELET_CRI_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "RKUBELET_CRI_ENDPOINT is not set: run ./dev/test.sh, or `eval $(dev/runtime.sh env)` after `dev/runtime.sh up`"
+        )
+    })
+}
+
+pub async fn cri() -> RemoteRuntime {
+    RemoteRuntime::connect(&endpoint(), Duration::from_secs(30))
+        .await
+        .expect("connect to containerd")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// One rkubelet process with its own directories.
+pub struct Kubelet {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub healthz_port: u16,
+    child: Option<Child>,
+}
+
+impl Kubelet {
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.path().join("kubelet.log")
+    }
+
+    /// A kubelet with an empty manifest dir (call `start`).
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        let k = Self {
+            dir,
+            port: free_port(),
+            healthz_port: free_port(),
+            child: None,
+        };
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\nreadOnlyPort: {}\nhealthzPort: {}\npodLogsDir: {}\n",
+            k.manifests().display(),
+            k.port,
+            k.healthz_port,
+            k.logs().display()
+        );
+        std::fs::write(k.dir.path().join("config.yaml"), config).unwrap();
+        k
+    }
+
+    pub fn write_manifest(&self, file: &str, yaml: &str) {
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).unwrap();
+    }
+
+    /// Starts (or restarts) the process.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_file())
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg("--config")
+            .arg(self.dir.path().join("config.yaml"))
+            .arg("--container-runtime-endpoint")
+            .arg(endpoint())
+            .arg("--root-dir")
+            .arg(self.root())
+            .arg("--hostname-override")
+            .arg(NODE)
+            .arg("--v")
+            .arg("4")
+            .env("RUST_LOG", "info,kubelet=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn rkubelet");
+        self.child = Some(child);
+    }
+
+    fn signal(&mut self, sig: &str) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    /// `kill -9`: no shutdown path at all.
+    pub fn kill9(&mut self) {
+        self.signal("KILL");
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(&mut self) {
+        self.signal("TERM");
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log_file()).unwrap_or_default()
+    }
+
+    pub async fn get(&self, port: u16, path: &str) -> Option<(u16, String)> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        let text = String::from_utf8_lossy(&buf).to_string();
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+        Some((code, body))
+    }
+
+    /// `GET /pods` items.
+    pub async fn pods(&self) -> Vec<Value> {
+        match self.get(self.port, "/pods").await {
+            Some((200, body)) => serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["items"].as_array().cloned())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The pod whose manifest name is `name` (static pods are `<name>-<node>`).
+    pub async fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-{NODE}");
+        self.pods()
+            .await
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    /// Polls `pred` on the pod until it holds or `timeout` passes (panics with the last pod
+    /// and the kubelet log tail).
+    pub async fn wait_pod(&self, name: &str, timeout: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        let mut last = None;
+        while start.elapsed() < timeout {
+            if let Some(p) = self.pod(name).await {
+                if pred(&p) {
+                    return p;
+                }
+                last = Some(p);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "timed out after {timeout:?} waiting for pod {name}: {what}\nlast pod: {}\nkubelet log tail:\n{}",
+            last.map(|p| serde_json::to_string_pretty(&p["status"]).unwrap_or_default()).unwrap_or_else(|| "<none>".into()),
+            tail(&self.log_text(), 60)
+        );
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        // Leave no pods behind for the next test: removing the manifests lets the kubelet
+        // tear everything down; the next test kubelet also kills orphans it finds.
+        if self.child.is_some() {
+            if let Ok(entries) = std::fs::read_dir(self.manifests()) {
+                for e in entries.flatten() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+            std::thread::sleep(Duration::from_secs(3));
+            self.stop();
+        }
+    }
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+pub fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or("")
+}
+
+/// The status of container `name` in `containerStatuses` (or `initContainerStatuses`).
+pub fn container<'a>(p: &'a Value, field: &str, name: &str) -> Option<&'a Value> {
+    p["status"][field]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+pub fn running(p: &Value, name: &str) -> bool {
+    container(p, "containerStatuses", name).is_some_and(|c| c["state"]["running"].is_object())
+}
+
+pub fn file_exists(p: &Path) -> bool {
+    p.exists()
+}
