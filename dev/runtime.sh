@@ -416,6 +416,9 @@ start_containerd() {
 	if [[ ! -f $DIR/ip_forward.orig ]]; then
 		cat /proc/sys/net/ipv4/ip_forward >"$DIR/ip_forward.orig" 2>/dev/null || true
 	fi
+	if [[ -f $LOG ]] && (($(stat -c %s "$LOG") > 50 * 1024 * 1024)); then
+		mv -f "$LOG" "$LOG.old"
+	fi
 	echo "==== $(date -u +%FT%TZ) dev/runtime.sh up: starting containerd" >>"$LOG"
 	# setsid + all fds redirected: containerd must outlive this script and must not hold the
 	# caller's stdout (EP=$(dev/runtime.sh up) would hang) nor our lock (fd 9).

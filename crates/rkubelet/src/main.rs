@@ -137,7 +137,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         static_pod_path: non_empty(&c.static_pod_path).map(PathBuf::from),
         file_check_frequency: c.file_check_frequency.as_std(),
         static_pod_url: non_empty(&c.static_pod_url),
-        static_pod_url_header: c.static_pod_url_header.clone().unwrap_or_default(),
+        static_pod_url_header: c.static_pod_url_header.clone(),
         http_check_frequency: c.http_check_frequency.as_std(),
         sync_frequency: c.sync_frequency.as_std(),
         read_only_addr: socket(&c.address, c.read_only_port)?,

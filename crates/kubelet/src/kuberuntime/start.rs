@@ -138,10 +138,11 @@ impl<'a> Starter<'a> {
             // Node-object events need the API event sink; until then they are logged.
             if w.object == WarningObject::Node {
                 warn!(node = %self.syncer.config.node_name, reason = w.reason, "{}", w.message);
+            } else {
+                self.syncer
+                    .events
+                    .event(self.pod, EventType::Warning, w.reason, &w.message);
             }
-            self.syncer
-                .events
-                .event(self.pod, EventType::Warning, w.reason, &w.message);
         }
         Ok(config)
     }

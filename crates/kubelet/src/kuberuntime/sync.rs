@@ -205,6 +205,12 @@ impl PodSyncer for Syncer {
             return Err(SyncError("sync cancelled: pod is terminating".into()));
         }
 
+        if !actions.create_sandbox
+            && actions.init_containers_to_start.is_empty()
+            && actions.containers_to_start.is_empty()
+        {
+            return Ok(false);
+        }
         let starter = Starter::new(self, pod, status);
         let sandbox = if actions.create_sandbox {
             match starter.create_sandbox(actions.attempt).await {

@@ -3,9 +3,11 @@
 //! inotify events (debounced) and a `fileCheckFrequency` tick; on each, re-reads every manifest
 //! and emits the full current set as `PodUpdate { op: Set, source: File }` when it changed (and
 //! always once at start). A bad file is logged, recorded in `errors()`, and skipped without
-//! disturbing the pods of other files.
+//! disturbing the pods of other files. As upstream, a file that turns bad on an inotify event
+//! keeps its previous pods until the next periodic re-list, so a half-written manifest never
+//! kills its pod.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -44,10 +46,12 @@ pub enum FileSourceError {
 /// The outcome of reading `staticPodPath` once.
 #[derive(Debug, Default)]
 pub struct ManifestSnapshot {
-    /// Every valid static pod, in file-name order (documents in file order).
-    pub pods: Vec<Pod>,
+    /// The static pods of every valid manifest, by file (documents in file order).
+    pub files: BTreeMap<PathBuf, Vec<Pod>>,
     /// The problem with each manifest that was skipped (the path itself when it is missing).
     pub errors: BTreeMap<PathBuf, String>,
+    /// The files among `errors` that exist but whose content was rejected (parse/validation).
+    pub invalid: BTreeSet<PathBuf>,
 }
 
 /// Reads `path` (a directory of manifests or one manifest file) synchronously.
@@ -84,10 +88,15 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ManifestSnapshot {
     };
     for file in files {
         match read_file(&file, node_name) {
-            Ok(pods) => snap.pods.extend(pods),
+            Ok(pods) => {
+                snap.files.insert(file, pods);
+            }
             // A file that vanished between listing and reading is simply gone.
             Err(FileSourceError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
+                if matches!(e, FileSourceError::Manifest(_)) {
+                    snap.invalid.insert(file.clone());
+                }
                 snap.errors.insert(file, e.to_string());
             }
         }
@@ -179,14 +188,15 @@ impl FileSource {
         let mut watch_error: Option<String> = None;
         let mut deadline: Option<Instant> = None;
         let mut last_sent: Option<Vec<Pod>> = None;
+        let mut last_files: BTreeMap<PathBuf, Vec<Pod>> = BTreeMap::new();
         loop {
-            let reread = tokio::select! {
+            let (reread, periodic) = tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = ticker.tick() => {
                     if watcher.is_none() && self.use_inotify {
                         watcher = self.start_watch(&mut watch_error);
                     }
-                    true
+                    (true, true)
                 }
                 outcome = next_event(&mut watcher) => {
                     if outcome == WatchOutcome::Lost {
@@ -195,17 +205,27 @@ impl FileSource {
                     if outcome != WatchOutcome::Ignored {
                         deadline.get_or_insert_with(|| Instant::now() + self.debounce);
                     }
-                    false
+                    (false, false)
                 }
-                _ = sleep_until_opt(deadline) => true,
+                _ = sleep_until_opt(deadline) => (true, false),
             };
             if !reread {
                 continue;
             }
             deadline = None;
-            let Some(pods) = self.read_and_record().await else {
+            let Some(snap) = self.read_and_record().await else {
                 continue;
             };
+            let mut files = snap.files;
+            if !periodic {
+                for bad in &snap.invalid {
+                    if let Some(previous) = last_files.get(bad) {
+                        files.insert(bad.clone(), previous.clone());
+                    }
+                }
+            }
+            let pods: Vec<Pod> = files.values().flatten().cloned().collect();
+            last_files = files;
             if last_sent.as_ref() == Some(&pods) {
                 continue;
             }
@@ -222,8 +242,8 @@ impl FileSource {
         }
     }
 
-    /// Reads the path off the runtime threads, records and logs the errors, returns the pods.
-    async fn read_and_record(&self) -> Option<Vec<Pod>> {
+    /// Reads the path off the runtime threads, records and logs the errors.
+    async fn read_and_record(&self) -> Option<ManifestSnapshot> {
         let (path, node) = (self.path.clone(), self.node_name.clone());
         let snap = match tokio::task::spawn_blocking(move || read_manifests(&path, &node)).await {
             Ok(snap) => snap,
@@ -242,8 +262,8 @@ impl FileSource {
                 tracing::error!(path = %file.display(), "static pod manifest {}: {err}", file.display());
             }
         }
-        self.errors.send_replace(snap.errors);
-        Some(snap.pods)
+        self.errors.send_replace(snap.errors.clone());
+        Some(snap)
     }
 
     fn start_watch(&self, last_error: &mut Option<String>) -> Option<Watcher> {

@@ -149,6 +149,10 @@ async fn multi_document_and_single_file_mode() {
     fs::write(&tmp, manifest("four", "z")).unwrap();
     fs::rename(&tmp, &file).unwrap();
     assert_eq!(names(&run.next().await), ["four-node1"]);
+
+    // Deleting the file empties the set at once.
+    fs::remove_file(&file).unwrap();
+    assert!(run.next().await.pods.is_empty());
     run.stop().await;
 }
 
@@ -192,11 +196,13 @@ fn read_manifests_reports_nested_directories() {
     fs::create_dir(dir.path().join("sub")).unwrap();
     fs::write(dir.path().join("a.yaml"), manifest("a", "nginx")).unwrap();
     let snap = read_manifests(dir.path(), "node1");
-    assert_eq!(snap.pods.len(), 1);
+    assert_eq!(snap.files.len(), 1);
+    assert_eq!(snap.files[&dir.path().join("a.yaml")].len(), 1);
     assert_eq!(
         snap.errors[&dir.path().join("sub")],
         "provided manifest path is a directory, not recursing into manifest path"
     );
+    assert!(snap.invalid.is_empty());
 }
 
 #[tokio::test]
@@ -220,5 +226,59 @@ async fn modify_yields_remove_then_add_downstream() {
     assert_eq!(out[0].pods[0].uid(), old_uid);
     assert_ne!(out[1].pods[0].uid(), old_uid);
     assert_eq!(out[1].pods[0].name(), "web-node1");
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn broken_edit_keeps_pod_until_periodic_relist() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.yaml");
+    fs::write(&a, manifest("a", "nginx")).unwrap();
+    fs::write(dir.path().join("b.yaml"), manifest("b", "nginx")).unwrap();
+    let mut run = Running::start(FileSource::new(dir.path(), "node1", LONG));
+    assert_eq!(names(&run.next().await), ["a-node1", "b-node1"]);
+
+    // A half-written file on an inotify event: error recorded, pod kept, nothing sent.
+    fs::write(
+        &a,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\nspec:\n  containers:\n  - name: c\n",
+    )
+    .unwrap();
+    let mut errors = run.errors.clone();
+    tokio::time::timeout(WAIT, errors.wait_for(|e| e.contains_key(&a)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), run.rx.recv())
+            .await
+            .is_err()
+    );
+    // Completing the write changes nothing downstream (same content as before).
+    fs::write(&a, manifest("a", "nginx")).unwrap();
+    tokio::time::timeout(WAIT, errors.wait_for(BTreeMap::is_empty))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), run.rx.recv())
+            .await
+            .is_err()
+    );
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn broken_file_is_dropped_by_the_periodic_relist() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.yaml");
+    fs::write(&a, manifest("a", "nginx")).unwrap();
+    let source =
+        FileSource::new(dir.path(), "node1", Duration::from_millis(300)).with_inotify(false);
+    let mut run = Running::start(source);
+    assert_eq!(names(&run.next().await), ["a-node1"]);
+    fs::write(&a, "not: [a pod").unwrap();
+    assert!(run.next().await.pods.is_empty());
+    assert!(run.errors.borrow().contains_key(&a));
     run.stop().await;
 }

@@ -1,6 +1,7 @@
-//! Static pod sources: the `staticPodPath` directory/file watcher and the `staticPodURL`
-//! poller. Each reads manifests, turns them into validated static pods and emits the full
-//! current set as `PodUpdate { op: Set, .. }` to the config merger (`crate::config_merge`).
+//! Static pod sources: the `staticPodPath` directory/file watcher (`file`) and the
+//! `staticPodURL` poller (`http`). Each reads manifests, turns them into validated static pods
+//! (`decode` → `defaults` → `static_pod` → `validation`/`api_refs`) and emits the full current
+//! set as `PodUpdate { op: Set, .. }` to the config merger (`crate::config_merge`).
 
 pub mod api_refs;
 pub mod decode;
@@ -11,4 +12,10 @@ pub mod names;
 pub mod static_pod;
 pub mod validation;
 
-pub use static_pod::{ManifestError, ManifestOrigin, make_static_pod, static_pods_from_manifest};
+pub use file::{FileSource, FileSourceError, ManifestSnapshot, read_manifests};
+pub use http::{FetchError, HttpSource, HttpSourceError};
+pub use static_pod::{
+    ManifestError, ManifestOrigin, make_static_pod, static_pod_name, static_pod_uid,
+    static_pods_from_manifest,
+};
+pub use validation::{FieldError, validate_pod};
