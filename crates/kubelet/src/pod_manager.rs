@@ -83,7 +83,7 @@ impl PodManager {
 
     fn publish(&self) {
         let mut pods: Vec<Pod> = self.pods.values().cloned().collect();
-        pods.sort_by(|a, b| a.full_name().cmp(&b.full_name()));
+        pods.sort_by_key(|p| p.full_name());
         self.snapshot.send_replace(Arc::new(pods));
     }
 }

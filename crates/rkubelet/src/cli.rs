@@ -366,8 +366,8 @@ fn non_empty(s: &Option<String>) -> Option<String> {
 }
 
 /// Loads `--config` and `--config-dir`, applies the flags given on the command line, and
-/// validates the result. Unknown config fields are ignored with a warning, as upstream does
-/// for v1beta1; everything else that is wrong is an error.
+/// validates the result. Unknown config fields are an error naming the field (upstream's
+/// v1beta1 loader only warns; rkubelet refuses a config it cannot fully honour).
 pub fn resolve(flags: &Flags) -> Result<(KubeletConfiguration, NodeOptions), ConfigError> {
     resolve_with(flags, machine_hostname)
 }
@@ -379,7 +379,7 @@ fn resolve_with(
     let loaded = load_config_with(
         flags.config.as_deref(),
         flags.config_dir.as_deref(),
-        &LoadOptions { strict: false },
+        &LoadOptions { strict: true },
     )?;
     let mut config = loaded.config;
     let mut warnings = loaded.warnings;
@@ -653,14 +653,16 @@ mod tests {
             panic!("expected validation errors")
         };
         assert_eq!(errs.len(), 2, "{errs:?}");
-        // Unknown fields are ignored with a warning, as upstream does for v1beta1.
+        // Unknown fields stop the kubelet with an error naming the field.
         let cfg = dir.write("unknown.yaml", &format!("{HEADER}maxPod: 3\n"));
-        let (_, n) = resolve_ok(&parse(&["--config", cfg.to_str().unwrap()]));
+        let err = resolve_with(&parse(&["--config", cfg.to_str().unwrap()]), || {
+            Ok("h".into())
+        })
+        .unwrap_err();
         assert!(
-            n.warnings[0]
-                .ends_with("ignoring unknown field \"maxPod\" (did you mean \"maxPods\"?)"),
-            "{:?}",
-            n.warnings
+            err.to_string()
+                .ends_with("unknown field \"maxPod\" (did you mean \"maxPods\"?)"),
+            "{err}"
         );
     }
 

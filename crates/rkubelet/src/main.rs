@@ -31,6 +31,9 @@ fn main() -> ExitCode {
         }
     };
     init_logging(node.verbosity);
+    for w in &node.warnings {
+        warn!("{w}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
