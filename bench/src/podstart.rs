@@ -49,7 +49,11 @@ fn parse_args() -> Result<Args> {
             "--counts" => {
                 args.counts = val()?
                     .split(',')
-                    .map(|s| s.trim().parse().context("--counts: expected numbers like 1,10,30"))
+                    .map(|s| {
+                        s.trim()
+                            .parse()
+                            .context("--counts: expected numbers like 1,10,30")
+                    })
                     .collect::<Result<_>>()?
             }
             "--rounds" => args.rounds = val()?.parse().context("--rounds: expected a number")?,
@@ -144,7 +148,9 @@ async fn raw_cleanup(rt: &RemoteRuntime) -> Result<()> {
             })
             .await;
         let _ = rt
-            .remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: sb.id })
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: sb.id,
+            })
             .await;
     });
     futures::future::join_all(jobs).await;
@@ -152,7 +158,12 @@ async fn raw_cleanup(rt: &RemoteRuntime) -> Result<()> {
 }
 
 /// Returns (per-pod seconds, all-started seconds).
-async fn raw_round(rt: &RemoteRuntime, logs: &Path, n: usize, round: usize) -> Result<(Vec<f64>, f64)> {
+async fn raw_round(
+    rt: &RemoteRuntime,
+    logs: &Path,
+    n: usize,
+    round: usize,
+) -> Result<(Vec<f64>, f64)> {
     let start = Instant::now();
     let results = futures::future::join_all((0..n).map(|i| raw_pod(rt, logs, round, i))).await;
     let all = start.elapsed().as_secs_f64();
@@ -171,13 +182,17 @@ struct Kubelet {
 
 impl Drop for Kubelet {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.wait();
     }
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();
@@ -187,23 +202,38 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
 }
 
 /// name → seconds since `t0` when first seen Running with all containers running.
-async fn poll_running(port: u16, names: &[String], t0: Instant, timeout: Duration) -> Result<HashMap<String, f64>> {
+async fn poll_running(
+    port: u16,
+    names: &[String],
+    t0: Instant,
+    timeout: Duration,
+) -> Result<HashMap<String, f64>> {
     let mut seen = HashMap::new();
     while seen.len() < names.len() {
         if t0.elapsed() > timeout {
-            bail!("only {}/{} pods Running after {timeout:?}", seen.len(), names.len());
+            bail!(
+                "only {}/{} pods Running after {timeout:?}",
+                seen.len(),
+                names.len()
+            );
         }
         if let Some(body) = http_get(port, "/pods").await
             && let Ok(v) = serde_json::from_str::<Value>(&body)
         {
             for p in v["items"].as_array().into_iter().flatten() {
-                let name = p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let name = p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 let running = p["status"]["phase"] == "Running"
                     && p["status"]["containerStatuses"]
                         .as_array()
-                        .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c["state"]["running"].is_object()));
+                        .is_some_and(|cs| {
+                            !cs.is_empty() && cs.iter().all(|c| c["state"]["running"].is_object())
+                        });
                 if running && names.contains(&name) {
-                    seen.entry(name).or_insert_with(|| t0.elapsed().as_secs_f64());
+                    seen.entry(name)
+                        .or_insert_with(|| t0.elapsed().as_secs_f64());
                 }
             }
         }
@@ -230,8 +260,15 @@ async fn wait_empty(port: u16, timeout: Duration) -> Result<()> {
     }
 }
 
-async fn kubelet_round(k: &Kubelet, rt: &RemoteRuntime, n: usize, round: usize) -> Result<(Vec<f64>, f64)> {
-    let names: Vec<String> = (0..n).map(|i| format!("bench-{round}-{i}-bench-node")).collect();
+async fn kubelet_round(
+    k: &Kubelet,
+    rt: &RemoteRuntime,
+    n: usize,
+    round: usize,
+) -> Result<(Vec<f64>, f64)> {
+    let names: Vec<String> = (0..n)
+        .map(|i| format!("bench-{round}-{i}-bench-node"))
+        .collect();
     let t0 = Instant::now();
     for i in 0..n {
         let yaml = format!(
@@ -253,7 +290,10 @@ async fn kubelet_round(k: &Kubelet, rt: &RemoteRuntime, n: usize, round: usize) 
         let left = rt
             .list_pod_sandbox(ListPodSandboxRequest {
                 filter: Some(PodSandboxFilter {
-                    label_selector: HashMap::from([("io.kubernetes.pod.namespace".to_owned(), "bench".to_owned())]),
+                    label_selector: HashMap::from([(
+                        "io.kubernetes.pod.namespace".to_owned(),
+                        "bench".to_owned(),
+                    )]),
                     ..Default::default()
                 }),
             })
@@ -284,7 +324,9 @@ async fn main() -> Result<()> {
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests)?;
     let raw_logs = dir.join("raw-logs");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let config = format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nreadOnlyPort: {port}\nhealthzPort: 0\npodLogsDir: {}\n",
         manifests.display(),
@@ -306,17 +348,26 @@ async fn main() -> Result<()> {
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", args.kubelet.display()))?;
-    let k = Kubelet { child, port, manifests };
+    let k = Kubelet {
+        child,
+        port,
+        manifests,
+    };
     let t = Instant::now();
     while http_get(port, "/pods").await.is_none() {
         if t.elapsed() > Duration::from_secs(20) {
-            bail!("rkubelet did not come up; see {}", dir.join("kubelet.log").display());
+            bail!(
+                "rkubelet did not come up; see {}",
+                dir.join("kubelet.log").display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     let mut rows = Vec::new();
-    println!("| pods | raw CRI all-running p50 / p99 (s) | rkubelet all-running p50 / p99 (s) | ratio p50 | raw per-pod p50 | rkubelet per-pod p50 |");
+    println!(
+        "| pods | raw CRI all-running p50 / p99 (s) | rkubelet all-running p50 / p99 (s) | ratio p50 | raw per-pod p50 | rkubelet per-pod p50 |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|");
     for &n in &args.counts {
         let (mut raw_all, mut kl_all, mut raw_per, mut kl_per) = (vec![], vec![], vec![], vec![]);
@@ -332,7 +383,10 @@ async fn main() -> Result<()> {
         let (ka50, ka99) = summary(kl_all.clone());
         let (rp50, _) = summary(raw_per);
         let (kp50, _) = summary(kl_per);
-        println!("| {n} | {ra50:.3} / {ra99:.3} | {ka50:.3} / {ka99:.3} | {:.2} | {rp50:.3} | {kp50:.3} |", ka50 / ra50);
+        println!(
+            "| {n} | {ra50:.3} / {ra99:.3} | {ka50:.3} / {ka99:.3} | {:.2} | {rp50:.3} | {kp50:.3} |",
+            ka50 / ra50
+        );
         rows.push(json!({
             "pods": n, "rounds": args.rounds,
             "raw_all_running_s": {"p50": ra50, "p99": ra99, "samples": raw_all},
@@ -342,7 +396,10 @@ async fn main() -> Result<()> {
         }));
     }
     let hwm = vm_hwm_kib(k.child.id());
-    println!("\nrkubelet peak RSS (VmHWM): {} KiB", hwm.map_or("?".into(), |v| v.to_string()));
+    println!(
+        "\nrkubelet peak RSS (VmHWM): {} KiB",
+        hwm.map_or("?".into(), |v| v.to_string())
+    );
     let out = json!({"endpoint": args.endpoint, "results": rows, "rkubelet_vm_hwm_kib": hwm});
     if let Some(path) = &args.out {
         std::fs::write(path, serde_json::to_string_pretty(&out)?)?;

@@ -205,7 +205,11 @@ impl Agent {
         let mut expected = Vec::new();
         if let Some(path) = &cfg.static_pod_path {
             expected.push(PodSource::File);
-            let src = FileSource::new(path.clone(), cfg.node_name.clone(), cfg.file_check_frequency);
+            let src = FileSource::new(
+                path.clone(),
+                cfg.node_name.clone(),
+                cfg.file_check_frequency,
+            );
             tracker.spawn(src.run(source_tx.clone(), cancel.child_token()));
         }
         if let Some(url) = &cfg.static_pod_url {

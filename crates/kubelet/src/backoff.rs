@@ -44,10 +44,7 @@ impl Backoff {
 
     /// The current delay for `key` (zero when unknown).
     pub fn get(&self, key: &str) -> Duration {
-        self.entries
-            .get(key)
-            .map(|e| e.backoff)
-            .unwrap_or_default()
+        self.entries.get(key).map(|e| e.backoff).unwrap_or_default()
     }
 
     /// Records one more failure at `event_time`: first failure → `initial`; later → doubled,

@@ -64,10 +64,7 @@ pub struct CollectingRecorder {
 
 impl CollectingRecorder {
     pub fn events(&self) -> Vec<RecordedEvent> {
-        self.events
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default()
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
     /// Events with `reason`.

@@ -5,8 +5,8 @@
 
 pub mod agent;
 pub mod backoff;
-pub mod config;
 pub mod clock;
+pub mod config;
 pub mod config_merge;
 pub mod container;
 pub mod events;

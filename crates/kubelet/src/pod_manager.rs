@@ -115,7 +115,10 @@ mod tests {
         assert_eq!(m.get_by_full_name("default/b").map(|p| p.uid()), Some("u2"));
         // A new UID for the same name (manifest changed) takes over the name.
         m.upsert(pod("u3", "b"));
-        assert_eq!(m.remove("u2").map(|p| p.uid().to_owned()), Some("u2".into()));
+        assert_eq!(
+            m.remove("u2").map(|p| p.uid().to_owned()),
+            Some("u2".into())
+        );
         assert_eq!(m.get_by_full_name("default/b").map(|p| p.uid()), Some("u3"));
         assert!(m.remove("nope").is_none());
         assert_eq!(rx.borrow().len(), 2);

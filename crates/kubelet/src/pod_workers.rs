@@ -136,7 +136,9 @@ pub trait PodSyncer: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkerPhase {
     Syncing,
-    Terminating { grace_period: i64 },
+    Terminating {
+        grace_period: i64,
+    },
     Terminated,
     /// Nothing left to do until the pod is forgotten.
     Finished,
@@ -234,7 +236,9 @@ impl PodWorkers {
         };
         let mut state = self.lock();
         if !state.workers.contains_key(&uid) {
-            if work.update_type == UpdateType::Kill && work.pod.is_none() && work.running_pod.is_none()
+            if work.update_type == UpdateType::Kill
+                && work.pod.is_none()
+                && work.running_pod.is_none()
             {
                 return;
             }
@@ -548,7 +552,10 @@ impl Worker {
                     Ok(true) => {
                         info!(pod = %pod.full_name(), uid = %self.uid, reason = "pod reached a terminal phase", "terminating pod");
                         Outcome::Advance(WorkerPhase::Terminating {
-                            grace_period: effective_grace_period(Some(pod), &KillOptions::default()),
+                            grace_period: effective_grace_period(
+                                Some(pod),
+                                &KillOptions::default(),
+                            ),
                         })
                     }
                     Ok(false) => Outcome::Resync,
@@ -560,10 +567,7 @@ impl Worker {
                 }
             }
             (WorkerPhase::Terminating { grace_period }, Some(pod)) => {
-                match syncer
-                    .sync_terminating_pod(pod, status, grace_period)
-                    .await
-                {
+                match syncer.sync_terminating_pod(pod, status, grace_period).await {
                     Ok(()) => Outcome::Advance(WorkerPhase::Terminated),
                     Err(e) => {
                         warn!(pod = %pod.full_name(), uid = %self.uid, error = %e, "error terminating pod, will retry");
@@ -582,10 +586,7 @@ impl Worker {
                 None => Outcome::Advance(WorkerPhase::Finished),
             },
             (WorkerPhase::Terminated, Some(pod)) => {
-                match syncer
-                    .sync_terminated_pod(pod, status, round.removed)
-                    .await
-                {
+                match syncer.sync_terminated_pod(pod, status, round.removed).await {
                     Ok(()) => Outcome::Advance(WorkerPhase::Finished),
                     Err(e) => {
                         warn!(pod = %pod.full_name(), uid = %self.uid, error = %e, "error cleaning up terminated pod, will retry");
@@ -644,8 +645,8 @@ fn rank(p: WorkerPhase) -> u8 {
 /// Spreads requeues by up to 5 % so pods started together do not resync in lock step; the
 /// spread is derived from the UID so it is stable for a pod.
 fn jitter(uid: &str, d: Duration) -> Duration {
-    let h = uid
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let h = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
     d + d.mul_f64((h % 1000) as f64 / 1000.0 * 0.05)
 }

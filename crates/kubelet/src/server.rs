@@ -102,10 +102,17 @@ pub async fn serve(
     conns.shutdown().await;
 }
 
-fn route(state: &ServerState, endpoints: Endpoints, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn route(
+    state: &ServerState,
+    endpoints: Endpoints,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".into());
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+        );
     }
     match (endpoints, path) {
         (_, "/healthz") => healthz(state, None, req.uri().query().unwrap_or_default()),
@@ -134,7 +141,10 @@ fn healthz(state: &ServerState, only: Option<&str>, query: &str) -> Response<Ful
             Some((_, Ok(()))) => text(StatusCode::OK, "ok".into()),
             Some((n, Err(e))) => {
                 warn!(check = n, error = %e, "healthz check failed");
-                text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {e}\n"))
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("internal server error: {e}\n"),
+                )
             }
             None => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),
         };

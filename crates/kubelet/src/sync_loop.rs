@@ -158,14 +158,16 @@ impl SyncLoop {
                 for pod in pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
                     self.pod_manager.upsert(pod.clone());
-                    self.workers.update_pod(PodWork::sync(UpdateType::Create, pod));
+                    self.workers
+                        .update_pod(PodWork::sync(UpdateType::Create, pod));
                 }
             }
             PodOp::Update | PodOp::Delete => {
                 for pod in update.pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), op = ?update.op, "pod updated");
                     self.pod_manager.upsert(pod.clone());
-                    self.workers.update_pod(PodWork::sync(UpdateType::Update, pod));
+                    self.workers
+                        .update_pod(PodWork::sync(UpdateType::Update, pod));
                 }
             }
             PodOp::Remove => {
@@ -196,7 +198,9 @@ impl SyncLoop {
                 self.workers
                     .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
             }
-            None => debug!(uid = %event.uid, event = ?event.kind, "PLEG event for a pod that is not desired; housekeeping handles it"),
+            None => {
+                debug!(uid = %event.uid, event = ?event.kind, "PLEG event for a pod that is not desired; housekeeping handles it")
+            }
         }
     }
 

@@ -74,7 +74,9 @@ fn init_logging(verbosity: u8) {
 
 async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()> {
     if node.kubeconfig.is_some() {
-        warn!("--kubeconfig given: API-server mode is not implemented yet; running standalone with static pods only");
+        warn!(
+            "--kubeconfig given: API-server mode is not implemented yet; running standalone with static pods only"
+        );
     }
     let endpoint = config.container_runtime_endpoint.clone();
     let timeout = config.runtime_request_timeout.as_std();
@@ -121,13 +123,14 @@ fn socket(addr: &str, port: i32) -> Result<Option<SocketAddr>> {
 
 fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<AgentConfig> {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    let resolv_conf = non_empty(&c.resolv_conf).and_then(|path| match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            warn!(path, error = %e, "cannot read resolvConf; pods get no DNS from the host");
-            None
-        }
-    });
+    let resolv_conf =
+        non_empty(&c.resolv_conf).and_then(|path| match std::fs::read_to_string(&path) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(path, error = %e, "cannot read resolvConf; pods get no DNS from the host");
+                None
+            }
+        });
     let host_ips = match &node.node_ip {
         Some(ip) => ip.split(',').map(|s| s.trim().to_owned()).collect(),
         None => vec![default_host_ip()],
@@ -150,7 +153,9 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         host_resolv_conf: resolv_conf,
         host_ips,
         serialize_image_pulls: c.serialize_image_pulls,
-        max_parallel_image_pulls: c.max_parallel_image_pulls.and_then(|n| u32::try_from(n).ok()),
+        max_parallel_image_pulls: c
+            .max_parallel_image_pulls
+            .and_then(|n| u32::try_from(n).ok()),
         relist_period: Duration::from_secs(1),
         loop_timings: LoopTimings::default(),
         runtime_name: "containerd".to_owned(),

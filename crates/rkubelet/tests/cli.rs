@@ -32,7 +32,10 @@ fn run_with_config(body: &str) -> (i32, String) {
 fn bad_duration_names_the_field() {
     let (code, err) = run_with_config("syncFrequency: banana\n");
     assert_ne!(code, 0);
-    assert!(err.contains("syncFrequency: \"banana\" is not a duration"), "{err}");
+    assert!(
+        err.contains("syncFrequency: \"banana\" is not a duration"),
+        "{err}"
+    );
     assert!(err.contains("config.yaml"), "{err}");
 }
 
@@ -50,7 +53,10 @@ fn unknown_field_and_wrong_type_are_errors() {
 fn bad_quantity_names_the_field() {
     let (code, err) = run_with_config("evictionHard:\n  memory.available: lots\n");
     assert_ne!(code, 0);
-    assert!(err.contains("evictionHard") && err.contains("lots"), "{err}");
+    assert!(
+        err.contains("evictionHard") && err.contains("lots"),
+        "{err}"
+    );
 }
 
 #[test]

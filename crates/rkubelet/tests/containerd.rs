@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{Kubelet, container, cri, phase, running, tail};
 use rkubelet_cri::RuntimeService;
-use rkubelet_cri::api::{ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest};
+use rkubelet_cri::api::{
+    ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest,
+};
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
 
@@ -46,25 +48,53 @@ async fn busybox_pod_runs_and_logs_at_upstream_path() {
         .await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
     assert_eq!(p["metadata"]["namespace"], "default");
-    assert_eq!(p["metadata"]["annotations"]["kubernetes.io/config.source"], "file");
-    assert_eq!(p["metadata"]["annotations"]["kubernetes.io/config.hash"], uid.as_str());
+    assert_eq!(
+        p["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "file"
+    );
+    assert_eq!(
+        p["metadata"]["annotations"]["kubernetes.io/config.hash"],
+        uid.as_str()
+    );
     let c = container(&p, "containerStatuses", "c").unwrap();
-    assert!(c["containerID"].as_str().unwrap().starts_with("containerd://"));
+    assert!(
+        c["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
     assert_eq!(c["ready"], true);
     assert_eq!(c["restartCount"], 0);
-    assert!(p["status"]["podIP"].as_str().is_some_and(|ip| !ip.is_empty()), "pod IP: {}", p["status"]);
+    assert!(
+        p["status"]["podIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "pod IP: {}",
+        p["status"]
+    );
     let conditions: Vec<(String, String)> = p["status"]["conditions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["type"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned()))
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     for t in ["Initialized", "Ready", "ContainersReady", "PodScheduled"] {
-        assert!(conditions.contains(&(t.to_owned(), "True".to_owned())), "{t} in {conditions:?}");
+        assert!(
+            conditions.contains(&(t.to_owned(), "True".to_owned())),
+            "{t} in {conditions:?}"
+        );
     }
 
     // The log lives at <podLogsDir>/<ns>_<name>_<uid>/<container>/0.log in CRI format.
-    let log = k.logs().join(format!("default_hello-{}_{uid}", common::NODE)).join("c/0.log");
+    let log = k
+        .logs()
+        .join(format!("default_hello-{}_{uid}", common::NODE))
+        .join("c/0.log");
     let start = Instant::now();
     let text = loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -73,14 +103,23 @@ async fn busybox_pod_runs_and_logs_at_upstream_path() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let line = text.lines().find(|l| l.ends_with("hello-rkubelet")).unwrap_or_else(|| panic!("log {}: {text:?}", log.display()));
+    let line = text
+        .lines()
+        .find(|l| l.ends_with("hello-rkubelet"))
+        .unwrap_or_else(|| panic!("log {}: {text:?}", log.display()));
     let parts: Vec<&str> = line.splitn(4, ' ').collect();
     assert_eq!(parts.len(), 4, "{line}");
     assert!(chrono_like(parts[0]), "timestamp {line}");
-    assert_eq!((parts[1], parts[2], parts[3]), ("stdout", "F", "hello-rkubelet"));
+    assert_eq!(
+        (parts[1], parts[2], parts[3]),
+        ("stdout", "F", "hello-rkubelet")
+    );
 
     // Health endpoints.
-    assert_eq!(k.get(k.healthz_port, "/healthz").await, Some((200, "ok".to_owned())));
+    assert_eq!(
+        k.get(k.healthz_port, "/healthz").await,
+        Some((200, "ok".to_owned()))
+    );
     assert_eq!(k.get(k.port, "/healthz").await.map(|r| r.0), Some(200));
 }
 
@@ -98,10 +137,15 @@ async fn init_containers_run_in_order_before_app() {
     k.start();
     // While init runs the pod is Pending with PodInitializing.
     let p = k
-        .wait_pod("init", Duration::from_secs(60), "Pending while initializing", |p| {
-            container(p, "containerStatuses", "app")
-                .is_some_and(|c| c["state"]["waiting"]["reason"] == "PodInitializing")
-        })
+        .wait_pod(
+            "init",
+            Duration::from_secs(60),
+            "Pending while initializing",
+            |p| {
+                container(p, "containerStatuses", "app")
+                    .is_some_and(|c| c["state"]["waiting"]["reason"] == "PodInitializing")
+            },
+        )
         .await;
     assert_eq!(phase(&p), "Pending");
     let p = k
@@ -120,26 +164,42 @@ async fn init_containers_run_in_order_before_app() {
         assert_eq!(s["state"]["terminated"]["reason"], "Completed", "{s}");
         assert_eq!(s["state"]["terminated"]["exitCode"], 0);
     }
-    assert!(t("init1", "finishedAt") <= t("init2", "startedAt"), "init1 must finish before init2 starts: {}", p["status"]);
-    let app_started = container(&p, "containerStatuses", "app").unwrap()["state"]["running"]["startedAt"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    assert!(
+        t("init1", "finishedAt") <= t("init2", "startedAt"),
+        "init1 must finish before init2 starts: {}",
+        p["status"]
+    );
+    let app_started =
+        container(&p, "containerStatuses", "app").unwrap()["state"]["running"]["startedAt"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     assert!(t("init2", "finishedAt") <= app_started);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashing_container_reaches_crash_loop_backoff_with_growing_delay() {
     let mut k = Kubelet::new();
-    k.write_manifest("crash.yaml", &one_container("crash", "Always", 1, "echo boom; exit 3"));
+    k.write_manifest(
+        "crash.yaml",
+        &one_container("crash", "Always", 1, "echo boom; exit 3"),
+    );
     k.start();
     let p = k
-        .wait_pod("crash", Duration::from_secs(60), "CrashLoopBackOff 10s", |p| {
-            container(p, "containerStatuses", "c").is_some_and(|c| {
-                c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
-                    && c["state"]["waiting"]["message"].as_str().unwrap_or("").starts_with("back-off 10s restarting failed container=c pod=crash-")
-            })
-        })
+        .wait_pod(
+            "crash",
+            Duration::from_secs(60),
+            "CrashLoopBackOff 10s",
+            |p| {
+                container(p, "containerStatuses", "c").is_some_and(|c| {
+                    c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+                        && c["state"]["waiting"]["message"]
+                            .as_str()
+                            .unwrap_or("")
+                            .starts_with("back-off 10s restarting failed container=c pod=crash-")
+                })
+            },
+        )
         .await;
     let c = container(&p, "containerStatuses", "c").unwrap();
     assert_eq!(c["lastState"]["terminated"]["exitCode"], 3, "{c}");
@@ -147,13 +207,23 @@ async fn crashing_container_reaches_crash_loop_backoff_with_growing_delay() {
     assert_eq!(phase(&p), "Running");
     // The next back-off doubles.
     let p = k
-        .wait_pod("crash", Duration::from_secs(90), "CrashLoopBackOff 20s", |p| {
-            container(p, "containerStatuses", "c").is_some_and(|c| {
-                c["state"]["waiting"]["message"].as_str().unwrap_or("").starts_with("back-off 20s")
-            })
-        })
+        .wait_pod(
+            "crash",
+            Duration::from_secs(90),
+            "CrashLoopBackOff 20s",
+            |p| {
+                container(p, "containerStatuses", "c").is_some_and(|c| {
+                    c["state"]["waiting"]["message"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("back-off 20s")
+                })
+            },
+        )
         .await;
-    let restarts = container(&p, "containerStatuses", "c").unwrap()["restartCount"].as_u64().unwrap();
+    let restarts = container(&p, "containerStatuses", "c").unwrap()["restartCount"]
+        .as_u64()
+        .unwrap();
     assert!(restarts >= 2, "restartCount {restarts}");
 }
 
@@ -163,7 +233,9 @@ async fn restart_never_exit_zero_succeeds() {
     k.write_manifest("once.yaml", &one_container("once", "Never", 1, "echo done"));
     k.start();
     let p = k
-        .wait_pod("once", Duration::from_secs(60), "Succeeded", |p| phase(p) == "Succeeded")
+        .wait_pod("once", Duration::from_secs(60), "Succeeded", |p| {
+            phase(p) == "Succeeded"
+        })
         .await;
     let c = container(&p, "containerStatuses", "c").unwrap();
     assert_eq!(c["state"]["terminated"]["reason"], "Completed", "{c}");
@@ -173,7 +245,10 @@ async fn restart_never_exit_zero_succeeds() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let p = k.pod("once").await.unwrap();
     assert_eq!(phase(&p), "Succeeded");
-    assert_eq!(container(&p, "containerStatuses", "c").unwrap()["restartCount"], 0);
+    assert_eq!(
+        container(&p, "containerStatuses", "c").unwrap()["restartCount"],
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +266,9 @@ async fn removing_manifest_stops_pod_with_sigterm_within_grace_period() {
     );
     k.start();
     let p = k
-        .wait_pod("graceful", Duration::from_secs(60), "Running", |p| running(p, "c"))
+        .wait_pod("graceful", Duration::from_secs(60), "Running", |p| {
+            running(p, "c")
+        })
         .await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
     let id = container(&p, "containerStatuses", "c").unwrap()["containerID"]
@@ -207,8 +284,18 @@ async fn removing_manifest_stops_pod_with_sigterm_within_grace_period() {
     let mut exit_code = None;
     let deadline = Duration::from_secs(20);
     loop {
-        assert!(removed_at.elapsed() < deadline, "pod not torn down within {deadline:?}\n{}", tail(&k.log_text(), 60));
-        match rt.container_status(ContainerStatusRequest { container_id: id.clone(), verbose: false }).await {
+        assert!(
+            removed_at.elapsed() < deadline,
+            "pod not torn down within {deadline:?}\n{}",
+            tail(&k.log_text(), 60)
+        );
+        match rt
+            .container_status(ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: false,
+            })
+            .await
+        {
             Ok(resp) => {
                 if let Some(s) = resp.status
                     && s.state == ContainerState::ContainerExited as i32
@@ -222,8 +309,15 @@ async fn removing_manifest_stops_pod_with_sigterm_within_grace_period() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = removed_at.elapsed();
-    assert_eq!(exit_code, Some(0), "container must stop through its SIGTERM trap");
-    assert!(elapsed < Duration::from_secs(10), "teardown took {elapsed:?}");
+    assert_eq!(
+        exit_code,
+        Some(0),
+        "container must stop through its SIGTERM trap"
+    );
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "teardown took {elapsed:?}"
+    );
     let left = rt
         .list_containers(ListContainersRequest {
             filter: Some(ContainerFilter {
@@ -233,24 +327,40 @@ async fn removing_manifest_stops_pod_with_sigterm_within_grace_period() {
         })
         .await
         .unwrap();
-    assert!(left.containers.is_empty(), "containers left: {:?}", left.containers);
+    assert!(
+        left.containers.is_empty(),
+        "containers left: {:?}",
+        left.containers
+    );
     assert!(k.pod("graceful").await.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_kill9_and_restart_adopts_running_containers() {
     let mut k = Kubelet::new();
-    k.write_manifest("keep.yaml", &one_container("keep", "Always", 1, "exec sleep 3600"));
-    k.write_manifest("gone.yaml", &one_container("gone", "Always", 1, "exec sleep 3600"));
+    k.write_manifest(
+        "keep.yaml",
+        &one_container("keep", "Always", 1, "exec sleep 3600"),
+    );
+    k.write_manifest(
+        "gone.yaml",
+        &one_container("gone", "Always", 1, "exec sleep 3600"),
+    );
     k.start();
     let before = k
-        .wait_pod("keep", Duration::from_secs(60), "Running", |p| running(p, "c"))
+        .wait_pod("keep", Duration::from_secs(60), "Running", |p| {
+            running(p, "c")
+        })
         .await;
     let gone = k
-        .wait_pod("gone", Duration::from_secs(60), "Running", |p| running(p, "c"))
+        .wait_pod("gone", Duration::from_secs(60), "Running", |p| {
+            running(p, "c")
+        })
         .await;
     let gone_uid = gone["metadata"]["uid"].as_str().unwrap().to_owned();
-    let c0 = container(&before, "containerStatuses", "c").unwrap().clone();
+    let c0 = container(&before, "containerStatuses", "c")
+        .unwrap()
+        .clone();
 
     k.kill9();
     // While the kubelet is down, one manifest goes away.
@@ -258,14 +368,23 @@ async fn kubelet_kill9_and_restart_adopts_running_containers() {
     k.start();
 
     let after = k
-        .wait_pod("keep", Duration::from_secs(60), "Running after restart", |p| {
-            running(p, "c") && p["status"]["conditions"].is_array()
-        })
+        .wait_pod(
+            "keep",
+            Duration::from_secs(60),
+            "Running after restart",
+            |p| running(p, "c") && p["status"]["conditions"].is_array(),
+        )
         .await;
     let c1 = container(&after, "containerStatuses", "c").unwrap();
-    assert_eq!(c1["containerID"], c0["containerID"], "the running container must be adopted, not replaced");
+    assert_eq!(
+        c1["containerID"], c0["containerID"],
+        "the running container must be adopted, not replaced"
+    );
     assert_eq!(c1["restartCount"], c0["restartCount"]);
-    assert_eq!(c1["state"]["running"]["startedAt"], c0["state"]["running"]["startedAt"]);
+    assert_eq!(
+        c1["state"]["running"]["startedAt"],
+        c0["state"]["running"]["startedAt"]
+    );
     assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
 
     // The pod removed while the kubelet was down is cleaned up as an orphan.
@@ -284,39 +403,66 @@ async fn kubelet_kill9_and_restart_adopts_running_containers() {
         if left.containers.is_empty() {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "orphan not cleaned: {:?}\n{}", left.containers, tail(&k.log_text(), 40));
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "orphan not cleaned: {:?}\n{}",
+            left.containers,
+            tail(&k.log_text(), 40)
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     // And the adopted container kept running the whole time.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let still = k.pod("keep").await.unwrap();
-    assert_eq!(container(&still, "containerStatuses", "c").unwrap()["containerID"], c0["containerID"]);
+    assert_eq!(
+        container(&still, "containerStatuses", "c").unwrap()["containerID"],
+        c0["containerID"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_manifest_is_reported_and_other_pods_keep_running() {
     let mut k = Kubelet::new();
-    k.write_manifest("good.yaml", &one_container("good", "Always", 1, "exec sleep 3600"));
+    k.write_manifest(
+        "good.yaml",
+        &one_container("good", "Always", 1, "exec sleep 3600"),
+    );
     k.start();
     let p = k
-        .wait_pod("good", Duration::from_secs(60), "Running", |p| running(p, "c"))
+        .wait_pod("good", Duration::from_secs(60), "Running", |p| {
+            running(p, "c")
+        })
         .await;
     let id = container(&p, "containerStatuses", "c").unwrap()["containerID"].clone();
     k.write_manifest("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: c\n    image: [not, a, string\n");
-    k.write_manifest("invalid.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: invalid}\nspec:\n  containers:\n  - name: c\n");
+    k.write_manifest(
+        "invalid.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: invalid}\nspec:\n  containers:\n  - name: c\n",
+    );
     let start = Instant::now();
     loop {
         let log = k.log_text();
         if log.contains("bad.yaml") && log.contains("invalid.yaml") {
-            assert!(log.contains("spec.containers[0].image"), "the validation error names the field:\n{}", tail(&log, 30));
+            assert!(
+                log.contains("spec.containers[0].image"),
+                "the validation error names the field:\n{}",
+                tail(&log, 30)
+            );
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(15), "errors not reported:\n{}", tail(&log, 40));
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "errors not reported:\n{}",
+            tail(&log, 40)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let p = k.pod("good").await.unwrap();
-    assert_eq!(container(&p, "containerStatuses", "c").unwrap()["containerID"], id);
+    assert_eq!(
+        container(&p, "containerStatuses", "c").unwrap()["containerID"],
+        id
+    );
     assert!(running(&p, "c"));
     assert!(k.pod("bad").await.is_none() && k.pod("invalid").await.is_none());
 }

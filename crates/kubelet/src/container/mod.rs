@@ -109,7 +109,9 @@ impl PodStatus {
         &'a self,
         name: &'a str,
     ) -> impl Iterator<Item = &'a ContainerStatus> + 'a {
-        self.container_statuses.iter().filter(move |c| c.name == name)
+        self.container_statuses
+            .iter()
+            .filter(move |c| c.name == name)
     }
 
     /// Running containers of this pod.

@@ -148,7 +148,9 @@ pub async fn remove_pod_content(
         let removed = match stopped {
             Err(e) if !e.is_not_found() => Err(e),
             _ => rt
-                .remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id.clone() })
+                .remove_pod_sandbox(RemovePodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                })
                 .await
                 .map(|_| ()),
         };

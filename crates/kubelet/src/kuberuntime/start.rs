@@ -20,12 +20,12 @@ use crate::images::ImageError;
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
-use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::env::EnvContext;
+use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::sandbox_config::{WarningObject, generate_pod_sandbox_config};
-use crate::status::qos::pod_qos_class;
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
+use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
 
 /// Why a container (or the sandbox) could not be started; `reason()` is the waiting reason.
@@ -81,7 +81,13 @@ pub fn format_pod(pod: &Pod) -> String {
 
 /// The CrashLoopBackOff key prefix of a container (upstream `getStableKey` without the hash).
 pub fn backoff_key_prefix(pod: &Pod, container: &str) -> String {
-    format!("{}_{}_{}_{}", pod.name(), pod.namespace(), pod.uid(), container)
+    format!(
+        "{}_{}_{}_{}",
+        pod.name(),
+        pod.namespace(),
+        pod.uid(),
+        container
+    )
 }
 
 /// Formats a duration as Go's `time.Duration.String()` does for whole seconds (`10s`, `5m0s`).
@@ -180,8 +186,12 @@ impl<'a> Starter<'a> {
             );
             StartError::CreatePodSandbox(msg)
         };
-        std::fs::create_dir_all(&config.log_directory)
-            .map_err(|e| fail(format!("creating log directory {}: {e}", config.log_directory)))?;
+        std::fs::create_dir_all(&config.log_directory).map_err(|e| {
+            fail(format!(
+                "creating log directory {}: {e}",
+                config.log_directory
+            ))
+        })?;
         let started = tokio::time::Instant::now();
         let resp = self
             .syncer
@@ -267,8 +277,11 @@ impl<'a> Starter<'a> {
         let image_user = ImageUser::from_image(image.as_ref());
         let config = {
             // Scoped: the env context borrows trait objects that must not live across awaits.
-            let env =
-                EnvContext::new(&syncer.config.node_name, &sandbox.ips, &syncer.config.host_ips);
+            let env = EnvContext::new(
+                &syncer.config.node_name,
+                &sandbox.ips,
+                &syncer.config.host_ips,
+            );
             generate_container_config(
                 pod,
                 container,
@@ -316,7 +329,12 @@ impl<'a> Starter<'a> {
             &format!("Started container {}", container.name),
         );
         info!(pod = %pod.full_name(), uid = %pod.uid(), container = %container.name, id = %id, restart_count, init = is_init, "started container");
-        self.link_legacy_log(&id, &container.name, &sandbox.config.log_directory, &log_path);
+        self.link_legacy_log(
+            &id,
+            &container.name,
+            &sandbox.config.log_directory,
+            &log_path,
+        );
         Ok(id)
     }
 
@@ -374,10 +392,15 @@ impl<'a> Starter<'a> {
         let Some(dir) = &self.syncer.config.container_log_symlink_dir else {
             return;
         };
-        let link = dir.join(legacy_log_name(self.pod.name(), self.pod.namespace(), name, id));
+        let link = dir.join(legacy_log_name(
+            self.pod.name(),
+            self.pod.namespace(),
+            name,
+            id,
+        ));
         let target = Path::new(log_directory).join(log_path);
-        let result = std::fs::create_dir_all(dir)
-            .and_then(|()| std::os::unix::fs::symlink(&target, &link));
+        let result =
+            std::fs::create_dir_all(dir).and_then(|()| std::os::unix::fs::symlink(&target, &link));
         if let Err(e) = result
             && e.kind() != std::io::ErrorKind::AlreadyExists
         {
@@ -399,7 +422,13 @@ mod tests {
 
     #[test]
     fn go_durations() {
-        for (secs, want) in [(10, "10s"), (80, "1m20s"), (160, "2m40s"), (300, "5m0s"), (3600, "1h0m0s")] {
+        for (secs, want) in [
+            (10, "10s"),
+            (80, "1m20s"),
+            (160, "2m40s"),
+            (300, "5m0s"),
+            (3600, "1h0m0s"),
+        ] {
             assert_eq!(go_duration(Duration::from_secs(secs)), want);
         }
     }

@@ -20,9 +20,9 @@ use crate::container::{PodStatus, RunningPod};
 use crate::events::{EventRecorder, EventType};
 use crate::images::ImageManager;
 use crate::kuberuntime::actions::compute_pod_actions;
+use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
 use crate::kuberuntime::runtime_status::get_pod_status;
-use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{StartError, Starter};
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
@@ -91,7 +91,12 @@ impl Syncer {
     }
 
     /// Generates the pod's API status from the runtime view and hands it to the status manager.
-    fn update_status(&self, pod: &Pod, status: &PodStatus, pod_is_terminal: bool) -> Option<String> {
+    fn update_status(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        pod_is_terminal: bool,
+    ) -> Option<String> {
         let old = self.status.get_pod_status(pod.uid());
         let reasons = self.reasons().get(pod.uid()).cloned().unwrap_or_default();
         let api = generate_api_pod_status(&StatusInputs {
@@ -133,9 +138,14 @@ impl Syncer {
 
     /// The runtime's freshest view of a pod (after acting on it).
     async fn refetch(&self, pod: &Pod) -> Result<PodStatus, SyncError> {
-        get_pod_status(self.runtime.as_ref(), pod.uid(), pod.name(), pod.namespace())
-            .await
-            .map_err(|e| SyncError(e.to_string()))
+        get_pod_status(
+            self.runtime.as_ref(),
+            pod.uid(),
+            pod.name(),
+            pod.namespace(),
+        )
+        .await
+        .map_err(|e| SyncError(e.to_string()))
     }
 
     fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
@@ -226,7 +236,9 @@ impl PodSyncer for Syncer {
 
         let mut failed = Vec::new();
         let spec = pod.spec.as_ref();
-        let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+        let init = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default();
         for &idx in &actions.init_containers_to_start {
             let Some(c) = init.get(idx) else { continue };
             if cancel.is_cancelled() {
@@ -275,7 +287,10 @@ impl PodSyncer for Syncer {
         kill_containers(self, Some(pod), targets, Some(grace_period)).await?;
         self.stop_sandboxes(pod, status).await?;
         let after = self.refetch(pod).await?;
-        let still_running: Vec<&str> = after.running_containers().map(|c| c.name.as_str()).collect();
+        let still_running: Vec<&str> = after
+            .running_containers()
+            .map(|c| c.name.as_str())
+            .collect();
         if !still_running.is_empty() {
             return Err(SyncError(format!(
                 "containers still running after kill: {}",

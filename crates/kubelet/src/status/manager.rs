@@ -51,8 +51,7 @@ impl StatusManager {
         let uid = pod.uid().to_owned();
         let mut map = self.lock();
         if let Some(old) = map.get(&uid) {
-            if is_terminal(old.status.phase.as_deref()) && !is_terminal(status.phase.as_deref())
-            {
+            if is_terminal(old.status.phase.as_deref()) && !is_terminal(status.phase.as_deref()) {
                 debug!(pod = %pod.full_name(), %uid, old = ?old.status.phase, new = ?status.phase, "refusing to move a terminal pod back to a running phase");
                 status.phase.clone_from(&old.status.phase);
             }

@@ -142,7 +142,9 @@ impl Kubelet {
     }
 
     pub async fn get(&self, port: u16, path: &str) -> Option<(u16, String)> {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
         let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.ok()?;
         let mut buf = Vec::new();
@@ -175,7 +177,13 @@ impl Kubelet {
 
     /// Polls `pred` on the pod until it holds or `timeout` passes (panics with the last pod
     /// and the kubelet log tail).
-    pub async fn wait_pod(&self, name: &str, timeout: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    pub async fn wait_pod(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         let start = Instant::now();
         let mut last = None;
         while start.elapsed() < timeout {
@@ -189,7 +197,8 @@ impl Kubelet {
         }
         panic!(
             "timed out after {timeout:?} waiting for pod {name}: {what}\nlast pod: {}\nkubelet log tail:\n{}",
-            last.map(|p| serde_json::to_string_pretty(&p["status"]).unwrap_or_default()).unwrap_or_else(|| "<none>".into()),
+            last.map(|p| serde_json::to_string_pretty(&p["status"]).unwrap_or_default())
+                .unwrap_or_else(|| "<none>".into()),
             tail(&self.log_text(), 60)
         );
     }

@@ -1,0 +1,326 @@
+//! The whole sync machinery (merger → sync loop → pod workers → kuberuntime → PLEG → status)
+//! against the `FakeRuntime`, with paused time: CrashLoopBackOff timing, the termination path,
+//! adoption after a kubelet restart, orphan clean-up, and 100-pod churn without leaks.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::events::CollectingRecorder;
+use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
+use kubelet::types::{PodOp, PodSource, PodUpdate};
+use rkubelet_cri::fake::{Behaviour, FakeRuntime};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const IMAGE: &str = "docker.io/library/busybox:latest";
+const NODE: &str = "node-a";
+
+fn pod(name: &str, restart: &str, grace: u32) -> Pod {
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: {restart}\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: {name}-c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
+    );
+    let path = format!("/etc/manifests/{name}.yaml");
+    static_pods_from_manifest(
+        yaml.as_bytes(),
+        NODE,
+        &ManifestOrigin::File(Path::new(&path)),
+        false,
+    )
+    .unwrap()
+    .remove(0)
+}
+
+struct Harness {
+    fake: FakeRuntime,
+    events: CollectingRecorder,
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        Self {
+            fake: FakeRuntime::with_images(&[IMAGE]),
+            events: CollectingRecorder::default(),
+            _dir: dir,
+            root,
+        }
+    }
+
+    async fn start(&self) -> Agent {
+        let cfg = AgentConfig::for_tests(&self.root, NODE);
+        let deps = AgentDeps {
+            runtime: Arc::new(self.fake.clone()),
+            images: Arc::new(self.fake.clone()),
+            events: Arc::new(self.events.clone()),
+        };
+        Agent::start(cfg, deps, CancellationToken::new())
+            .await
+            .unwrap()
+    }
+}
+
+async fn set(agent: &Agent, pods: Vec<Pod>) {
+    agent
+        .source_tx
+        .send(PodUpdate {
+            op: PodOp::Set,
+            source: PodSource::File,
+            pods,
+        })
+        .await
+        .unwrap();
+}
+
+fn phase(agent: &Agent, pod: &Pod) -> Option<String> {
+    agent
+        .status
+        .get_pod_status(pod.metadata.uid.as_deref().unwrap())
+        .and_then(|s| s.phase)
+}
+
+fn all_running(agent: &Agent, pod: &Pod) -> bool {
+    agent
+        .status
+        .get_pod_status(pod.metadata.uid.as_deref().unwrap())
+        .is_some_and(|s| {
+            s.phase.as_deref() == Some("Running")
+                && s.container_statuses.as_ref().is_some_and(|cs| {
+                    !cs.is_empty()
+                        && cs
+                            .iter()
+                            .all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                })
+        })
+}
+
+/// Advances paused time in small steps until `pred` holds.
+async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !pred() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backoff_doubles_between_restarts() {
+    let h = Harness::new();
+    let p = pod("crash", "Always", 1);
+    h.fake.on_start("crash-c", Behaviour::ExitImmediately(1));
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+
+    let mut starts = Vec::new();
+    let begin = Instant::now();
+    while starts.len() < 5 && begin.elapsed() < Duration::from_secs(300) {
+        let n = h.fake.call_count("StartContainer");
+        while starts.len() < n {
+            starts.push(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        starts.len(),
+        5,
+        "container restarts observed: {}",
+        starts.len()
+    );
+    let gaps: Vec<f64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    // Upstream: the first restart is immediate (the back-off entry is created by it), then
+    // 10 s, 20 s, 40 s. A restart happens at the first sync after the window, so each gap is
+    // the back-off plus at most a relist and a worker retry period of slack.
+    for (gap, want) in gaps.iter().zip([0.0, 10.0, 20.0, 40.0]) {
+        assert!(*gap >= want && *gap < want + 12.0, "gaps {gaps:?}");
+    }
+    // The status catches up with the fifth start at the next sync.
+    let uid = p.metadata.uid.clone().unwrap();
+    wait_until("restartCount 4", Duration::from_secs(30), || {
+        agent
+            .status
+            .get_pod_status(&uid)
+            .and_then(|s| s.container_statuses)
+            .is_some_and(|cs| cs[0].restart_count == 4)
+    })
+    .await;
+    let backoffs = h.events.with_reason("BackOff");
+    assert!(!backoffs.is_empty());
+    assert!(
+        backoffs[0].message.starts_with(
+            "Back-off restarting failed container crash-c in pod crash-node-a_default("
+        )
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn removed_pod_is_killed_with_its_grace_period_and_removed() {
+    let h = Harness::new();
+    let p = pod("term", "Always", 7);
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until("pod running", Duration::from_secs(30), || {
+        all_running(&agent, &p)
+    })
+    .await;
+    assert_eq!(h.fake.containers().len(), 1);
+
+    h.fake.clear_calls();
+    set(&agent, vec![]).await;
+    wait_until("runtime empty", Duration::from_secs(60), || {
+        h.fake.containers().is_empty() && h.fake.sandboxes().is_empty()
+    })
+    .await;
+    let calls = h.fake.calls();
+    let pos = |m: &str| {
+        calls
+            .iter()
+            .position(|c| c == m)
+            .unwrap_or_else(|| panic!("{m} not called: {calls:?}"))
+    };
+    assert!(pos("StopContainer") < pos("StopPodSandbox"));
+    assert!(pos("StopPodSandbox") < pos("RemovePodSandbox"));
+    let killing = h.events.with_reason("Killing");
+    assert_eq!(killing.last().unwrap().message, "Stopping container term-c");
+    // Workers and statuses are forgotten by housekeeping.
+    wait_until("workers forgotten", Duration::from_secs(10), || {
+        agent.workers.sizes() == (0, 0)
+    })
+    .await;
+    assert!(agent.status.is_empty());
+    assert!(agent.pods.borrow().is_empty());
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn restart_adopts_running_containers_and_kills_orphans() {
+    let h = Harness::new();
+    let keep = pod("keep", "Always", 1);
+    let gone = pod("gone", "Always", 1);
+    let agent = h.start().await;
+    set(&agent, vec![keep.clone(), gone.clone()]).await;
+    wait_until("both running", Duration::from_secs(30), || {
+        all_running(&agent, &keep) && all_running(&agent, &gone)
+    })
+    .await;
+    let before: Vec<_> = h.fake.containers().into_iter().map(|c| c.id).collect();
+    // A kubelet shutdown leaves pods running.
+    agent.shutdown().await;
+    assert_eq!(h.fake.containers().len(), 2);
+    h.fake.clear_calls();
+
+    // The new kubelet only has `keep`.
+    let agent = h.start().await;
+    set(&agent, vec![keep.clone()]).await;
+    wait_until("keep running again", Duration::from_secs(30), || {
+        all_running(&agent, &keep)
+    })
+    .await;
+    wait_until("orphan removed", Duration::from_secs(30), || {
+        h.fake.containers().len() == 1
+    })
+    .await;
+    let after: Vec<_> = h.fake.containers().into_iter().map(|c| c.id).collect();
+    assert!(
+        before.contains(&after[0]),
+        "adopted container must be one of the old ones"
+    );
+    let keep_status = agent
+        .status
+        .get_pod_status(keep.metadata.uid.as_deref().unwrap())
+        .unwrap();
+    let c = &keep_status.container_statuses.unwrap()[0];
+    assert_eq!(
+        c.container_id.as_deref(),
+        Some(format!("containerd://{}", after[0]).as_str())
+    );
+    assert_eq!(c.restart_count, 0);
+    let calls = h.fake.calls();
+    for m in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
+        assert!(
+            !calls.iter().any(|c| c == m),
+            "{m} called after restart: {calls:?}"
+        );
+    }
+    assert_eq!(phase(&agent, &gone), None);
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn restart_policy_never_success_is_terminal() {
+    let h = Harness::new();
+    let p = pod("once", "Never", 1);
+    h.fake.on_start("once-c", Behaviour::ExitImmediately(0));
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until("Succeeded", Duration::from_secs(30), || {
+        phase(&agent, &p).as_deref() == Some("Succeeded")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(
+        h.fake.call_count("StartContainer"),
+        1,
+        "a completed Never pod is not restarted"
+    );
+    let s = agent
+        .status
+        .get_pod_status(p.metadata.uid.as_deref().unwrap())
+        .unwrap();
+    let term = s.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn hundred_pod_churn_leaves_nothing_behind() {
+    let h = Harness::new();
+    let agent = h.start().await;
+    for round in 0..2 {
+        let pods: Vec<Pod> = (0..100)
+            .map(|i| pod(&format!("churn{round}-{i}"), "Always", 1))
+            .collect();
+        set(&agent, pods.clone()).await;
+        wait_until("100 pods running", Duration::from_secs(120), || {
+            pods.iter().all(|p| all_running(&agent, p))
+        })
+        .await;
+        assert_eq!(h.fake.containers().len(), 100);
+        set(&agent, vec![]).await;
+        wait_until("runtime empty", Duration::from_secs(120), || {
+            h.fake.containers().is_empty() && h.fake.sandboxes().is_empty()
+        })
+        .await;
+        wait_until("workers forgotten", Duration::from_secs(30), || {
+            agent.workers.sizes() == (0, 0)
+        })
+        .await;
+        assert!(
+            agent.status.is_empty(),
+            "statuses leaked: {}",
+            agent.status.len()
+        );
+    }
+    agent.shutdown().await;
+}
