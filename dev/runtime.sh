@@ -584,8 +584,16 @@ cleanup_network() {
 }
 
 # Empty pod cgroups left by runc (it removes only each container's leaf cgroup).
+# Skipped while any other containerd runs: the kubepods tree is host-wide and another
+# kubelet/runtime may be about to use an empty pod cgroup it just created.
 remove_empty_pod_cgroups() {
-	local top
+	local top d
+	for d in /proc/[0-9]*; do
+		if [[ $(readlink "$d/exe" 2>/dev/null) == */containerd ]]; then
+			log "another containerd runs (pid ${d#/proc/}); leaving empty kubepods cgroups alone"
+			return 0
+		fi
+	done
 	for top in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods.slice \
 		/sys/fs/cgroup/kubepods.slice; do
 		[[ -d $top ]] || continue

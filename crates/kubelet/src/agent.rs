@@ -147,57 +147,67 @@ impl Agent {
         let tracker = TaskTracker::new();
         let cache = PodCache::new();
         let status = StatusManager::new();
+
+        // PLEG: the only writer of the pod cache.
+        let (pleg_tx, pleg_rx) = mpsc::channel(1000);
+        let pleg = GenericPleg::new(
+            deps.runtime.clone(),
+            cache.clone(),
+            cfg.relist_period,
+            pleg_tx,
+        );
+        let pleg_health = pleg.health();
+        let relist_trigger = pleg.relist_trigger();
+        tracker.spawn(pleg.run(cancel.child_token()));
         let images = ImageManager::new(
             deps.images.clone(),
             deps.events.clone(),
             cfg.serialize_image_pulls,
             cfg.max_parallel_image_pulls,
         );
-        let syncer = Arc::new(Syncer::new(
-            deps.runtime.clone(),
-            images,
-            status.clone(),
-            deps.events.clone(),
-            SyncerConfig {
-                root_dir: cfg.root_dir.clone(),
-                pod_logs_dir: cfg.pod_logs_dir.clone(),
-                container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
-                node_name: cfg.node_name.clone(),
-                host_ips: cfg.host_ips.clone(),
-                runtime_name: cfg.runtime_name.clone(),
-                runtime_options: RuntimeOptions {
-                    memory_capacity: host_memory_bytes().unwrap_or(0),
-                    cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
-                    seccomp_profile_root: cfg.root_dir.join("seccomp"),
-                    ..RuntimeOptions::default()
-                },
-                sandbox: SandboxContext {
-                    node_name: cfg.node_name.clone(),
-                    node_ips: cfg.host_ips.clone(),
+        let syncer = Arc::new(
+            Syncer::new(
+                deps.runtime.clone(),
+                images,
+                status.clone(),
+                deps.events.clone(),
+                SyncerConfig {
+                    root_dir: cfg.root_dir.clone(),
                     pod_logs_dir: cfg.pod_logs_dir.clone(),
-                    host_resolv_conf: cfg.host_resolv_conf.clone(),
-                    cluster_dns: cfg.cluster_dns.clone(),
-                    cluster_domain: cfg.cluster_domain.clone(),
-                    cgroup_parent: None,
+                    container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
+                    node_name: cfg.node_name.clone(),
+                    host_ips: cfg.host_ips.clone(),
+                    runtime_name: cfg.runtime_name.clone(),
+                    runtime_options: RuntimeOptions {
+                        memory_capacity: host_memory_bytes().unwrap_or(0),
+                        cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers")
+                            .exists(),
+                        seccomp_profile_root: cfg.root_dir.join("seccomp"),
+                        ..RuntimeOptions::default()
+                    },
+                    sandbox: SandboxContext {
+                        node_name: cfg.node_name.clone(),
+                        node_ips: cfg.host_ips.clone(),
+                        pod_logs_dir: cfg.pod_logs_dir.clone(),
+                        host_resolv_conf: cfg.host_resolv_conf.clone(),
+                        cluster_dns: cfg.cluster_dns.clone(),
+                        cluster_domain: cfg.cluster_domain.clone(),
+                        cgroup_parent: None,
+                    },
                 },
-            },
-            Clock::new(),
-        ));
+                Clock::new(),
+            )
+            .with_relist_trigger(relist_trigger),
+        );
         let workers = PodWorkers::new(
             syncer,
-            cache.clone(),
+            cache,
             WorkerTimings {
                 resync_interval: cfg.sync_frequency,
                 backoff_period: Duration::from_secs(10),
             },
             cancel.child_token(),
         );
-
-        // PLEG.
-        let (pleg_tx, pleg_rx) = mpsc::channel(1000);
-        let pleg = GenericPleg::new(deps.runtime.clone(), cache, cfg.relist_period, pleg_tx);
-        let pleg_health = pleg.health();
-        tracker.spawn(pleg.run(cancel.child_token()));
 
         // Sources → merger.
         let (source_tx, source_rx) = mpsc::channel(64);

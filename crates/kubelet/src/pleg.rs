@@ -222,6 +222,20 @@ pub struct GenericPleg {
     /// Pods whose inspection failed last relist: inspected again even without events.
     to_reinspect: HashSet<PodUid>,
     health: PlegHealth,
+    trigger: RelistTrigger,
+}
+
+/// Asks the PLEG for a relist now instead of at the next tick. The syncer uses it right after
+/// it changed the runtime, so pod status follows within one CRI round-trip rather than up to a
+/// relist period later (containerd 1.6 has no container events to do this for us).
+/// Requests coalesce: any number of them before the relist starts cause one relist.
+#[derive(Debug, Clone, Default)]
+pub struct RelistTrigger(Arc<tokio::sync::Notify>);
+
+impl RelistTrigger {
+    pub fn request(&self) {
+        self.0.notify_one();
+    }
 }
 
 impl std::fmt::Debug for GenericPleg {
@@ -249,10 +263,16 @@ impl GenericPleg {
             records: BTreeMap::new(),
             to_reinspect: HashSet::new(),
             health: PlegHealth::new(RELIST_THRESHOLD),
+            trigger: RelistTrigger::default(),
         }
     }
 
     /// A handle on the PLEG's health, valid after `run` consumed the PLEG.
+    /// A handle that requests an immediate relist.
+    pub fn relist_trigger(&self) -> RelistTrigger {
+        self.trigger.clone()
+    }
+
     pub fn health(&self) -> PlegHealth {
         self.health.clone()
     }
@@ -266,6 +286,7 @@ impl GenericPleg {
                 biased;
                 _ = cancel.cancelled() => break,
                 _ = ticker.tick() => {}
+                _ = self.trigger.0.notified() => {}
             }
             tokio::select! {
                 biased;

@@ -263,6 +263,9 @@ impl<'a> Starter<'a> {
                 .event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
             msg
         };
+        if let Some(msg) = unsupported_volume_mounts(container) {
+            return Err(StartError::CreateContainerConfig(failed(msg)));
+        }
         std::fs::create_dir_all(&log_dir).map_err(|e| {
             StartError::CreateContainerConfig(failed(format!(
                 "creating container log directory {}: {e}",
@@ -407,6 +410,24 @@ impl<'a> Starter<'a> {
             warn!(link = %link.display(), error = %e, "failed to create container log symlink");
         }
     }
+}
+
+/// Volumes are not mounted yet (the volume manager is a separate piece of work): a container
+/// that asks for one must not start without it, so this names what is missing.
+fn unsupported_volume_mounts(container: &Container) -> Option<String> {
+    let names: Vec<&str> = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.name.as_str())
+        .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "volume mounts are not supported by this rkubelet yet: container {:?} mounts {}",
+            container.name,
+            names.join(", ")
+        )
+    })
 }
 
 /// `<pod>_<ns>_<container>-<id>.log` (upstream `logSymlink`), cut to ext4's 255-byte limit.

@@ -25,6 +25,7 @@ use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{StartError, Starter};
+use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
 use crate::status::generate::{StatusInputs, generate_api_pod_status};
 use crate::status::manager::StatusManager;
@@ -61,6 +62,7 @@ pub struct Syncer {
     pub(crate) clock: Clock,
     pub(crate) crash_backoff: Mutex<Backoff>,
     reasons: Mutex<HashMap<PodUid, Reasons>>,
+    relist: Option<RelistTrigger>,
 }
 
 impl Syncer {
@@ -81,6 +83,19 @@ impl Syncer {
             clock,
             crash_backoff: Mutex::new(Backoff::for_containers()),
             reasons: Mutex::new(HashMap::new()),
+            relist: None,
+        }
+    }
+
+    /// Lets the syncer ask the PLEG to look at the runtime right after it changed something.
+    pub fn with_relist_trigger(mut self, trigger: RelistTrigger) -> Self {
+        self.relist = Some(trigger);
+        self
+    }
+
+    fn runtime_changed(&self) {
+        if let Some(t) = &self.relist {
+            t.request();
         }
     }
 
@@ -196,6 +211,7 @@ impl PodSyncer for Syncer {
                 .collect();
             kill_containers(self, Some(pod), targets, None).await?;
             self.stop_sandboxes(pod, status).await?;
+            self.runtime_changed();
             if !actions.create_sandbox {
                 return Ok(false);
             }
@@ -210,6 +226,7 @@ impl PodSyncer for Syncer {
                 })
                 .collect();
             kill_containers(self, Some(pod), targets, None).await?;
+            self.runtime_changed();
         }
         if cancel.is_cancelled() {
             return Err(SyncError("sync cancelled: pod is terminating".into()));
@@ -266,6 +283,7 @@ impl PodSyncer for Syncer {
                 failed.push(e.to_string());
             }
         }
+        self.runtime_changed();
         if failed.is_empty() {
             Ok(false)
         } else {
