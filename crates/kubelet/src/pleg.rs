@@ -213,6 +213,9 @@ impl PlegHealth {
 }
 
 /// The relisting PLEG. Build it, take its `health()` handle, then `run` it.
+/// How many pods one relist inspects concurrently.
+const INSPECT_CONCURRENCY: usize = 8;
+
 pub struct GenericPleg {
     rt: Arc<dyn RuntimeService>,
     cache: PodCache,
@@ -314,19 +317,32 @@ impl GenericPleg {
         self.set_current(listed);
 
         let uids: Vec<PodUid> = self.records.keys().cloned().collect();
-        let mut needs_reinspection = HashSet::new();
+        let mut changed = Vec::new();
         for uid in uids {
             let Some(record) = self.records.get(&uid) else {
                 continue;
             };
             let events = pod_events(&uid, record.old.as_ref(), record.current.as_ref());
-            let current = record.current.clone();
             if events.is_empty() && !self.to_reinspect.contains(&uid) {
                 continue;
             }
-            // Refresh the cache first, so whoever the events wake sees the new state. On
-            // failure the record is left alone: the same events come up again next relist.
-            let status = match self.update_cache(&uid, current.as_ref()).await {
+            let current = record.current.clone();
+            changed.push((uid, events, current));
+        }
+        // Refresh the cache first, so whoever the events wake sees the new state. Pods are
+        // inspected a few at a time: a burst of pod starts must not serialize on CRI calls.
+        let mut inspections = Vec::with_capacity(changed.len());
+        for chunk in changed.chunks(INSPECT_CONCURRENCY) {
+            let batch: Vec<_> = chunk
+                .iter()
+                .map(|(uid, _, current)| self.update_cache(uid, current.as_ref()))
+                .collect();
+            inspections.extend(futures::future::join_all(batch).await);
+        }
+        let mut needs_reinspection = HashSet::new();
+        for ((uid, events, _), inspected) in changed.into_iter().zip(inspections) {
+            // On failure the record is left alone: the same events come up again next relist.
+            let status = match inspected {
                 Ok(status) => status,
                 Err(e) => {
                     debug!(uid = %uid, error = %e, "PLEG: ignoring events for pod whose inspection failed");

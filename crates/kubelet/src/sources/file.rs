@@ -26,7 +26,7 @@ use crate::types::{PodOp, PodSource, PodUpdate};
 
 /// How long to wait after a filesystem event before re-reading, to coalesce bursts of events
 /// (an editor's write + rename, `cp` of several files).
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
 
 /// Why one manifest file (or the path itself) could not be used.
 #[derive(Debug, thiserror::Error)]
