@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
+use crate::admission::{Admission, MaxPods};
 use crate::clock::Clock;
 use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
@@ -59,6 +60,8 @@ pub struct AgentConfig {
     pub relist_period: Duration,
     pub loop_timings: LoopTimings,
     pub runtime_name: String,
+    /// `maxPods`: admission refuses pods beyond this many (`OutOfpods`).
+    pub max_pods: usize,
 }
 
 impl AgentConfig {
@@ -86,6 +89,7 @@ impl AgentConfig {
             relist_period: Duration::from_secs(1),
             loop_timings: LoopTimings::default(),
             runtime_name: "containerd".to_owned(),
+            max_pods: 110,
         }
     }
 }
@@ -247,6 +251,10 @@ impl Agent {
             sources_ready,
             loop_health.clone(),
             cfg.loop_timings,
+        )
+        .with_admission(
+            Admission::new(vec![Box::new(MaxPods(cfg.max_pods))]),
+            deps.events.clone(),
         );
         let pods = sync_loop.pods();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));

@@ -3,6 +3,7 @@
 //! `compute_pod_actions`, then CRI side effects); PLEG events feed back into the sync loop and
 //! the status manager owns every pod's API status.
 
+pub mod admission;
 pub mod agent;
 pub mod backoff;
 pub mod clock;

@@ -14,6 +14,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::admission::{Admission, is_terminal, rejected_status};
+use crate::clock::Clock;
+use crate::events::{EventRecorder, EventType};
 use crate::kuberuntime::runtime_status::list_pods;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod_manager::PodManager;
@@ -83,6 +86,11 @@ pub struct SyncLoop {
     sources_ready: SourcesReady,
     health: SyncLoopHealth,
     timings: LoopTimings,
+    admission: Admission,
+    events: Arc<dyn EventRecorder>,
+    clock: Clock,
+    /// Pods refused at admission: desired, never started.
+    rejected: HashSet<String>,
 }
 
 impl SyncLoop {
@@ -102,6 +110,47 @@ impl SyncLoop {
             sources_ready,
             health,
             timings,
+            admission: Admission::default(),
+            events: Arc::new(crate::events::LoggingRecorder),
+            clock: Clock::new(),
+            rejected: HashSet::new(),
+        }
+    }
+
+    /// Sets the admission rules and where rejections are reported.
+    pub fn with_admission(mut self, admission: Admission, events: Arc<dyn EventRecorder>) -> Self {
+        self.admission = admission;
+        self.events = events;
+        self
+    }
+
+    /// Upstream `canAdmitPod` + `rejectPod`: `Ok` when the pod may start.
+    fn admit(&mut self, pod: &Pod) -> bool {
+        let uid = pod.uid();
+        if self.workers.known_uids().contains(uid) {
+            return true;
+        }
+        let active: Vec<&Pod> = self
+            .pod_manager
+            .pods()
+            .filter(|p| p.uid() != uid && !self.rejected.contains(p.uid()))
+            .filter(|p| !is_terminal(self.status.get_pod_status(p.uid()).as_ref()))
+            .collect();
+        match self.admission.admit(pod, &active) {
+            Ok(()) => true,
+            Err(rejection) => {
+                warn!(pod = %pod.full_name(), %uid, reason = %rejection.reason, message = %rejection.message, "pod rejected at admission");
+                self.events.event(
+                    pod,
+                    EventType::Warning,
+                    &rejection.reason,
+                    &rejection.message,
+                );
+                self.status
+                    .set_pod_status(pod, rejected_status(pod, &rejection, self.clock.now()));
+                self.rejected.insert(uid.to_owned());
+                false
+            }
         }
     }
 
@@ -158,22 +207,30 @@ impl SyncLoop {
                 for pod in pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
                     self.pod_manager.upsert(pod.clone());
-                    self.workers
-                        .update_pod(PodWork::sync(UpdateType::Create, pod));
+                    if self.admit(&pod) {
+                        self.workers
+                            .update_pod(PodWork::sync(UpdateType::Create, pod));
+                    }
                 }
             }
             PodOp::Update | PodOp::Delete => {
                 for pod in update.pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), op = ?update.op, "pod updated");
                     self.pod_manager.upsert(pod.clone());
-                    self.workers
-                        .update_pod(PodWork::sync(UpdateType::Update, pod));
+                    if !self.rejected.contains(pod.uid()) {
+                        self.workers
+                            .update_pod(PodWork::sync(UpdateType::Update, pod));
+                    }
                 }
             }
             PodOp::Remove => {
                 for pod in update.pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), reason = "removed from its source", "pod removed");
                     self.pod_manager.remove(pod.uid());
+                    if self.rejected.remove(pod.uid()) {
+                        self.status.delete(pod.uid());
+                        continue;
+                    }
                     self.workers.update_pod(PodWork::kill(
                         pod,
                         KillOptions {
@@ -193,12 +250,12 @@ impl SyncLoop {
 
     fn handle_pleg_event(&mut self, event: PodLifecycleEvent) {
         match self.pod_manager.get(&event.uid) {
-            Some(pod) => {
+            Some(pod) if !self.rejected.contains(&event.uid) => {
                 debug!(pod = %pod.full_name(), uid = %event.uid, event = ?event.kind, "PLEG event");
                 self.workers
                     .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
             }
-            None => {
+            _ => {
                 debug!(uid = %event.uid, event = ?event.kind, "PLEG event for a pod that is not desired; housekeeping handles it")
             }
         }
@@ -230,6 +287,9 @@ impl SyncLoop {
 
         // Desired pods without a worker (restarted after being re-added) get one again.
         for uid in desired.difference(&known) {
+            if self.rejected.contains(uid) {
+                continue;
+            }
             if let Some(pod) = self.pod_manager.get(uid) {
                 info!(pod = %pod.full_name(), %uid, "restarting pod worker for desired pod");
                 self.workers

@@ -55,7 +55,12 @@ impl Harness {
     }
 
     async fn start(&self) -> Agent {
-        let cfg = AgentConfig::for_tests(&self.root, NODE);
+        self.start_with(|_| {}).await
+    }
+
+    async fn start_with(&self, tweak: impl FnOnce(&mut AgentConfig)) -> Agent {
+        let mut cfg = AgentConfig::for_tests(&self.root, NODE);
+        tweak(&mut cfg);
         let deps = AgentDeps {
             runtime: Arc::new(self.fake.clone()),
             images: Arc::new(self.fake.clone()),
@@ -322,5 +327,78 @@ async fn hundred_pod_churn_leaves_nothing_behind() {
             agent.status.len()
         );
     }
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_beyond_max_pods_are_rejected_out_of_pods() {
+    let h = Harness::new();
+    let agent = h.start_with(|c| c.max_pods = 2).await;
+    let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("m{i}"), "Always", 1)).collect();
+    set(&agent, pods.clone()).await;
+    wait_until("two running", Duration::from_secs(30), || {
+        pods.iter().filter(|p| all_running(&agent, p)).count() == 2
+    })
+    .await;
+    let rejected: Vec<_> = pods
+        .iter()
+        .filter_map(|p| {
+            agent
+                .status
+                .get_pod_status(p.metadata.uid.as_deref().unwrap())
+        })
+        .filter(|s| s.phase.as_deref() == Some("Failed"))
+        .collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].reason.as_deref(), Some("OutOfpods"));
+    assert_eq!(
+        rejected[0].message.as_deref(),
+        Some(
+            "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+        )
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(h.fake.sandboxes().len(), 2, "a rejected pod never starts");
+    assert_eq!(h.events.with_reason("OutOfpods").len(), 1);
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn volume_mounts_are_refused_with_create_container_config_error() {
+    let h = Harness::new();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: vol\nspec:\n  volumes:\n  - name: work\n    emptyDir: {{}}\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    volumeMounts:\n    - name: work\n      mountPath: /work\n"
+    );
+    let p = static_pods_from_manifest(
+        yaml.as_bytes(),
+        NODE,
+        &ManifestOrigin::File(Path::new("/m/vol.yaml")),
+        false,
+    )
+    .unwrap()
+    .remove(0);
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    let uid = p.metadata.uid.clone().unwrap();
+    wait_until(
+        "CreateContainerConfigError",
+        Duration::from_secs(30),
+        || {
+            agent
+                .status
+                .get_pod_status(&uid)
+                .and_then(|s| s.container_statuses)
+                .and_then(|cs| cs[0].state.clone())
+                .and_then(|st| st.waiting)
+                .is_some_and(|w| {
+                    w.reason.as_deref() == Some("CreateContainerConfigError")
+                        && w.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("volume mounts are not supported"))
+                })
+        },
+    )
+    .await;
+    assert_eq!(h.fake.call_count("CreateContainer"), 0);
     agent.shutdown().await;
 }

@@ -160,6 +160,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         relist_period: Duration::from_secs(1),
         loop_timings: LoopTimings::default(),
         runtime_name: "containerd".to_owned(),
+        max_pods: usize::try_from(c.max_pods).unwrap_or(0),
     })
 }
 

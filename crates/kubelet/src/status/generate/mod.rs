@@ -372,7 +372,7 @@ fn is_v6(ip: &str) -> bool {
 }
 
 /// Second-precision API time.
-fn k8s_time(t: Option<Timestamp>) -> Option<Time> {
+pub fn k8s_time(t: Option<Timestamp>) -> Option<Time> {
     let t = t?;
     k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
         .ok()
