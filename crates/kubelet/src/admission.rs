@@ -81,6 +81,7 @@ pub fn is_terminal(status: Option<&PodStatus>) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
