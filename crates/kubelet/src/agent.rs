@@ -62,6 +62,10 @@ pub struct AgentConfig {
     pub runtime_name: String,
     /// `maxPods`: admission refuses pods beyond this many (`OutOfpods`).
     pub max_pods: usize,
+    /// `allowedUnsafeSysctls` (may contain `*` wildcards).
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// `seccompDefault`: containers without a seccomp profile get RuntimeDefault.
+    pub seccomp_default: bool,
 }
 
 impl AgentConfig {
@@ -90,6 +94,8 @@ impl AgentConfig {
             loop_timings: LoopTimings::default(),
             runtime_name: "containerd".to_owned(),
             max_pods: 110,
+            allowed_unsafe_sysctls: Vec::new(),
+            seccomp_default: false,
         }
     }
 }
@@ -187,6 +193,7 @@ impl Agent {
                         cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers")
                             .exists(),
                         seccomp_profile_root: cfg.root_dir.join("seccomp"),
+                        seccomp_default: cfg.seccomp_default,
                         ..RuntimeOptions::default()
                     },
                     sandbox: SandboxContext {

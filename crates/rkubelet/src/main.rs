@@ -161,6 +161,8 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         loop_timings: LoopTimings::default(),
         runtime_name: "containerd".to_owned(),
         max_pods: usize::try_from(c.max_pods).unwrap_or(0),
+        allowed_unsafe_sysctls: c.allowed_unsafe_sysctls.clone(),
+        seccomp_default: c.seccomp_default,
     })
 }
 
