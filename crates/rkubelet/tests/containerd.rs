@@ -466,3 +466,55 @@ async fn malformed_manifest_is_reported_and_other_pods_keep_running() {
     assert!(running(&p, "c"));
     assert!(k.pod("bad").await.is_none() && k.pod("invalid").await.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_manifest_replaces_the_pod_under_a_new_uid() {
+    let rt = cri().await;
+    let mut k = Kubelet::new();
+    k.write_manifest(
+        "change.yaml",
+        &one_container("change", "Always", 1, "echo v1; exec sleep 3600"),
+    );
+    k.start();
+    let v1 = k
+        .wait_pod("change", Duration::from_secs(60), "v1 Running", |p| {
+            running(p, "c")
+        })
+        .await;
+    let uid1 = v1["metadata"]["uid"].as_str().unwrap().to_owned();
+    k.write_manifest(
+        "change.yaml",
+        &one_container("change", "Always", 1, "echo v2; exec sleep 3600"),
+    );
+    let v2 = k
+        .wait_pod(
+            "change",
+            Duration::from_secs(60),
+            "v2 Running under a new UID",
+            |p| p["metadata"]["uid"] != uid1.as_str() && running(p, "c"),
+        )
+        .await;
+    assert_ne!(v2["metadata"]["uid"], v1["metadata"]["uid"]);
+    // The old pod's containers are gone from the runtime.
+    let start = Instant::now();
+    loop {
+        let left = rt
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    label_selector: [("io.kubernetes.pod.uid".to_owned(), uid1.clone())].into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+        if left.containers.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "old pod not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(k.pods().await.len(), 1, "exactly one pod for the manifest");
+}
