@@ -260,7 +260,13 @@ impl Agent {
             cfg.loop_timings,
         )
         .with_admission(
-            Admission::new(vec![Box::new(MaxPods(cfg.max_pods))]),
+            Admission::new(vec![
+                Box::new(MaxPods(cfg.max_pods)),
+                Box::new(crate::security::sysctl::SysctlAllowlist::from_config(
+                    &cfg.allowed_unsafe_sysctls,
+                )),
+                Box::new(crate::security::apparmor::AppArmorAdmit::detect()),
+            ]),
             deps.events.clone(),
         );
         let pods = sync_loop.pods();

@@ -16,6 +16,8 @@ pub mod kuberuntime;
 pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;
+pub mod prober;
+pub mod security;
 pub mod server;
 pub mod sources;
 pub mod status;

@@ -209,3 +209,86 @@ fn pods(state: &ServerState) -> Response<Full<Bytes>> {
         ),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn state(failing: bool) -> (ServerState, watch::Sender<Arc<Vec<Pod>>>) {
+        let (tx, rx) = watch::channel(Arc::new(Vec::new()));
+        let check: HealthCheck = Arc::new(move || {
+            if failing {
+                Err("pleg was last seen active 3m0.1s ago; threshold is 3m0s".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        let state = ServerState {
+            pods: rx,
+            status: StatusManager::new(),
+            checks: vec![("pleg".to_owned(), check)],
+        };
+        (state, tx)
+    }
+
+    async fn body(resp: Response<Full<Bytes>>) -> (StatusCode, String) {
+        let code = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (code, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn healthz_reports_failing_checks_like_upstream() {
+        let (ok, _tx) = state(false);
+        assert_eq!(
+            body(healthz(&ok, None, "")).await,
+            (StatusCode::OK, "ok".into())
+        );
+        let (bad, _tx) = state(true);
+        let (code, text) = body(healthz(&bad, None, "")).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            text,
+            "[+]ping ok\n[+]log ok\n[-]pleg failed: reason withheld\nhealthz check failed\n"
+        );
+        let (code, _) = body(healthz(&bad, Some("pleg"), "")).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body(healthz(&bad, Some("ping"), "")).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            body(healthz(&bad, Some("nope"), "")).await.0,
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[tokio::test]
+    async fn pods_carry_the_status_manager_status() {
+        let (st, tx) = state(false);
+        let pod = Pod {
+            metadata: ObjectMeta {
+                uid: Some("u1".into()),
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        tx.send_replace(Arc::new(vec![pod.clone()]));
+        st.status.set_pod_status(
+            &pod,
+            k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            },
+        );
+        let list = pod_list(&st);
+        assert_eq!(list["kind"], "PodList");
+        assert_eq!(list["apiVersion"], "v1");
+        assert_eq!(list["items"][0]["status"]["phase"], "Running");
+        assert_eq!(list["items"][0]["metadata"]["uid"], "u1");
+    }
+}

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use k8s_cri::v1::{
-    Capability, ContainerConfig, ContainerMetadata, Image, ImageSpec, Int64Value, KeyValue,
+    ContainerConfig, ContainerMetadata, Image, ImageSpec, Int64Value, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, Mount,
     SecurityProfile, security_profile::ProfileType,
 };
@@ -21,8 +21,10 @@ use super::env::{EnvContext, EnvError, expand_command_and_args, make_environment
 use super::hash::hash_container;
 use super::labels;
 use super::sandbox_config::{
-    namespaces_for_pod, pod_supplemental_groups, runtime_selinux, supplemental_groups_policy,
+    SandboxConfigError, namespaces_for_pod, pod_supplemental_groups, runtime_selinux,
+    supplemental_groups_policy,
 };
+use crate::security::{apparmor, capabilities};
 use crate::status::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt};
 
@@ -156,6 +158,11 @@ pub enum ContainerConfigError {
     NonRoot(String),
     #[error("localhostProfile must be set if seccompProfile type is Localhost.")]
     SeccompLocalhostMissing,
+    #[error(transparent)]
+    AppArmor(#[from] apparmor::AppArmorError),
+    /// Namespace or supplemental-group settings the runtime cannot honour.
+    #[error(transparent)]
+    Pod(#[from] SandboxConfigError),
 }
 
 /// Generates the CRI config of `container` (upstream `generateContainerConfig`).
@@ -284,7 +291,9 @@ fn verify_run_as_non_root(
     }
 }
 
-/// Upstream `determineEffectiveSecurityContext` for Linux.
+/// Upstream `determineEffectiveSecurityContext` for Linux. The deprecated `apparmor_profile`
+/// string is still sent: containerd 1.6 reads only that one.
+#[allow(deprecated)]
 fn security_context(
     pod: &Pod,
     container: &Container,
@@ -300,24 +309,23 @@ fn security_context(
             list.iter().map(|p| (*p).to_owned()).collect()
         }
     };
+    let (apparmor, apparmor_profile) = apparmor::runtime_profile(pod, container)?;
     let mut sc = LinuxContainerSecurityContext {
-        capabilities: eff.capabilities.as_ref().map(|caps| Capability {
-            add_capabilities: caps.add.clone().unwrap_or_default(),
-            drop_capabilities: caps.drop.clone().unwrap_or_default(),
-            add_ambient_capabilities: Vec::new(),
-        }),
+        capabilities: eff.capabilities.as_ref().map(capabilities::to_runtime),
         privileged: eff.privileged.unwrap_or(false),
-        namespace_options: Some(namespaces_for_pod(&spec)),
+        namespace_options: Some(namespaces_for_pod(&spec)?),
         selinux_options: runtime_selinux(eff.se_linux_options.as_ref()),
         run_as_user: eff.run_as_user.map(|value| Int64Value { value }),
         run_as_group: eff.run_as_group.map(|value| Int64Value { value }),
         readonly_rootfs: eff.read_only_root_filesystem.unwrap_or(false),
         supplemental_groups: pod_supplemental_groups(&spec),
-        supplemental_groups_policy: supplemental_groups_policy(&spec),
+        supplemental_groups_policy: supplemental_groups_policy(&spec)?,
         no_new_privs: eff.allow_privilege_escalation == Some(false),
         masked_paths: paths(DEFAULT_MASKED_PATHS),
         readonly_paths: paths(DEFAULT_READONLY_PATHS),
         seccomp: Some(seccomp_profile(&spec, container, ctx.options)?),
+        apparmor,
+        apparmor_profile,
         ..Default::default()
     };
     if sc.run_as_user.is_none() {
@@ -503,6 +511,7 @@ fn is_sidecar(pod: &Pod, container: &Container) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use k8s_cri::v1::Capability;
     use serde_json::json;
 
     const GI: i64 = 1 << 30;

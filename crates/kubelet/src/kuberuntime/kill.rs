@@ -1,24 +1,32 @@
-//! Stopping and removing things on the runtime (upstream `killContainer`, `killPodWithSyncResult`
-//! and the removal half of container GC for pods that are gone). Containers are stopped in
-//! parallel, each with its grace period; emits `Killing` events.
+//! Stopping and removing things on the runtime (upstream `killContainer`, `killPodWithSyncResult`,
+//! `terminationOrdering` and the removal half of container GC for pods that are gone).
+//! Containers are stopped in parallel, each after its preStop hook and with the grace period
+//! left; with sidecars, regular containers go first and sidecars follow in reverse order.
+//! Emits `Killing` and `FailedPreStopHook` events.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::api::{
     RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
 };
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::container::ContainerStatus;
 use crate::events::EventType;
+use crate::kuberuntime::actions::{KillReason, is_restartable_init_container};
+use crate::kuberuntime::hooks::{HookTarget, run_pre_stop};
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::start::{legacy_log_name, pod_log_dir};
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
 
-/// Upstream always gives a container at least this long to stop unless a kill overrides it.
+/// Upstream always gives a container at least this long to stop.
 pub const MINIMUM_GRACE_PERIOD_SECONDS: i64 = 2;
 
 /// One container to stop.
@@ -26,29 +34,75 @@ pub const MINIMUM_GRACE_PERIOD_SECONDS: i64 = 2;
 pub struct KillTarget {
     pub id: String,
     pub name: String,
-    /// The pod's grace period (from the spec, or recorded on the container for orphans).
+    /// The grace period: the pod's (deletion grace, then spec), the probe's for liveness or
+    /// startup kills that set one, or the one recorded on the container for orphans.
     pub grace_period: i64,
     /// The `Killing` event message; default `Stopping container <name>`.
     pub message: Option<String>,
+    /// The container's spec (for its preStop hook); `None` for orphans.
+    pub spec: Option<Container>,
+    /// A sidecar (restartable init container): stopped after the regular containers.
+    pub sidecar: bool,
+    /// Where httpGet hooks go by default.
+    pub pod_ip: String,
+}
+
+/// The spec of container `name` in `pod` (regular or init).
+pub fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+}
+
+/// Upstream `setTerminationGracePeriod`.
+pub fn termination_grace_period(pod: &Pod, spec: Option<&Container>, reason: KillReason) -> i64 {
+    if let Some(g) = pod.metadata.deletion_grace_period_seconds {
+        return g;
+    }
+    let Some(pod_grace) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+    else {
+        return MINIMUM_GRACE_PERIOD_SECONDS;
+    };
+    let probe = match reason {
+        KillReason::LivenessProbe => spec.and_then(|c| c.liveness_probe.as_ref()),
+        KillReason::StartupProbe => spec.and_then(|c| c.startup_probe.as_ref()),
+        _ => None,
+    };
+    probe
+        .and_then(|p| p.termination_grace_period_seconds)
+        .unwrap_or(pod_grace)
 }
 
 impl KillTarget {
     /// A container of a pod the kubelet has a spec for.
-    pub fn for_container(pod: &Pod, c: &ContainerStatus, message: Option<String>) -> Self {
-        let grace = pod
-            .metadata
-            .deletion_grace_period_seconds
-            .or_else(|| {
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-            })
-            .unwrap_or(30);
+    pub fn for_container(
+        pod: &Pod,
+        c: &ContainerStatus,
+        message: Option<String>,
+        reason: KillReason,
+        pod_ip: &str,
+    ) -> Self {
+        let spec = container_spec(pod, &c.name);
         Self {
             id: c.id.clone(),
             name: c.name.clone(),
-            grace_period: grace,
+            grace_period: termination_grace_period(pod, spec, reason),
             message,
+            sidecar: spec.is_some_and(|s| {
+                is_restartable_init_container(s)
+                    && pod
+                        .spec
+                        .as_ref()
+                        .and_then(|p| p.init_containers.as_ref())
+                        .is_some_and(|i| i.iter().any(|x| x.name == s.name))
+            }),
+            spec: spec.cloned(),
+            pod_ip: pod_ip.to_owned(),
         }
     }
 
@@ -59,43 +113,93 @@ impl KillTarget {
             name: c.name.clone(),
             grace_period: c.termination_grace_period.unwrap_or(30),
             message: None,
+            spec: None,
+            sidecar: false,
+            pod_ip: String::new(),
         }
     }
 }
 
-/// Stops `targets` in parallel. The grace period is the target's own (at least 2 s) unless
-/// `grace_override` is given, which wins as upstream.
+/// Upstream `terminationOrdering`: with sidecars, each sidecar waits for every regular
+/// container and every later sidecar to stop first.
+#[derive(Clone)]
+pub struct TerminationOrdering {
+    running: Arc<watch::Sender<BTreeSet<String>>>,
+    /// name → the names that must stop first.
+    prereqs: Arc<std::collections::HashMap<String, Vec<String>>>,
+}
+
+impl TerminationOrdering {
+    /// The ordering for stopping `targets` of `pod`; `None` when the pod has no sidecars.
+    pub fn for_pod(pod: &Pod, targets: &[KillTarget]) -> Option<Self> {
+        let spec = pod.spec.as_ref()?;
+        let sidecars: Vec<&str> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_restartable_init_container(c))
+            .map(|c| c.name.as_str())
+            .collect();
+        if sidecars.is_empty() {
+            return None;
+        }
+        let regular: Vec<String> = spec.containers.iter().map(|c| c.name.clone()).collect();
+        let mut prereqs = std::collections::HashMap::new();
+        for (i, name) in sidecars.iter().enumerate() {
+            let mut before = regular.clone();
+            before.extend(sidecars[i + 1..].iter().map(|s| (*s).to_owned()));
+            prereqs.insert((*name).to_owned(), before);
+        }
+        let running = targets.iter().map(|t| t.name.clone()).collect();
+        Some(Self {
+            running: Arc::new(watch::channel(running).0),
+            prereqs: Arc::new(prereqs),
+        })
+    }
+
+    /// Waits (at most `grace` seconds) until the containers that must stop before `name` have;
+    /// returns the whole seconds waited.
+    pub async fn wait_for_turn(&self, name: &str, grace: i64) -> i64 {
+        let Some(before) = self.prereqs.get(name) else {
+            return 0;
+        };
+        let start = tokio::time::Instant::now();
+        let mut rx = self.running.subscribe();
+        let limit = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        let _ = tokio::time::timeout(
+            limit,
+            rx.wait_for(|running| !before.iter().any(|b| running.contains(b))),
+        )
+        .await;
+        i64::try_from(start.elapsed().as_secs()).unwrap_or(i64::MAX)
+    }
+
+    /// `name` has stopped.
+    pub fn terminated(&self, name: &str) {
+        self.running.send_modify(|r| {
+            r.remove(name);
+        });
+    }
+}
+
+/// Stops `targets` in parallel (upstream `killContainer` each): `Killing` event, preStop hook
+/// within the grace period (`grace_override` wins over the target's own), the sidecar
+/// ordering's wait, then StopContainer with what is left (at least 2 s).
 pub async fn kill_containers(
     syncer: &Syncer,
     pod: Option<&Pod>,
     targets: Vec<KillTarget>,
     grace_override: Option<i64>,
 ) -> Result<(), SyncError> {
-    let kills = targets.into_iter().map(|t| async move {
-        let grace = grace_override
-            .unwrap_or_else(|| t.grace_period.max(MINIMUM_GRACE_PERIOD_SECONDS))
-            .max(0);
-        if let Some(pod) = pod {
-            let message = t
-                .message
-                .clone()
-                .unwrap_or_else(|| format!("Stopping container {}", t.name));
-            syncer
-                .events
-                .event(pod, EventType::Normal, "Killing", &message);
-        }
-        info!(container = %t.name, id = %t.id, grace_period = grace, "stopping container");
-        let result = syncer
-            .runtime
-            .stop_container(StopContainerRequest {
-                container_id: t.id.clone(),
-                timeout: grace,
-            })
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(format!("stopping container {} ({}): {e}", t.name, t.id)),
+    let ordering = pod.and_then(|p| TerminationOrdering::for_pod(p, &targets));
+    let kills = targets.into_iter().map(|t| {
+        let ordering = ordering.clone();
+        async move {
+            let result = kill_one(syncer, pod, &t, grace_override, ordering.as_ref()).await;
+            if let Some(o) = &ordering {
+                o.terminated(&t.name);
+            }
+            result
         }
     });
     let errors: Vec<String> = join_all(kills)
@@ -107,6 +211,71 @@ pub async fn kill_containers(
         Ok(())
     } else {
         Err(SyncError(errors.join("; ")))
+    }
+}
+
+async fn kill_one(
+    syncer: &Syncer,
+    pod: Option<&Pod>,
+    t: &KillTarget,
+    grace_override: Option<i64>,
+    ordering: Option<&TerminationOrdering>,
+) -> Result<(), String> {
+    let mut grace = grace_override.unwrap_or(t.grace_period);
+    if let Some(pod) = pod {
+        let message = t
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("Stopping container {}", t.name));
+        syncer
+            .events
+            .event(pod, EventType::Normal, "Killing", &message);
+        let pre_stop = t
+            .spec
+            .as_ref()
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.as_ref());
+        if let (Some(hook), Some(spec)) = (pre_stop, t.spec.as_ref())
+            && grace > 0
+        {
+            let target = HookTarget {
+                runtime: syncer.runtime.as_ref(),
+                pod,
+                container: spec,
+                container_id: &t.id,
+                pod_ip: &t.pod_ip,
+            };
+            let (took, error) = run_pre_stop(hook, &target, grace).await;
+            if let Some(e) = error {
+                warn!(container = %t.name, id = %t.id, error = %e, "preStop hook failed");
+                syncer.events.event(
+                    pod,
+                    EventType::Warning,
+                    "FailedPreStopHook",
+                    "PreStopHook failed",
+                );
+            }
+            grace -= took;
+        }
+    }
+    if let Some(o) = ordering
+        && grace > 0
+    {
+        grace -= o.wait_for_turn(&t.name, grace).await;
+    }
+    let grace = grace.max(MINIMUM_GRACE_PERIOD_SECONDS);
+    info!(container = %t.name, id = %t.id, grace_period = grace, "stopping container");
+    let result = syncer
+        .runtime
+        .stop_container(StopContainerRequest {
+            container_id: t.id.clone(),
+            timeout: grace,
+        })
+        .await;
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(format!("stopping container {} ({}): {e}", t.name, t.id)),
     }
 }
 

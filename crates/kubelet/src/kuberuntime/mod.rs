@@ -6,6 +6,7 @@ pub mod actions;
 pub mod container_config;
 pub mod env;
 pub mod hash;
+pub mod hooks;
 pub mod kill;
 pub mod labels;
 pub mod runtime_status;

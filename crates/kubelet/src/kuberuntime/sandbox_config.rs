@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1::{
     DnsConfig, Int64Value, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode,
     NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol, SeLinuxOption,
-    SecurityProfile, SupplementalGroupsPolicy, security_profile::ProfileType,
+    SecurityProfile, SupplementalGroupsPolicy, UserNamespace, security_profile::ProfileType,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodDNSConfig, PodSpec};
 
 use super::labels;
+use crate::security::sysctl::to_dots_separator;
 use crate::types::PodExt;
 
 /// Upstream `MaxDNSNameservers`.
@@ -81,6 +82,14 @@ pub enum SandboxConfigError {
     FqdnTooLong { fqdn: String },
     #[error("{0}")]
     ResolvConf(String),
+    /// `hostUsers: false` on a runtime without user-namespace support (containerd 1.6 reports
+    /// no runtime handler features, so upstream treats it as unsupported).
+    #[error(
+        "spec.hostUsers is false, but RuntimeClass handler {handler:?} does not support user namespaces"
+    )]
+    UserNamespacesUnsupported { handler: String },
+    #[error("unsupported supplementalGroupsPolicy: {0}")]
+    SupplementalGroupsPolicy(String),
 }
 
 /// Generates the sandbox config for `pod` (upstream `generatePodSandboxConfig`). Returns the
@@ -126,7 +135,7 @@ pub fn generate_pod_sandbox_config(
         port_mappings,
         labels: labels::sandbox_labels(pod),
         annotations: labels::sandbox_annotations(pod),
-        linux: Some(linux_config(spec, ctx)),
+        linux: Some(linux_config(spec, ctx)?),
         windows: None,
     };
     Ok((config, warnings))
@@ -545,9 +554,26 @@ fn runtime_protocol(protocol: &str) -> Protocol {
     }
 }
 
+/// The user namespace of a pod (upstream `GetOrCreateUserNamespaceMappings` with the
+/// UserNamespacesSupport gate on, its 1.33 default): the node's unless `hostUsers: false`,
+/// which needs runtime support this kubelet never detects (containerd 1.6 has none), so it is
+/// refused before the runtime sees it.
+fn user_namespace(spec: &PodSpec) -> Result<UserNamespace, SandboxConfigError> {
+    if spec.host_users == Some(false) {
+        return Err(SandboxConfigError::UserNamespacesUnsupported {
+            handler: String::new(),
+        });
+    }
+    Ok(UserNamespace {
+        mode: NamespaceMode::Node as i32,
+        uids: Vec::new(),
+        gids: Vec::new(),
+    })
+}
+
 /// The namespace options shared by the sandbox and its containers (upstream
 /// `NamespacesForPod`).
-pub fn namespaces_for_pod(spec: &PodSpec) -> NamespaceOption {
+pub fn namespaces_for_pod(spec: &PodSpec) -> Result<NamespaceOption, SandboxConfigError> {
     let node_or = |host: Option<bool>, otherwise: NamespaceMode| {
         if host.unwrap_or(false) {
             NamespaceMode::Node
@@ -560,13 +586,13 @@ pub fn namespaces_for_pod(spec: &PodSpec) -> NamespaceOption {
     } else {
         NamespaceMode::Container
     };
-    NamespaceOption {
+    Ok(NamespaceOption {
         network: node_or(spec.host_network, NamespaceMode::Pod) as i32,
         pid: node_or(spec.host_pid, pid_default) as i32,
         ipc: node_or(spec.host_ipc, NamespaceMode::Pod) as i32,
         target_id: String::new(),
-        userns_options: None,
-    }
+        userns_options: Some(user_namespace(spec)?),
+    })
 }
 
 /// True when any container (init, regular, ephemeral) asks for privileged mode.
@@ -596,16 +622,19 @@ pub(crate) fn pod_supplemental_groups(spec: &PodSpec) -> Vec<i64> {
         .collect()
 }
 
-pub(crate) fn supplemental_groups_policy(spec: &PodSpec) -> i32 {
-    let strict = spec
+/// `supplementalGroupsPolicy` (unset: Merge); a value CRI does not know is an error, as
+/// upstream.
+pub(crate) fn supplemental_groups_policy(spec: &PodSpec) -> Result<i32, SandboxConfigError> {
+    let policy = spec
         .security_context
         .as_ref()
-        .and_then(|sc| sc.supplemental_groups_policy.as_deref())
-        == Some("Strict");
-    if strict {
-        SupplementalGroupsPolicy::Strict as i32
-    } else {
-        SupplementalGroupsPolicy::Merge as i32
+        .and_then(|sc| sc.supplemental_groups_policy.as_deref());
+    match policy {
+        None | Some("Merge") => Ok(SupplementalGroupsPolicy::Merge as i32),
+        Some("Strict") => Ok(SupplementalGroupsPolicy::Strict as i32),
+        Some(other) => Err(SandboxConfigError::SupplementalGroupsPolicy(
+            other.to_owned(),
+        )),
     }
 }
 
@@ -620,17 +649,22 @@ pub(crate) fn runtime_selinux(
     })
 }
 
-/// Upstream `generatePodSandboxLinuxConfig` (without overhead/resources).
-fn linux_config(spec: &PodSpec, ctx: &SandboxContext) -> LinuxPodSandboxConfig {
+/// Upstream `generatePodSandboxLinuxConfig` (without overhead/resources). Sysctl names are
+/// sent dot-separated (upstream converts `net/ipv4/...` before sandbox creation: runc checks
+/// namespacing on the dotted form).
+fn linux_config(
+    spec: &PodSpec,
+    ctx: &SandboxContext,
+) -> Result<LinuxPodSandboxConfig, SandboxConfigError> {
     let pod_sc = spec.security_context.as_ref();
     let sysctls: HashMap<String, String> = pod_sc
         .and_then(|sc| sc.sysctls.as_ref())
         .into_iter()
         .flatten()
-        .map(|s| (s.name.clone(), s.value.clone()))
+        .map(|s| (to_dots_separator(&s.name), s.value.clone()))
         .collect();
     let security_context = LinuxSandboxSecurityContext {
-        namespace_options: Some(namespaces_for_pod(spec)),
+        namespace_options: Some(namespaces_for_pod(spec)?),
         selinux_options: runtime_selinux(pod_sc.and_then(|sc| sc.se_linux_options.as_ref())),
         run_as_user: pod_sc
             .and_then(|sc| sc.run_as_user)
@@ -639,7 +673,7 @@ fn linux_config(spec: &PodSpec, ctx: &SandboxContext) -> LinuxPodSandboxConfig {
             .and_then(|sc| sc.run_as_group)
             .map(|value| Int64Value { value }),
         supplemental_groups: pod_supplemental_groups(spec),
-        supplemental_groups_policy: supplemental_groups_policy(spec),
+        supplemental_groups_policy: supplemental_groups_policy(spec)?,
         privileged: has_privileged_container(spec),
         // The sandbox always runs with the runtime's default profile (upstream #84623).
         seccomp: Some(SecurityProfile {
@@ -648,13 +682,13 @@ fn linux_config(spec: &PodSpec, ctx: &SandboxContext) -> LinuxPodSandboxConfig {
         }),
         ..Default::default()
     };
-    LinuxPodSandboxConfig {
+    Ok(LinuxPodSandboxConfig {
         cgroup_parent: ctx.cgroup_parent.clone().unwrap_or_default(),
         security_context: Some(security_context),
         sysctls,
         overhead: None,
         resources: None,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::api::{
-    CreateContainerRequest, PodSandboxConfig, PodSandboxStatusRequest, RunPodSandboxRequest,
+    CreateContainerRequest, Mount, PodSandboxConfig, PodSandboxStatusRequest, RunPodSandboxRequest,
     StartContainerRequest,
 };
 use tracing::{debug, info, warn};
@@ -17,11 +17,14 @@ use tracing::{debug, info, warn};
 use crate::container::{ContainerState, PodStatus};
 use crate::events::EventType;
 use crate::images::ImageError;
+use crate::kuberuntime::actions::{KillReason, is_host_network};
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
 use crate::kuberuntime::env::EnvContext;
 use crate::kuberuntime::hash::hash_container;
+use crate::kuberuntime::hooks::{HookTarget, run_hook};
+use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
 use crate::kuberuntime::sandbox_config::{WarningObject, generate_pod_sandbox_config};
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
@@ -43,6 +46,9 @@ pub enum StartError {
     RunContainer(String),
     #[error("Failed to create pod sandbox: {0}")]
     CreatePodSandbox(String),
+    /// The postStart hook failed; the container was killed.
+    #[error("{0}")]
+    PostStartHook(String),
 }
 
 impl StartError {
@@ -55,6 +61,7 @@ impl StartError {
             StartError::CreateContainer(_) => "CreateContainerError",
             StartError::RunContainer(_) => "RunContainerError",
             StartError::CreatePodSandbox(_) => "CreatePodSandboxError",
+            StartError::PostStartHook(_) => "PostStartHookError",
         }
     }
 }
@@ -278,6 +285,9 @@ impl<'a> Starter<'a> {
             .await
             .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?;
         let image_user = ImageUser::from_image(image.as_ref());
+        let mounts = self
+            .termination_log_mount(container, restart_count)
+            .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
         let config = {
             // Scoped: the env context borrows trait objects that must not live across awaits.
             let env = EnvContext::new(
@@ -294,7 +304,7 @@ impl<'a> Starter<'a> {
                     restart_count,
                     qos_class: pod_qos_class(pod),
                     image_user: &image_user,
-                    mounts: &[],
+                    mounts: &mounts,
                     options: &syncer.config.runtime_options,
                 },
             )
@@ -338,7 +348,113 @@ impl<'a> Starter<'a> {
             &sandbox.config.log_directory,
             &log_path,
         );
+        self.post_start(sandbox, container, &id).await?;
         Ok(id)
+    }
+
+    /// Upstream: runs the postStart hook before the container counts as started; on failure
+    /// the container is killed (`FailedPostStartHook`) and restarted per the restart policy.
+    async fn post_start(
+        &self,
+        sandbox: &SandboxInfo,
+        container: &Container,
+        id: &str,
+    ) -> Result<(), StartError> {
+        let Some(hook) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref())
+        else {
+            return Ok(());
+        };
+        let (pod, syncer) = (self.pod, self.syncer);
+        let pod_ip = sandbox
+            .ips
+            .first()
+            .or_else(|| {
+                is_host_network(pod)
+                    .then(|| syncer.config.host_ips.first())
+                    .flatten()
+            })
+            .cloned()
+            .unwrap_or_default();
+        let target = HookTarget {
+            runtime: syncer.runtime.as_ref(),
+            pod,
+            container,
+            container_id: id,
+            pod_ip: &pod_ip,
+        };
+        let Err(msg) = run_hook(hook, &target).await else {
+            return Ok(());
+        };
+        warn!(pod = %pod.full_name(), uid = %pod.uid(), container = %container.name, error = %msg, "postStart hook failed");
+        // The hook's output may hold secrets: the event only says that it failed.
+        syncer.events.event(
+            pod,
+            EventType::Warning,
+            "FailedPostStartHook",
+            "PostStartHook failed",
+        );
+        let kill = KillTarget {
+            id: id.to_owned(),
+            name: container.name.clone(),
+            grace_period: termination_grace_period(
+                pod,
+                Some(container),
+                KillReason::FailedPostStartHook,
+            ),
+            message: Some("FailedPostStartHook".to_owned()),
+            spec: Some(container.clone()),
+            sidecar: false,
+            pod_ip,
+        };
+        if let Err(e) = kill_containers(syncer, Some(pod), vec![kill], None).await {
+            warn!(pod = %pod.full_name(), container = %container.name, error = %e, "killing container after failed postStart hook");
+        }
+        Err(StartError::PostStartHook(msg))
+    }
+
+    /// Upstream `makeMounts`' termination-log part: a fresh file under the pod directory,
+    /// mounted at `terminationMessagePath`, that `runtime_status` reads after exit.
+    fn termination_log_mount(
+        &self,
+        container: &Container,
+        restart_count: u32,
+    ) -> Result<Vec<Mount>, String> {
+        let Some(path) = container
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        else {
+            return Ok(Vec::new());
+        };
+        let dir = self
+            .syncer
+            .config
+            .root_dir
+            .join("pods")
+            .join(self.pod.uid())
+            .join("containers")
+            .join(&container.name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("creating container directory {}: {e}", dir.display()))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let file = dir.join(format!("{:08x}", nanos ^ restart_count.rotate_left(16)));
+        std::fs::File::create(&file)
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
+            })
+            .map_err(|e| format!("creating termination log {}: {e}", file.display()))?;
+        Ok(vec![Mount {
+            container_path: path.to_owned(),
+            host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        }])
     }
 
     /// Upstream `doBackOff`: refuses to restart a container that exited too recently.

@@ -19,7 +19,9 @@ use crate::clock::Clock;
 use crate::container::{PodStatus, RunningPod};
 use crate::events::{EventRecorder, EventType};
 use crate::images::ImageManager;
-use crate::kuberuntime::actions::compute_pod_actions;
+use crate::kuberuntime::actions::{
+    KillReason, NoProber, ProbeResults, compute_pod_actions_with_probes, is_host_network,
+};
 use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
 use crate::kuberuntime::runtime_status::get_pod_status;
@@ -27,7 +29,11 @@ use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{StartError, Starter};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
-use crate::status::generate::{StatusInputs, generate_api_pod_status};
+use crate::prober::ProbeManager;
+use crate::status::generate::{
+    DEADLINE_EXCEEDED_MESSAGE, DEADLINE_EXCEEDED_REASON, StatusInputs,
+    generate_api_pod_status_with_probes,
+};
 use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodUid};
 
@@ -63,6 +69,7 @@ pub struct Syncer {
     pub(crate) crash_backoff: Mutex<Backoff>,
     reasons: Mutex<HashMap<PodUid, Reasons>>,
     relist: Option<RelistTrigger>,
+    prober: Option<ProbeManager>,
 }
 
 impl Syncer {
@@ -84,6 +91,7 @@ impl Syncer {
             crash_backoff: Mutex::new(Backoff::for_containers()),
             reasons: Mutex::new(HashMap::new()),
             relist: None,
+            prober: None,
         }
     }
 
@@ -91,6 +99,46 @@ impl Syncer {
     pub fn with_relist_trigger(mut self, trigger: RelistTrigger) -> Self {
         self.relist = Some(trigger);
         self
+    }
+
+    /// Lets the syncer feed the prober and use its results (without one, every probe counts
+    /// as passed).
+    pub fn with_prober(mut self, prober: ProbeManager) -> Self {
+        self.prober = Some(prober);
+        self
+    }
+
+    fn probes(&self) -> &dyn ProbeResults {
+        match &self.prober {
+            Some(p) => p,
+            None => &NoProber,
+        }
+    }
+
+    /// The pod's IP for hooks and probes: the sandbox's, or the node's for host-network pods.
+    pub(crate) fn pod_ip(&self, pod: &Pod, status: &PodStatus) -> String {
+        status
+            .ips
+            .first()
+            .or_else(|| {
+                is_host_network(pod)
+                    .then(|| self.config.host_ips.first())
+                    .flatten()
+            })
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn kill_targets<'s>(
+        &self,
+        pod: &Pod,
+        containers: impl Iterator<Item = &'s crate::container::ContainerStatus>,
+        status: &PodStatus,
+    ) -> Vec<KillTarget> {
+        let ip = self.pod_ip(pod, status);
+        containers
+            .map(|c| KillTarget::for_container(pod, c, None, KillReason::None, &ip))
+            .collect()
     }
 
     fn runtime_changed(&self) {
@@ -114,16 +162,30 @@ impl Syncer {
     ) -> Option<String> {
         let old = self.status.get_pod_status(pod.uid());
         let reasons = self.reasons().get(pod.uid()).cloned().unwrap_or_default();
-        let api = generate_api_pod_status(&StatusInputs {
-            pod,
-            runtime: status,
-            old: old.as_ref(),
-            sync_errors: &reasons,
-            pod_is_terminal,
-            host_ips: &self.config.host_ips,
-            now: self.clock.now(),
-            runtime_name: &self.config.runtime_name,
-        });
+        let api = generate_api_pod_status_with_probes(
+            &StatusInputs {
+                pod,
+                runtime: status,
+                old: old.as_ref(),
+                sync_errors: &reasons,
+                pod_is_terminal,
+                host_ips: &self.config.host_ips,
+                now: self.clock.now(),
+                runtime_name: &self.config.runtime_name,
+            },
+            self.probes(),
+        );
+        let deadline = api.reason.as_deref() == Some(DEADLINE_EXCEEDED_REASON);
+        if deadline
+            && old.as_ref().and_then(|o| o.reason.as_deref()) != Some(DEADLINE_EXCEEDED_REASON)
+        {
+            self.events.event(
+                pod,
+                EventType::Normal,
+                DEADLINE_EXCEEDED_REASON,
+                DEADLINE_EXCEEDED_MESSAGE,
+            );
+        }
         let phase = api.phase.clone();
         self.status.set_pod_status(pod, api);
         phase
@@ -149,6 +211,9 @@ impl Syncer {
     fn forget_pod(&self, pod: &Pod) {
         self.reasons().remove(pod.uid());
         self.status.delete(pod.uid());
+        if let Some(p) = &self.prober {
+            p.remove_pod(pod.uid());
+        }
     }
 
     /// The runtime's freshest view of a pod (after acting on it).
@@ -186,6 +251,9 @@ impl PodSyncer for Syncer {
         status: &PodStatus,
         cancel: &CancellationToken,
     ) -> Result<bool, SyncError> {
+        if let Some(p) = &self.prober {
+            p.update_pod(pod, status, &self.pod_ip(pod, status));
+        }
         let phase = self.update_status(pod, status, false);
         if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {
             return Ok(true);
@@ -195,7 +263,7 @@ impl PodSyncer for Syncer {
         }
         self.make_pod_dirs(pod)?;
 
-        let actions = compute_pod_actions(pod, status);
+        let actions = compute_pod_actions_with_probes(pod, status, self.probes());
         debug!(pod = %pod.full_name(), uid = %pod.uid(), ?actions, "computed pod actions");
 
         if actions.kill_pod {
@@ -205,10 +273,7 @@ impl PodSyncer for Syncer {
                 "no containers to keep or start"
             };
             info!(pod = %pod.full_name(), uid = %pod.uid(), reason, "killing pod");
-            let targets: Vec<KillTarget> = status
-                .running_containers()
-                .map(|c| KillTarget::for_container(pod, c, None))
-                .collect();
+            let targets = self.kill_targets(pod, status.running_containers(), status);
             kill_containers(self, Some(pod), targets, None).await?;
             self.stop_sandboxes(pod, status).await?;
             self.runtime_changed();
@@ -222,7 +287,13 @@ impl PodSyncer for Syncer {
                 .filter_map(|(id, k)| {
                     let c = status.container_statuses.iter().find(|c| &c.id == id)?;
                     info!(pod = %pod.full_name(), uid = %pod.uid(), container = %k.name, reason = %k.message, "killing container");
-                    Some(KillTarget::for_container(pod, c, Some(k.message.clone())))
+                    Some(KillTarget::for_container(
+                        pod,
+                        c,
+                        Some(k.message.clone()),
+                        k.reason,
+                        &self.pod_ip(pod, status),
+                    ))
                 })
                 .collect();
             kill_containers(self, Some(pod), targets, None).await?;
@@ -297,11 +368,11 @@ impl PodSyncer for Syncer {
         status: &PodStatus,
         grace_period: i64,
     ) -> Result<(), SyncError> {
+        if let Some(p) = &self.prober {
+            p.stop_liveness_and_startup(pod.uid());
+        }
         self.update_status(pod, status, false);
-        let targets: Vec<KillTarget> = status
-            .running_containers()
-            .map(|c| KillTarget::for_container(pod, c, None))
-            .collect();
+        let targets = self.kill_targets(pod, status.running_containers(), status);
         kill_containers(self, Some(pod), targets, Some(grace_period)).await?;
         self.stop_sandboxes(pod, status).await?;
         let after = self.refetch(pod).await?;

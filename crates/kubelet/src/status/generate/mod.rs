@@ -147,6 +147,12 @@ pub fn generate_api_pod_status_with_probes(
             .filter(|m| !m.is_empty())
             .or_else(|| pod_status.message.clone());
     }
+    // The active deadline handler asks for eviction (upstream `PodSyncHandlers.ShouldEvict`).
+    if past_active_deadline(pod, old.start_time.as_ref(), inp.now) {
+        phase = "Failed";
+        s.reason = Some(DEADLINE_EXCEEDED_REASON.to_owned());
+        s.message = Some(DEADLINE_EXCEEDED_MESSAGE.to_owned());
+    }
     // Pods never leave a terminal phase the API server already shows.
     if let Some(p) = pod_status.phase.as_deref().filter(|p| is_terminal(p)) {
         phase = static_phase(p);
@@ -192,6 +198,25 @@ pub fn generate_api_pod_status_with_probes(
 
     s.start_time = old.start_time.clone().or_else(|| k8s_time(Some(inp.now)));
     s
+}
+
+/// Pod reason once `activeDeadlineSeconds` passed.
+pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
+/// Pod message once `activeDeadlineSeconds` passed (upstream `activeDeadlineHandler`).
+pub const DEADLINE_EXCEEDED_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
+/// Upstream `pastActiveDeadline`: the pod has run at least `activeDeadlineSeconds` since the
+/// start time the status manager recorded.
+pub fn past_active_deadline(pod: &Pod, start_time: Option<&Time>, now: DateTime<Utc>) -> bool {
+    let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+        return false;
+    };
+    let Some(start) = start_time else {
+        return false;
+    };
+    let elapsed_ms = now.timestamp_millis() - start.0.as_millisecond();
+    elapsed_ms >= deadline.saturating_mul(1000)
 }
 
 /// Upstream `getPhase`, with `pod_has_initialized` meaning a regular container of the current
