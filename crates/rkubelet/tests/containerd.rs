@@ -318,20 +318,8 @@ async fn removing_manifest_stops_pod_with_sigterm_within_grace_period() {
         elapsed < Duration::from_secs(10),
         "teardown took {elapsed:?}"
     );
-    let left = rt
-        .list_containers(ListContainersRequest {
-            filter: Some(ContainerFilter {
-                label_selector: [("io.kubernetes.pod.uid".to_owned(), uid.clone())].into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
-    assert!(
-        left.containers.is_empty(),
-        "containers left: {:?}",
-        left.containers
-    );
+    let left = common::pod_containers(&rt, &uid).await;
+    assert!(left.is_empty(), "containers left: {left:?}");
     assert!(k.pod("graceful").await.is_none());
 }
 
@@ -389,28 +377,7 @@ async fn kubelet_kill9_and_restart_adopts_running_containers() {
 
     // The pod removed while the kubelet was down is cleaned up as an orphan.
     let rt = cri().await;
-    let start = Instant::now();
-    loop {
-        let left = rt
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    label_selector: [("io.kubernetes.pod.uid".to_owned(), gone_uid.clone())].into(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .unwrap();
-        if left.containers.is_empty() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "orphan not cleaned: {:?}\n{}",
-            left.containers,
-            tail(&k.log_text(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    common::wait_pod_containers_gone(&k, &rt, &gone_uid, Duration::from_secs(30)).await;
     // And the adopted container kept running the whole time.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let still = k.pod("keep").await.unwrap();
@@ -496,25 +463,6 @@ async fn changed_manifest_replaces_the_pod_under_a_new_uid() {
         .await;
     assert_ne!(v2["metadata"]["uid"], v1["metadata"]["uid"]);
     // The old pod's containers are gone from the runtime.
-    let start = Instant::now();
-    loop {
-        let left = rt
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    label_selector: [("io.kubernetes.pod.uid".to_owned(), uid1.clone())].into(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .unwrap();
-        if left.containers.is_empty() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "old pod not removed"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    common::wait_pod_containers_gone(&k, &rt, &uid1, Duration::from_secs(20)).await;
     assert_eq!(k.pods().await.len(), 1, "exactly one pod for the manifest");
 }

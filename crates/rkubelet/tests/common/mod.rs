@@ -79,6 +79,18 @@ impl Kubelet {
         k
     }
 
+    /// Appends lines (YAML at top level, e.g. `allowedUnsafeSysctls: [net.core.somaxconn]`)
+    /// to the config file; call before `start`.
+    pub fn append_config(&self, lines: &str) {
+        let path = self.dir.path().join("config.yaml");
+        let mut config = std::fs::read_to_string(&path).unwrap();
+        config.push_str(lines);
+        if !config.ends_with('\n') {
+            config.push('\n');
+        }
+        std::fs::write(path, config).unwrap();
+    }
+
     pub fn write_manifest(&self, file: &str, yaml: &str) {
         let tmp = self.dir.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, yaml).unwrap();
@@ -243,4 +255,41 @@ pub fn running(p: &Value, name: &str) -> bool {
 
 pub fn file_exists(p: &Path) -> bool {
     p.exists()
+}
+
+/// Containers the runtime still has for pod `uid` (any state).
+pub async fn pod_containers(rt: &RemoteRuntime, uid: &str) -> Vec<rkubelet_cri::api::Container> {
+    use rkubelet_cri::RuntimeService;
+    use rkubelet_cri::api::{ContainerFilter, ListContainersRequest};
+    rt.list_containers(ListContainersRequest {
+        filter: Some(ContainerFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_owned(), uid.to_owned())].into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .expect("list containers")
+    .containers
+}
+
+/// Waits until the runtime has no container left for pod `uid`.
+pub async fn wait_pod_containers_gone(
+    k: &Kubelet,
+    rt: &RemoteRuntime,
+    uid: &str,
+    timeout: Duration,
+) {
+    let start = Instant::now();
+    loop {
+        let left = pod_containers(rt, uid).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "containers of pod {uid} still present after {timeout:?}: {left:?}\n{}",
+            tail(&k.log_text(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
