@@ -23,3 +23,4 @@ pub mod sources;
 pub mod status;
 pub mod sync_loop;
 pub mod types;
+pub mod volumes;

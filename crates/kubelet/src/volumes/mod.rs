@@ -1,0 +1,462 @@
+//! Volume manager: owns what is mounted for each pod (the actual state) under
+//! `<root-dir>/pods/<uid>/volumes/<plugin~name>/<volume>`. Receives mount requests from
+//! `sync_pod` (upstream `WaitForAttachAndMount`, here performed in place and idempotent),
+//! unmount requests from `sync_terminated_pod`, and orphan clean-up from housekeeping; emits the
+//! CRI mounts of each container (volumeMounts with subPath/readOnly/propagation, the managed
+//! `/etc/hosts`, the termination-message file).
+//!
+//! Plugins: emptyDir (disk, and `medium: Memory` as tmpfs sized by sizeLimit or node memory),
+//! hostPath (with type checks), downwardAPI (atomic writer). API-backed sources (configMap,
+//! secret, projected, PVCs) are refused with a clear error until API mode exists.
+
+pub mod atomic_writer;
+pub mod downward;
+pub mod etc_hosts;
+pub mod hostpath;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use rkubelet_cri::api::{Mount, MountPropagation};
+use tracing::{info, warn};
+
+use crate::types::PodExt;
+
+/// Directory names of the plugins, as upstream escapes `kubernetes.io/empty-dir`.
+pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// Upstream's FailedMount wording.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {message}")]
+    SetUp { volume: String, message: String },
+    #[error("cannot find volume {volume:?} to mount into container {container:?}")]
+    MissingVolume { volume: String, container: String },
+    #[error("invalid subPath {sub_path:?} of volume mount {volume:?}: {reason}")]
+    SubPath {
+        volume: String,
+        sub_path: String,
+        reason: String,
+    },
+    #[error("unmounting volume {volume:?} of pod {uid}: {message}")]
+    TearDown {
+        uid: String,
+        volume: String,
+        message: String,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Mount operations the manager needs from the host (a trait so tests need no privileges).
+#[async_trait]
+pub trait Mounter: Send + Sync {
+    async fn mount_tmpfs(&self, dir: &Path, size_bytes: Option<i64>) -> Result<(), String>;
+    async fn unmount(&self, dir: &Path) -> Result<(), String>;
+    fn is_mount_point(&self, dir: &Path) -> bool;
+}
+
+/// Mounts with the host's `mount`/`umount` (util-linux), as upstream's mounter does.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemMounter;
+
+#[async_trait]
+impl Mounter for SystemMounter {
+    async fn mount_tmpfs(&self, dir: &Path, size_bytes: Option<i64>) -> Result<(), String> {
+        let mut cmd = tokio::process::Command::new("mount");
+        cmd.arg("-t").arg("tmpfs");
+        if let Some(size) = size_bytes {
+            cmd.arg("-o").arg(format!("size={size}"));
+        }
+        cmd.arg("tmpfs").arg(dir);
+        run(cmd).await
+    }
+
+    async fn unmount(&self, dir: &Path) -> Result<(), String> {
+        let mut cmd = tokio::process::Command::new("umount");
+        cmd.arg(dir);
+        run(cmd).await
+    }
+
+    fn is_mount_point(&self, dir: &Path) -> bool {
+        let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return false;
+        };
+        let want = dir.to_string_lossy();
+        info.lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .any(|mp| mp == want)
+    }
+}
+
+async fn run(mut cmd: tokio::process::Command) -> Result<(), String> {
+    let out = cmd.output().await.map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// How a volume is backed on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeKind {
+    EmptyDir,
+    EmptyDirMemory,
+    HostPath,
+    DownwardApi,
+}
+
+/// One set-up volume of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedVolume {
+    pub host_path: PathBuf,
+    pub kind: VolumeKind,
+}
+
+/// Node-level inputs.
+#[derive(Debug, Clone)]
+pub struct VolumeConfig {
+    pub root_dir: PathBuf,
+    /// Sizes memory-backed emptyDirs without a sizeLimit.
+    pub node_memory_bytes: i64,
+    /// The node's hosts file (copied for hostNetwork pods).
+    pub node_hosts_file: PathBuf,
+}
+
+/// Handle to the volume manager; clones share the state.
+#[derive(Clone)]
+pub struct VolumeManager {
+    cfg: Arc<VolumeConfig>,
+    mounter: Arc<dyn Mounter>,
+    actual: Arc<Mutex<HashMap<String, BTreeMap<String, MountedVolume>>>>,
+}
+
+impl VolumeManager {
+    pub fn new(cfg: VolumeConfig, mounter: Arc<dyn Mounter>) -> Self {
+        Self {
+            cfg: Arc::new(cfg),
+            mounter,
+            actual: Arc::default(),
+        }
+    }
+
+    fn actual(&self) -> MutexGuard<'_, HashMap<String, BTreeMap<String, MountedVolume>>> {
+        self.actual
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `<root>/pods/<uid>`.
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.cfg.root_dir.join("pods").join(uid)
+    }
+
+    fn plugin_dir(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
+        self.pod_dir(uid).join("volumes").join(plugin).join(name)
+    }
+
+    /// Sets up every volume of `pod` (idempotent) and returns them by name.
+    pub async fn mount_pod_volumes(
+        &self,
+        pod: &Pod,
+    ) -> Result<BTreeMap<String, MountedVolume>, VolumeError> {
+        let uid = pod.uid().to_owned();
+        let mut mounted = BTreeMap::new();
+        for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let m = self
+                .set_up(pod, vol)
+                .await
+                .map_err(|message| VolumeError::SetUp {
+                    volume: vol.name.clone(),
+                    message,
+                })?;
+            mounted.insert(vol.name.clone(), m);
+        }
+        self.actual().insert(uid, mounted.clone());
+        Ok(mounted)
+    }
+
+    async fn set_up(&self, pod: &Pod, vol: &Volume) -> Result<MountedVolume, String> {
+        let uid = pod.uid();
+        if let Some(ed) = &vol.empty_dir {
+            let dir = self.plugin_dir(uid, EMPTY_DIR_PLUGIN, &vol.name);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            if ed.medium.as_deref() == Some("Memory") {
+                if !self.mounter.is_mount_point(&dir) {
+                    let size = ed
+                        .size_limit
+                        .as_ref()
+                        .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
+                        .map(crate::status::qos::nanos_to_units)
+                        .and_then(|b| i64::try_from(b).ok())
+                        .unwrap_or(self.cfg.node_memory_bytes);
+                    let size = (size > 0).then_some(size);
+                    self.mounter.mount_tmpfs(&dir, size).await?;
+                }
+                return Ok(MountedVolume {
+                    host_path: dir,
+                    kind: VolumeKind::EmptyDirMemory,
+                });
+            }
+            if let Some(medium) = ed.medium.as_deref().filter(|m| !m.is_empty()) {
+                return Err(format!("emptyDir medium {medium:?} is not supported"));
+            }
+            set_mode(&dir, 0o777)?;
+            return Ok(MountedVolume {
+                host_path: dir,
+                kind: VolumeKind::EmptyDir,
+            });
+        }
+        if let Some(hp) = &vol.host_path {
+            let path = PathBuf::from(&hp.path);
+            hostpath::check_type(&path, hp.type_.as_deref()).map_err(|e| e.0)?;
+            return Ok(MountedVolume {
+                host_path: path,
+                kind: VolumeKind::HostPath,
+            });
+        }
+        if let Some(da) = &vol.downward_api {
+            let dir = self.plugin_dir(uid, DOWNWARD_API_PLUGIN, &vol.name);
+            let payload = downward::payload(pod, da)?;
+            atomic_writer::write_payload(&dir, &payload).map_err(|e| e.to_string())?;
+            return Ok(MountedVolume {
+                host_path: dir,
+                kind: VolumeKind::DownwardApi,
+            });
+        }
+        Err(format!(
+            "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI)",
+            vol.name
+        ))
+    }
+
+    /// Tears down a pod's volumes (tmpfs unmounted, plugin directories removed; hostPath
+    /// contents are never touched) and forgets them.
+    pub async fn unmount_pod_volumes(&self, uid: &str) -> Result<(), VolumeError> {
+        let volumes_dir = self.pod_dir(uid).join("volumes");
+        for plugin in [EMPTY_DIR_PLUGIN, DOWNWARD_API_PLUGIN] {
+            let dir = volumes_dir.join(plugin);
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if self.mounter.is_mount_point(&path) {
+                    self.mounter
+                        .unmount(&path)
+                        .await
+                        .map_err(|message| VolumeError::TearDown {
+                            uid: uid.to_owned(),
+                            volume: e.file_name().to_string_lossy().into_owned(),
+                            message,
+                        })?;
+                }
+                std::fs::remove_dir_all(&path).map_err(|source| VolumeError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+        self.actual().remove(uid);
+        Ok(())
+    }
+
+    /// Pods with volumes set up (leak checks).
+    pub fn mounted_pods(&self) -> HashSet<String> {
+        self.actual().keys().cloned().collect()
+    }
+
+    /// Removes `<root>/pods/<uid>` of pods that are neither desired nor running (after a
+    /// restart, pods deleted meanwhile leave their directories behind).
+    pub async fn cleanup_orphaned_pod_dirs(&self, keep: &HashSet<String>) {
+        let Ok(entries) = std::fs::read_dir(self.cfg.root_dir.join("pods")) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let uid = e.file_name().to_string_lossy().into_owned();
+            if keep.contains(&uid) {
+                continue;
+            }
+            if let Err(err) = self.unmount_pod_volumes(&uid).await {
+                warn!(%uid, error = %err, "orphaned pod directory: unmounting failed; will retry");
+                continue;
+            }
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => info!(%uid, "removed orphaned pod directory"),
+                Err(err) => warn!(%uid, error = %err, "removing orphaned pod directory failed"),
+            }
+        }
+    }
+
+    /// The CRI mounts of `container` (upstream `makeMounts`): its volumeMounts, the managed
+    /// `/etc/hosts` (unless it mounts its own) and the termination-message file.
+    pub fn container_mounts(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        volumes: &BTreeMap<String, MountedVolume>,
+        hosts: &HostsInfo<'_>,
+    ) -> Result<Vec<Mount>, VolumeError> {
+        let mut mounts = Vec::new();
+        for vm in container.volume_mounts.iter().flatten() {
+            let vol = volumes
+                .get(&vm.name)
+                .ok_or_else(|| VolumeError::MissingVolume {
+                    volume: vm.name.clone(),
+                    container: container.name.clone(),
+                })?;
+            let mut host_path = vol.host_path.clone();
+            if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                host_path = sub_path(&vm.name, &host_path, sub)?;
+            }
+            if vm.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
+                return Err(VolumeError::SubPath {
+                    volume: vm.name.clone(),
+                    sub_path: vm.sub_path_expr.clone().unwrap_or_default(),
+                    reason: "subPathExpr is not supported by this rkubelet yet".into(),
+                });
+            }
+            mounts.push(Mount {
+                container_path: vm.mount_path.clone(),
+                host_path: host_path.to_string_lossy().into_owned(),
+                readonly: vm.read_only.unwrap_or(false),
+                propagation: propagation(vm.mount_propagation.as_deref()) as i32,
+                ..Default::default()
+            });
+        }
+        let mounts_own_hosts = mounts.iter().any(|m| m.container_path == "/etc/hosts");
+        if !mounts_own_hosts && !hosts.pod_ips.is_empty() {
+            let path = self.write_hosts_file(pod, hosts)?;
+            mounts.push(Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: path.to_string_lossy().into_owned(),
+                ..Default::default()
+            });
+        }
+        if let Some(tmp) = container
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            let path = self.termination_log_file(pod.uid(), &container.name)?;
+            mounts.push(Mount {
+                container_path: tmp.to_owned(),
+                host_path: path.to_string_lossy().into_owned(),
+                ..Default::default()
+            });
+        }
+        Ok(mounts)
+    }
+
+    fn write_hosts_file(&self, pod: &Pod, hosts: &HostsInfo<'_>) -> Result<PathBuf, VolumeError> {
+        let spec = pod.spec.as_ref();
+        let aliases = spec
+            .and_then(|s| s.host_aliases.clone())
+            .unwrap_or_default();
+        let content = if spec.and_then(|s| s.host_network).unwrap_or(false) {
+            let node = std::fs::read_to_string(&self.cfg.node_hosts_file).unwrap_or_default();
+            etc_hosts::node_content(&node, &aliases)
+        } else {
+            etc_hosts::managed_content(hosts.pod_ips, hosts.hostname, hosts.domain, &aliases)
+        };
+        let path = self.pod_dir(pod.uid()).join("etc-hosts");
+        write_file(&path, content.as_bytes(), 0o644)?;
+        Ok(path)
+    }
+
+    /// `<root>/pods/<uid>/containers/<name>/<id>`: an empty world-writable file per container
+    /// instance (upstream creates a new one for every start).
+    fn termination_log_file(&self, uid: &str, container: &str) -> Result<PathBuf, VolumeError> {
+        let dir = self.pod_dir(uid).join("containers").join(container);
+        let id = format!(
+            "{:08x}",
+            (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
+                .unwrap_or(0))
+        );
+        let path = dir.join(id);
+        write_file(&path, b"", 0o666)?;
+        Ok(path)
+    }
+}
+
+/// What the managed `/etc/hosts` needs.
+#[derive(Debug, Clone, Copy)]
+pub struct HostsInfo<'a> {
+    pub pod_ips: &'a [String],
+    pub hostname: &'a str,
+    pub domain: &'a str,
+}
+
+fn propagation(p: Option<&str>) -> MountPropagation {
+    match p {
+        Some("HostToContainer") => MountPropagation::PropagationHostToContainer,
+        Some("Bidirectional") => MountPropagation::PropagationBidirectional,
+        _ => MountPropagation::PropagationPrivate,
+    }
+}
+
+/// Resolves a subPath under a volume (no absolute paths, no `..`), creating it as a directory
+/// when missing, as upstream does.
+fn sub_path(volume: &str, base: &Path, sub: &str) -> Result<PathBuf, VolumeError> {
+    let bad = |reason: &str| VolumeError::SubPath {
+        volume: volume.to_owned(),
+        sub_path: sub.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let p = Path::new(sub);
+    if p.is_absolute() {
+        return Err(bad("must be a relative path"));
+    }
+    if p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(bad("must not contain '..'"));
+    }
+    let full = base.join(p);
+    if !full.exists() {
+        std::fs::create_dir_all(&full).map_err(|source| VolumeError::Io {
+            path: full.clone(),
+            source,
+        })?;
+    }
+    Ok(full)
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| VolumeError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data).map_err(io)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,223 @@
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Mutex as StdMutex;
+
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, HostPathVolumeSource, PodSpec, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::*;
+
+#[derive(Default)]
+struct FakeMounter {
+    mounted: StdMutex<HashMap<PathBuf, Option<i64>>>,
+}
+
+#[async_trait]
+impl Mounter for FakeMounter {
+    async fn mount_tmpfs(&self, dir: &Path, size: Option<i64>) -> Result<(), String> {
+        self.mounted.lock().unwrap().insert(dir.to_path_buf(), size);
+        Ok(())
+    }
+    async fn unmount(&self, dir: &Path) -> Result<(), String> {
+        self.mounted.lock().unwrap().remove(dir);
+        Ok(())
+    }
+    fn is_mount_point(&self, dir: &Path) -> bool {
+        self.mounted.lock().unwrap().contains_key(dir)
+    }
+}
+
+fn volume(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some("default".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            volumes: Some(volumes),
+            containers: vec![Container {
+                name: "c".into(),
+                volume_mounts: Some(mounts),
+                termination_message_path: Some("/dev/termination-log".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn manager(root: &Path) -> (VolumeManager, Arc<FakeMounter>) {
+    let mounter = Arc::new(FakeMounter::default());
+    let m = VolumeManager::new(
+        VolumeConfig {
+            root_dir: root.to_path_buf(),
+            node_memory_bytes: 1 << 30,
+            node_hosts_file: PathBuf::from("/etc/hosts"),
+        },
+        mounter.clone(),
+    );
+    (m, mounter)
+}
+
+#[tokio::test]
+async fn empty_dirs_host_paths_and_mounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mounter) = manager(dir.path());
+    let host = dir.path().join("host-data");
+    let mut disk = volume("work");
+    disk.empty_dir = Some(EmptyDirVolumeSource::default());
+    let mut mem = volume("cache");
+    mem.empty_dir = Some(EmptyDirVolumeSource {
+        medium: Some("Memory".into()),
+        size_limit: Some(Quantity("64Mi".into())),
+    });
+    let mut hp = volume("host");
+    hp.host_path = Some(HostPathVolumeSource {
+        path: host.to_string_lossy().into_owned(),
+        type_: Some("DirectoryOrCreate".into()),
+    });
+    let p = pod(
+        vec![disk, mem, hp],
+        vec![
+            VolumeMount {
+                name: "work".into(),
+                mount_path: "/work".into(),
+                sub_path: Some("sub/dir".into()),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "host".into(),
+                mount_path: "/host".into(),
+                read_only: Some(true),
+                mount_propagation: Some("HostToContainer".into()),
+                ..Default::default()
+            },
+        ],
+    );
+    let vols = m.mount_pod_volumes(&p).await.unwrap();
+    let work = dir
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~empty-dir/work");
+    assert_eq!(vols["work"].host_path, work);
+    assert!(work.is_dir());
+    let cache = dir
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~empty-dir/cache");
+    assert_eq!(
+        mounter.mounted.lock().unwrap().get(&cache),
+        Some(&Some(64 << 20))
+    );
+    assert!(host.is_dir());
+    // Idempotent.
+    m.mount_pod_volumes(&p).await.unwrap();
+
+    let ips = vec!["10.88.0.9".to_owned()];
+    let hosts = HostsInfo {
+        pod_ips: &ips,
+        hostname: "p",
+        domain: "",
+    };
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let mounts = m.container_mounts(&p, c, &vols, &hosts).unwrap();
+    assert_eq!(mounts[0].container_path, "/work");
+    assert_eq!(mounts[0].host_path, work.join("sub/dir").to_string_lossy());
+    assert!(work.join("sub/dir").is_dir());
+    assert!(mounts[1].readonly);
+    assert_eq!(
+        mounts[1].propagation,
+        MountPropagation::PropagationHostToContainer as i32
+    );
+    assert_eq!(mounts[2].container_path, "/etc/hosts");
+    let hosts_file = std::fs::read_to_string(&mounts[2].host_path).unwrap();
+    assert!(hosts_file.contains("10.88.0.9\tp\n"), "{hosts_file}");
+    assert_eq!(mounts[3].container_path, "/dev/termination-log");
+    assert!(Path::new(&mounts[3].host_path).is_file());
+
+    m.unmount_pod_volumes("uid-1").await.unwrap();
+    assert!(mounter.mounted.lock().unwrap().is_empty());
+    assert!(!work.exists());
+    assert!(host.is_dir(), "hostPath contents are never removed");
+    assert!(m.mounted_pods().is_empty());
+}
+
+#[tokio::test]
+async fn bad_volumes_fail_with_upstream_wording() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager(dir.path());
+    let mut hp = volume("h");
+    hp.host_path = Some(HostPathVolumeSource {
+        path: "/definitely/missing".into(),
+        type_: Some("Directory".into()),
+    });
+    let err = m
+        .mount_pod_volumes(&pod(vec![hp], vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: /definitely/missing is not a directory"
+    );
+    let mut cm = volume("cfg");
+    cm.config_map = Some(Default::default());
+    let err = m
+        .mount_pod_volumes(&pod(vec![cm], vec![]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not supported"), "{err}");
+
+    let p = pod(
+        vec![],
+        vec![VolumeMount {
+            name: "nope".into(),
+            mount_path: "/x".into(),
+            ..Default::default()
+        }],
+    );
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let hosts = HostsInfo {
+        pod_ips: &[],
+        hostname: "p",
+        domain: "",
+    };
+    let err = m
+        .container_mounts(&p, c, &BTreeMap::new(), &hosts)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot find volume \"nope\" to mount into container \"c\""
+    );
+}
+
+#[tokio::test]
+async fn orphaned_pod_dirs_are_cleaned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mounter) = manager(dir.path());
+    let mut mem = volume("cache");
+    mem.empty_dir = Some(EmptyDirVolumeSource {
+        medium: Some("Memory".into()),
+        size_limit: None,
+    });
+    m.mount_pod_volumes(&pod(vec![mem], vec![])).await.unwrap();
+    std::fs::create_dir_all(dir.path().join("pods/keep-me")).unwrap();
+    m.cleanup_orphaned_pod_dirs(&HashSet::from(["keep-me".to_owned()]))
+        .await;
+    assert!(!dir.path().join("pods/uid-1").exists());
+    assert!(dir.path().join("pods/keep-me").exists());
+    assert!(
+        mounter.mounted.lock().unwrap().is_empty(),
+        "tmpfs unmounted before removal"
+    );
+}
