@@ -28,6 +28,7 @@ use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
 use crate::pleg::GenericPleg;
 use crate::pod_workers::{PodWorkers, WorkerTimings};
+use crate::prober::ProbeManager;
 use crate::server::{self, Endpoints, HealthCheck, ServerState};
 use crate::sources::file::FileSource;
 use crate::sources::http::HttpSource;
@@ -125,6 +126,8 @@ pub enum AgentError {
 /// A running kubelet.
 pub struct Agent {
     pub pods: watch::Receiver<Arc<Vec<Pod>>>,
+    /// The prober (results, `prober_probe_total`, worker counts).
+    pub prober: ProbeManager,
     pub status: StatusManager,
     pub workers: PodWorkers,
     pub health: Vec<(String, HealthCheck)>,
@@ -169,6 +172,12 @@ impl Agent {
         let pleg_health = pleg.health();
         let relist_trigger = pleg.relist_trigger();
         tracker.spawn(pleg.run(cancel.child_token()));
+        let (prober, probe_updates) = ProbeManager::new(
+            deps.runtime.clone(),
+            deps.events.clone(),
+            Clock::new(),
+            cancel.child_token(),
+        );
         let images = ImageManager::new(
             deps.images.clone(),
             deps.events.clone(),
@@ -208,7 +217,8 @@ impl Agent {
                 },
                 Clock::new(),
             )
-            .with_relist_trigger(relist_trigger),
+            .with_relist_trigger(relist_trigger)
+            .with_prober(prober.clone()),
         );
         let workers = PodWorkers::new(
             syncer,
@@ -266,9 +276,13 @@ impl Agent {
                     &cfg.allowed_unsafe_sysctls,
                 )),
                 Box::new(crate::security::apparmor::AppArmorAdmit::detect()),
+                Box::new(crate::security::groups::SupplementalGroupsPolicyAdmit {
+                    runtime_supports_strict: false,
+                }),
             ]),
             deps.events.clone(),
-        );
+        )
+        .with_probe_updates(probe_updates);
         let pods = sync_loop.pods();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
 
@@ -310,6 +324,7 @@ impl Agent {
         info!(node = %cfg.node_name, "kubelet started");
         Ok(Self {
             pods,
+            prober,
             status,
             workers,
             health,
@@ -327,6 +342,7 @@ impl Agent {
         self.tracker.close();
         self.tracker.wait().await;
         self.workers.shutdown().await;
+        self.prober.shutdown().await;
         info!("kubelet stopped");
     }
 }

@@ -1,6 +1,6 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`/`HandlePodCleanups`): owns the pod
-//! manager. Receives merged pod updates, PLEG events, the 1 s sync tick and the 2 s
-//! housekeeping tick; dispatches work to pod workers; kills runtime pods that belong to no
+//! manager. Receives merged pod updates, PLEG events, probe result changes, the 1 s sync tick
+//! (which also syncs pods whose `activeDeadlineSeconds` passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods that belong to no
 //! source once every source has reported. Publishes its liveness for `/healthz`.
 
 use std::collections::HashSet;
@@ -21,6 +21,8 @@ use crate::kuberuntime::runtime_status::list_pods;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod_manager::PodManager;
 use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType};
+use crate::prober::ProbeUpdate;
+use crate::status::generate::past_active_deadline;
 use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodOp, PodUpdate};
 
@@ -91,6 +93,8 @@ pub struct SyncLoop {
     clock: Clock,
     /// Pods refused at admission: desired, never started.
     rejected: HashSet<String>,
+    /// Changed liveness/readiness/startup results from the prober.
+    probe_updates: Option<mpsc::UnboundedReceiver<ProbeUpdate>>,
 }
 
 impl SyncLoop {
@@ -114,7 +118,15 @@ impl SyncLoop {
             events: Arc::new(crate::events::LoggingRecorder),
             clock: Clock::new(),
             rejected: HashSet::new(),
+            probe_updates: None,
         }
+    }
+
+    /// Makes probe result changes trigger pod syncs (upstream: liveness/startup changes sync
+    /// the pod; readiness changes update its status, which here is the same sync).
+    pub fn with_probe_updates(mut self, rx: mpsc::UnboundedReceiver<ProbeUpdate>) -> Self {
+        self.probe_updates = Some(rx);
+        self
     }
 
     /// Sets the admission rules and where rejections are reported.
@@ -171,6 +183,7 @@ impl SyncLoop {
         sync_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut housekeeping = tokio::time::interval(self.timings.housekeeping);
         housekeeping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut probes = self.probe_updates.take();
         loop {
             self.health.mark();
             tokio::select! {
@@ -184,6 +197,7 @@ impl SyncLoop {
                     }
                 },
                 Some(e) = pleg.recv() => self.handle_pleg_event(e),
+                Some(u) = recv_probe(&mut probes) => self.handle_probe_update(u),
                 _ = sync_tick.tick() => self.sync_due_pods(),
                 _ = housekeeping.tick() => self.housekeeping().await,
             }
@@ -261,8 +275,39 @@ impl SyncLoop {
         }
     }
 
+    fn handle_probe_update(&mut self, u: ProbeUpdate) {
+        match self.pod_manager.get(&u.pod_uid) {
+            Some(pod) if !self.rejected.contains(&u.pod_uid) => {
+                debug!(pod = %pod.full_name(), uid = %u.pod_uid, container_id = %u.container_id, probe = ?u.kind, result = ?u.result, "probe result changed");
+                self.workers
+                    .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
+            }
+            _ => {
+                debug!(uid = %u.pod_uid, probe = ?u.kind, "probe result for a pod that is not desired")
+            }
+        }
+    }
+
     fn sync_due_pods(&mut self) {
-        for uid in self.workers.take_due(Instant::now()) {
+        let mut due: HashSet<String> = self.workers.take_due(Instant::now()).into_iter().collect();
+        // Upstream's active deadline handler `ShouldSync`: a pod past its deadline is synced
+        // so that it fails and its containers are killed.
+        let now = self.clock.now();
+        for pod in self.pod_manager.pods() {
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .is_some()
+                && self.workers.is_syncing(pod.uid())
+                && let Some(st) = self.status.get_pod_status(pod.uid())
+                && st.phase.as_deref() != Some("Failed")
+                && past_active_deadline(pod, st.start_time.as_ref(), now)
+            {
+                due.insert(pod.uid().to_owned());
+            }
+        }
+        for uid in due {
             if let Some(pod) = self.pod_manager.get(&uid) {
                 self.workers
                     .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
@@ -308,5 +353,13 @@ impl SyncLoop {
             }
             Err(e) => warn!(error = %e, "housekeeping: listing runtime pods failed"),
         }
+    }
+}
+
+/// The next probe update, or never when there is no prober.
+async fn recv_probe(rx: &mut Option<mpsc::UnboundedReceiver<ProbeUpdate>>) -> Option<ProbeUpdate> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -79,6 +79,8 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
             "--kubeconfig given: API-server mode is not implemented yet; running standalone with static pods only"
         );
     }
+    kubelet::security::sysctl::validate_patterns(&config.allowed_unsafe_sysctls)
+        .context("allowedUnsafeSysctls")?;
     let endpoint = config.container_runtime_endpoint.clone();
     let timeout = config.runtime_request_timeout.as_std();
     info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");

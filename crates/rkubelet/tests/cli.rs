@@ -65,3 +65,10 @@ fn unreachable_runtime_is_a_clear_error() {
     assert_ne!(code, 0);
     assert!(err.contains("container runtime"), "{err}");
 }
+
+#[test]
+fn invalid_unsafe_sysctl_pattern_is_refused() {
+    let (code, err) = run_with_config("allowedUnsafeSysctls: [\"kernel.*.bad\"]\n");
+    assert_ne!(code, 0);
+    assert!(err.contains("allowedUnsafeSysctls"), "{err}");
+}

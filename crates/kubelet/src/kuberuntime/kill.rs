@@ -349,3 +349,92 @@ fn remove_quietly(path: &Path) {
         warn!(path = %path.display(), error = %e, "failed to remove file");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {
+                "terminationGracePeriodSeconds": 20,
+                "initContainers": [
+                    {"name": "s1", "restartPolicy": "Always"},
+                    {"name": "init"},
+                    {"name": "s2", "restartPolicy": "Always"},
+                ],
+                "containers": [
+                    {"name": "app", "livenessProbe": {"terminationGracePeriodSeconds": 3}},
+                    {"name": "app2"},
+                ],
+            }
+        }))
+        .expect("pod")
+    }
+
+    fn target(name: &str) -> KillTarget {
+        KillTarget {
+            id: name.into(),
+            name: name.into(),
+            grace_period: 10,
+            message: None,
+            spec: None,
+            sidecar: false,
+            pod_ip: String::new(),
+        }
+    }
+
+    #[test]
+    fn grace_period_sources() {
+        let p = pod();
+        let app = container_spec(&p, "app");
+        assert_eq!(termination_grace_period(&p, app, KillReason::None), 20);
+        assert_eq!(
+            termination_grace_period(&p, app, KillReason::LivenessProbe),
+            3
+        );
+        assert_eq!(
+            termination_grace_period(&p, app, KillReason::StartupProbe),
+            20
+        );
+        let mut deleting = p.clone();
+        deleting.metadata.deletion_grace_period_seconds = Some(7);
+        assert_eq!(
+            termination_grace_period(&deleting, app, KillReason::LivenessProbe),
+            7
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sidecars_wait_for_regular_containers_then_later_sidecars() {
+        let p = pod();
+        let targets: Vec<KillTarget> = ["s1", "s2", "app", "app2"].map(target).into();
+        let o = TerminationOrdering::for_pod(&p, &targets).expect("has sidecars");
+        let start = tokio::time::Instant::now();
+        let (o1, o2) = (o.clone(), o.clone());
+        let s1 = tokio::spawn(async move { (o1.wait_for_turn("s1", 30).await, start.elapsed()) });
+        let s2 = tokio::spawn(async move { (o2.wait_for_turn("s2", 30).await, start.elapsed()) });
+        assert_eq!(
+            o.wait_for_turn("app", 30).await,
+            0,
+            "regular containers never wait"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        o.terminated("app");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        o.terminated("app2");
+        let (waited2, at2) = s2.await.expect("s2");
+        assert_eq!((waited2, at2), (4, Duration::from_secs(4)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        o.terminated("s2");
+        let (waited1, at1) = s1.await.expect("s1");
+        assert_eq!((waited1, at1), (5, Duration::from_secs(5)));
+        // A turn that never comes is cut at the grace period.
+        let o = TerminationOrdering::for_pod(&p, &targets).expect("has sidecars");
+        assert_eq!(o.wait_for_turn("s1", 3).await, 3);
+        let none = serde_json::from_value::<Pod>(serde_json::json!({"spec": {"containers": []}}))
+            .expect("pod");
+        assert!(TerminationOrdering::for_pod(&none, &targets).is_none());
+    }
+}

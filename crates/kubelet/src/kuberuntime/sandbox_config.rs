@@ -773,7 +773,13 @@ mod tests {
                 network: NamespaceMode::Pod as i32,
                 pid: NamespaceMode::Container as i32,
                 ipc: NamespaceMode::Pod as i32,
-                ..Default::default()
+                target_id: String::new(),
+                // UserNamespacesSupport is on by default (1.33): the node's user namespace.
+                userns_options: Some(UserNamespace {
+                    mode: NamespaceMode::Node as i32,
+                    uids: vec![],
+                    gids: vec![],
+                }),
             })
         );
         assert_eq!(

@@ -409,6 +409,10 @@ impl PodSyncer for Syncer {
         status: &PodStatus,
         removed: bool,
     ) -> Result<(), SyncError> {
+        // Nothing runs any more: no probe has anything left to look at (upstream `RemovePod`).
+        if let Some(p) = &self.prober {
+            p.remove_pod(pod.uid());
+        }
         if !removed {
             self.update_status(pod, status, true);
             return Ok(());

@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(resolve_port(&IntOrString::String("81".into()), &c), Ok(81));
         assert!(
             resolve_port(&IntOrString::String("nope".into()), &c)
-                .unwrap_err()
+                .expect_err("unknown port name")
                 .contains("couldn't find port: nope")
         );
         assert!(resolve_port(&IntOrString::Int(0), &c).is_err());

@@ -163,7 +163,7 @@ impl ProbeManager {
             results: self.inner.results.clone(),
             events: self.inner.events.clone(),
             metrics: self.inner.metrics.clone(),
-            clock: self.inner.clock.clone(),
+            clock: self.inner.clock,
         };
         let mut rx = rx;
         rx.mark_changed();

@@ -1,9 +1,15 @@
-//! security: node-side checks of a pod's security settings that upstream does outside
-//! kuberuntime — the sysctl allowlist (`SysctlForbidden` admission), AppArmor profile
-//! resolution and its admission check, capability-name normalisation and user-namespace
-//! support. Receives pods (and node facts read once at start-up); emits admission rejections
-//! and CRI security profiles. Pure apart from the documented start-up probes of the host.
+//! security: node-side security checks that upstream keeps outside kuberuntime — the sysctl
+//! allowlist (`SysctlForbidden`), AppArmor profile resolution and its admission rule,
+//! capability-name normalisation and the `supplementalGroupsPolicy: Strict` admission rule.
+//! Receives pods (and host facts probed once at start-up); emits admission rejections and CRI
+//! security profiles. The CRI security contexts themselves are built in
+//! `kuberuntime::{container_config, sandbox_config}`; `cri_tests` checks them field by field.
 
 pub mod apparmor;
 pub mod capabilities;
+pub mod groups;
 pub mod sysctl;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod cri_tests;

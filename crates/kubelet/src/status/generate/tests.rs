@@ -856,3 +856,29 @@ fn host_network_pods_use_node_ips() {
     assert_eq!(s.host_ip, None);
     assert_eq!(s.pod_ip, None);
 }
+
+#[test]
+fn active_deadline_is_measured_from_the_recorded_start_time() {
+    let pod_with = |deadline: Option<i64>| Pod {
+        spec: Some(PodSpec {
+            active_deadline_seconds: deadline,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // (deadline, start, now, past)
+    for (deadline, start, now, want) in [
+        (None, Some(0), 1000, false),
+        (Some(10), None, 1000, false),
+        (Some(10), Some(0), 9, false),
+        (Some(10), Some(0), 10, true),
+        (Some(10), Some(5), 30, true),
+    ] {
+        let start = start.and_then(t);
+        assert_eq!(
+            past_active_deadline(&pod_with(deadline), start.as_ref(), at(now)),
+            want,
+            "deadline {deadline:?} start {start:?} now {now}"
+        );
+    }
+}

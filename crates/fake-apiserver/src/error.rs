@@ -1,0 +1,139 @@
+//! API errors: owns the mapping from failures to HTTP codes; emits `metav1.Status` JSON bodies.
+
+use serde_json::{Value, json};
+
+/// An error returned to an API client as a `metav1.Status` object.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// `metav1.StatusReason` (`NotFound`, `AlreadyExists`, `Conflict`, ...).
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// Resource plural (for `details.kind`) if known.
+    pub kind: Option<String>,
+    /// Object name (for `details.name`) if known.
+    pub name: Option<String>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: String) -> Self {
+        ApiError {
+            code,
+            reason,
+            message,
+            kind: None,
+            name: None,
+        }
+    }
+
+    fn with_details(mut self, resource: &str, name: &str) -> Self {
+        self.kind = Some(resource.to_string());
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// 404 for an object that does not exist.
+    pub fn not_found(resource: &str, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{resource} \"{name}\" not found"))
+            .with_details(resource, name)
+    }
+
+    /// 404 for a path the server does not serve.
+    pub fn path_not_found(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+
+    /// 409 on create of an existing object.
+    pub fn already_exists(resource: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{resource} \"{name}\" already exists"),
+        )
+        .with_details(resource, name)
+    }
+
+    /// 409 on a stale resourceVersion or failed precondition.
+    pub fn conflict(resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        )
+        .with_details(resource, name)
+    }
+
+    /// 422 for an invalid object.
+    pub fn invalid(kind: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {why}"),
+        )
+        .with_details(kind, name)
+    }
+
+    /// 400 for a malformed request.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message.into())
+    }
+
+    /// 401 for a request without valid credentials.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized".to_string())
+    }
+
+    /// 405 for an unsupported verb.
+    pub fn method_not_allowed(method: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({method})"),
+        )
+    }
+
+    /// 410 for a watch or continue token that is too old.
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message.into())
+    }
+
+    /// 415 for an unsupported patch content type.
+    pub fn unsupported_media_type(ct: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct})"
+            ),
+        )
+    }
+
+    /// 500 for an internal failure.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message.into())
+    }
+
+    /// The `metav1.Status` body for this error.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if self.kind.is_some() || self.name.is_some() {
+            status["details"] = json!({"name": self.name, "kind": self.kind});
+        }
+        status
+    }
+}

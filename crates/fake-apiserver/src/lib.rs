@@ -1,0 +1,318 @@
+//! In-memory Kubernetes API server test fixture: owns server start-up (listener, TLS, auth,
+//! kubeconfig) and exposes [`FakeApiServer`] with store inspection helpers for tests; the
+//! `fake-apiserver` binary wraps it.
+
+pub mod error;
+pub mod jsonpatch;
+pub mod resources;
+pub mod selector;
+pub mod server;
+pub mod smp;
+pub mod store;
+pub mod strategy;
+pub mod tls;
+pub mod watch;
+
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use error::ApiError;
+pub use store::Store;
+pub use tls::KubeconfigAuth;
+
+/// Start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Binding the listener failed.
+    #[error("binding 127.0.0.1:{port}: {source}")]
+    Bind {
+        /// Requested port.
+        port: u16,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// TLS material could not be produced.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// Writing the kubeconfig failed.
+    #[error("writing kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// Target path.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// Options for [`FakeApiServer::start`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    pub port: u16,
+    /// Serve HTTPS with a generated CA (otherwise plain HTTP).
+    pub tls: bool,
+    /// Require a client certificate or bearer token on every API request.
+    pub require_auth: bool,
+    /// Credentials written into the kubeconfig.
+    pub kubeconfig_auth: KubeconfigAuth,
+    /// Where to write the kubeconfig (default: a file under the system temp dir).
+    pub kubeconfig_path: Option<PathBuf>,
+    /// Interval between progress BOOKMARKs on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Number of changes kept for watches from an older resourceVersion.
+    pub history_limit: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            port: 0,
+            tls: true,
+            require_auth: true,
+            kubeconfig_auth: KubeconfigAuth::ClientCert,
+            kubeconfig_path: None,
+            bookmark_interval: Duration::from_secs(5),
+            history_limit: 10_000,
+        }
+    }
+}
+
+/// A running fake API server.
+pub struct FakeApiServer {
+    /// Base URL (`https://127.0.0.1:PORT`).
+    pub url: String,
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Path of the written kubeconfig.
+    pub kubeconfig_path: PathBuf,
+    /// CA certificate PEM (HTTPS only).
+    pub ca_pem: Option<String>,
+    /// Admin bearer token (always accepted).
+    pub token: String,
+    /// Admin client certificate and key PEM (HTTPS only).
+    pub client_cert: Option<(String, String)>,
+    api: Arc<server::Api>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+fn resource_by_plural(plural: &str) -> Option<&'static resources::ResourceInfo> {
+    resources::RESOURCES
+        .iter()
+        .find(|r| r.plural == plural || r.qualified() == plural)
+}
+
+impl FakeApiServer {
+    /// Binds, writes the kubeconfig and starts serving in the background.
+    pub async fn start(opts: Options) -> Result<Self, StartError> {
+        let listener = TcpListener::bind(("127.0.0.1", opts.port))
+            .await
+            .map_err(|source| StartError::Bind {
+                port: opts.port,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            port: opts.port,
+            source,
+        })?;
+        let scheme = if opts.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
+        let seed = format!(
+            "{}/{}/{:?}",
+            std::process::id(),
+            addr,
+            chrono::Utc::now().timestamp_nanos_opt()
+        );
+        let token = hex::encode(&Sha256::digest(seed.as_bytes())[..16]);
+        let material = if opts.tls {
+            Some(tls::TlsMaterial::generate()?)
+        } else {
+            None
+        };
+        let acceptor = match &material {
+            Some(m) => Some(tokio_rustls::TlsAcceptor::from(m.server_config()?)),
+            None => None,
+        };
+        let store = Store::new(opts.history_limit);
+        store.add_token(token.clone());
+        let api = Arc::new(server::Api {
+            store,
+            require_auth: opts.require_auth,
+            bookmark_interval: opts.bookmark_interval,
+            address: addr.to_string(),
+            signing_secret: format!("{token}-signing"),
+            counters: Mutex::new(BTreeMap::new()),
+        });
+        let kubeconfig_path = opts.kubeconfig_path.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!(
+                "fake-apiserver-{}-{}.kubeconfig",
+                std::process::id(),
+                addr.port()
+            ))
+        });
+        let client_cert = material
+            .as_ref()
+            .map(|m| (m.client_cert_pem.clone(), m.client_key_pem.clone()));
+        let kc = tls::kubeconfig(
+            &url,
+            material.as_ref().map(|m| m.ca_pem.as_str()),
+            opts.kubeconfig_auth,
+            client_cert.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+            &token,
+        );
+        if let Some(dir) = kubeconfig_path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| StartError::Kubeconfig {
+                path: kubeconfig_path.clone(),
+                source,
+            })?;
+        }
+        std::fs::write(&kubeconfig_path, kc).map_err(|source| StartError::Kubeconfig {
+            path: kubeconfig_path.clone(),
+            source,
+        })?;
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(serve(listener, acceptor, api.clone(), rx));
+        Ok(FakeApiServer {
+            url,
+            addr,
+            kubeconfig_path,
+            ca_pem: material.map(|m| m.ca_pem),
+            token,
+            client_cert,
+            api,
+            shutdown: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    /// The object store (for direct inspection or seeding).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.api.store
+    }
+
+    /// One object by resource plural (`pods`, `nodes`, `leases`, ...); `ns` is ignored for
+    /// cluster-scoped resources.
+    pub fn get(&self, plural: &str, ns: &str, name: &str) -> Option<Value> {
+        let info = resource_by_plural(plural)?;
+        self.api.store.get(info, ns, name).ok()
+    }
+
+    /// All objects of a resource, optionally in one namespace.
+    pub fn list(&self, plural: &str, ns: Option<&str>) -> Vec<Value> {
+        resource_by_plural(plural)
+            .map(|info| self.api.store.all(info, ns))
+            .unwrap_or_default()
+    }
+
+    /// Creates an object directly in the store (as if POSTed).
+    pub fn create(&self, plural: &str, ns: &str, obj: Value) -> Result<Value, ApiError> {
+        let info = resource_by_plural(plural).ok_or_else(|| ApiError::path_not_found(plural))?;
+        self.api.store.create(info, ns, obj)
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.api.store.resource_version()
+    }
+
+    /// Drops the watch history so older resourceVersions get 410 Gone.
+    pub fn compact(&self) {
+        self.api.store.compact();
+    }
+
+    /// Requests served so far, keyed by `VERB resource[/subresource]` (e.g. `PATCH pods/status`).
+    pub fn request_counts(&self) -> BTreeMap<String, u64> {
+        self.api
+            .counters
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// Stops accepting connections and closes open ones (watches end).
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    api: Arc<server::Api>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let api = api.clone();
+        let acceptor = acceptor.clone();
+        conns.spawn(async move {
+            match acceptor {
+                Some(acc) => match acc.accept(stream).await {
+                    Ok(tls) => {
+                        let cert = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .is_some_and(|c| !c.is_empty());
+                        serve_conn(TokioIo::new(tls), api, cert).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+                },
+                None => serve_conn(TokioIo::new(stream), api, false).await,
+            }
+        });
+    }
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}
+
+async fn serve_conn<I>(io: I, api: Arc<server::Api>, client_cert: bool)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| api.clone().handle(req, client_cert));
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, svc)
+        .await
+    {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}

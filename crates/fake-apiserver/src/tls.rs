@@ -1,0 +1,195 @@
+//! TLS material and kubeconfig: owns the self-signed CA, the serving certificate and the admin
+//! client certificate; emits a rustls `ServerConfig` (client certs optional, verified against
+//! the CA) and kubeconfig YAML.
+
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::sync::Arc;
+
+/// TLS setup failures.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Certificate generation failed.
+    #[error("generating {what}: {source}")]
+    Rcgen {
+        /// Which certificate.
+        what: &'static str,
+        /// Underlying error.
+        source: rcgen::Error,
+    },
+    /// rustls rejected the configuration.
+    #[error("building TLS config: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client verifier could not be built.
+    #[error("building client verifier: {0}")]
+    Verifier(String),
+}
+
+/// PEM material for a CA, a serving cert and an admin client cert.
+#[derive(Debug, Clone)]
+pub struct TlsMaterial {
+    /// CA certificate (PEM).
+    pub ca_pem: String,
+    /// Serving certificate (PEM).
+    pub server_cert_pem: String,
+    server_cert_der: Vec<u8>,
+    server_key_der: Vec<u8>,
+    ca_der: Vec<u8>,
+    /// Admin client certificate (PEM), CN `admin`, O `system:masters`.
+    pub client_cert_pem: String,
+    /// Admin client key (PEM).
+    pub client_key_pem: String,
+}
+
+fn rc(what: &'static str) -> impl FnOnce(rcgen::Error) -> TlsError {
+    move |source| TlsError::Rcgen { what, source }
+}
+
+impl TlsMaterial {
+    /// Generates a fresh CA, a serving cert for 127.0.0.1/localhost and an admin client cert.
+    pub fn generate() -> Result<Self, TlsError> {
+        let ca_key = KeyPair::generate().map_err(rc("CA key"))?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(rc("CA"))?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "fake-apiserver-ca");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key).map_err(rc("CA cert"))?;
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let srv_key = KeyPair::generate().map_err(rc("server key"))?;
+        let mut srv_params =
+            CertificateParams::new(vec!["localhost".to_string(), "kubernetes".to_string()])
+                .map_err(rc("server"))?;
+        srv_params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        srv_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        srv_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let srv_cert = srv_params
+            .signed_by(&srv_key, &issuer)
+            .map_err(rc("server cert"))?;
+
+        let cli_key = KeyPair::generate().map_err(rc("client key"))?;
+        let mut cli_params = CertificateParams::new(Vec::<String>::new()).map_err(rc("client"))?;
+        cli_params
+            .distinguished_name
+            .push(DnType::CommonName, "admin");
+        cli_params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
+        cli_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cli_cert = cli_params
+            .signed_by(&cli_key, &issuer)
+            .map_err(rc("client cert"))?;
+
+        Ok(TlsMaterial {
+            ca_pem: ca_cert.pem(),
+            ca_der: ca_cert.der().to_vec(),
+            server_cert_pem: srv_cert.pem(),
+            server_cert_der: srv_cert.der().to_vec(),
+            server_key_der: srv_key.serialize_der(),
+            client_cert_pem: cli_cert.pem(),
+            client_key_pem: cli_key.serialize_pem(),
+        })
+    }
+
+    /// A rustls server config that offers HTTP/1.1 and accepts (but does not require) client
+    /// certificates signed by the CA.
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(self.ca_der.clone()))?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![
+                    CertificateDer::from(self.server_cert_der.clone()),
+                    CertificateDer::from(self.ca_der.clone()),
+                ],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.server_key_der.clone())),
+            )?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
+    }
+}
+
+/// Credentials written into a kubeconfig.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeconfigAuth {
+    /// Admin client certificate and key.
+    ClientCert,
+    /// Static bearer token.
+    Token,
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Kubeconfig YAML for `server` with embedded CA data (when `ca_pem` is Some).
+pub fn kubeconfig(
+    server: &str,
+    ca_pem: Option<&str>,
+    auth: KubeconfigAuth,
+    client: Option<(&str, &str)>,
+    token: &str,
+) -> String {
+    let cluster_tls = match ca_pem {
+        Some(ca) => format!("    certificate-authority-data: {}\n", b64(ca)),
+        None => String::new(),
+    };
+    let user = match (auth, client) {
+        (KubeconfigAuth::ClientCert, Some((cert, key))) => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(cert),
+            b64(key)
+        ),
+        _ => format!("    token: {token}\n"),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\n{cluster_tls}users:\n- name: admin\n  user:\n{user}contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\n    namespace: default\ncurrent-context: fake\npreferences: {{}}\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn material_builds_a_server_config() {
+        let m = TlsMaterial::generate().expect("generate");
+        assert!(m.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(m.client_key_pem.contains("PRIVATE KEY"));
+        let cfg = m.server_config().expect("config");
+        assert_eq!(cfg.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        let kc = kubeconfig(
+            "https://127.0.0.1:1",
+            Some(&m.ca_pem),
+            KubeconfigAuth::ClientCert,
+            Some((&m.client_cert_pem, &m.client_key_pem)),
+            "t",
+        );
+        assert!(kc.contains("client-key-data: "));
+        assert!(kc.contains("certificate-authority-data: "));
+    }
+}

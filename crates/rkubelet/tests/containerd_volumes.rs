@@ -1,0 +1,161 @@
+//! Volumes and pod networking files on the real containerd: emptyDir shared between an init
+//! container and the main container, a memory emptyDir on tmpfs with its size, hostPath,
+//! downwardAPI files, hostAliases in the managed /etc/hosts, and clean-up on removal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Kubelet, container, cri, phase, running};
+use rkubelet_cri::RuntimeService;
+use rkubelet_cri::api::ExecSyncRequest;
+
+const IMAGE: &str = "docker.io/library/busybox:latest";
+
+async fn exec(id: &str, cmd: &[&str]) -> (i32, String) {
+    let rt = cri().await;
+    let resp = rt
+        .exec_sync(ExecSyncRequest {
+            container_id: id.trim_start_matches("containerd://").to_owned(),
+            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            timeout: 10,
+        })
+        .await
+        .expect("exec");
+    (resp.exit_code, String::from_utf8_lossy(&resp.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_and_hosts_file_reach_the_containers() {
+    let mut k = Kubelet::new();
+    let host_dir = k.dir.path().join("host-data");
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+  labels:
+    app: vols
+    tier: "back end"
+spec:
+  terminationGracePeriodSeconds: 1
+  hostAliases:
+  - ip: "10.9.8.7"
+    hostnames: ["alias-one", "alias-two"]
+  volumes:
+  - name: work
+    emptyDir: {{}}
+  - name: cache
+    emptyDir:
+      medium: Memory
+      sizeLimit: 16Mi
+  - name: host
+    hostPath:
+      path: {host}
+      type: DirectoryOrCreate
+  - name: info
+    downwardAPI:
+      items:
+      - path: labels
+        fieldRef:
+          fieldPath: metadata.labels
+      - path: name
+        fieldRef:
+          fieldPath: metadata.name
+  initContainers:
+  - name: writer
+    image: {IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo from-init > /work/hello; echo on-host > /host/file"]
+    volumeMounts:
+    - name: work
+      mountPath: /work
+    - name: host
+      mountPath: /host
+  containers:
+  - name: main
+    image: {IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: work
+      mountPath: /work
+    - name: cache
+      mountPath: /cache
+    - name: info
+      mountPath: /info
+      readOnly: true
+"#,
+        host = host_dir.display()
+    );
+    k.write_manifest("vols.yaml", &manifest);
+    k.start();
+    let p = k
+        .wait_pod("vols", Duration::from_secs(60), "Running", |p| running(p, "main"))
+        .await;
+    assert_eq!(phase(&p), "Running");
+    let id = container(&p, "containerStatuses", "main").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(exec(&id, &["cat", "/work/hello"]).await, (0, "from-init\n".into()));
+    assert_eq!(std::fs::read_to_string(host_dir.join("file")).unwrap(), "on-host\n");
+    let (_, mounts) = exec(&id, &["cat", "/proc/mounts"]).await;
+    let cache = mounts.lines().find(|l| l.contains(" /cache ")).unwrap_or_else(|| panic!("{mounts}"));
+    assert!(cache.starts_with("tmpfs /cache tmpfs") && cache.contains("size=16384k"), "{cache}");
+    assert_eq!(exec(&id, &["cat", "/info/name"]).await.1, "vols-test-node");
+    assert_eq!(exec(&id, &["cat", "/info/labels"]).await.1, "app=\"vols\"\ntier=\"back end\"");
+    let (code, _) = exec(&id, &["sh", "-c", "echo x > /info/x"]).await;
+    assert_ne!(code, 0, "readOnly mount must refuse writes");
+    let (_, hosts) = exec(&id, &["cat", "/etc/hosts"]).await;
+    assert!(hosts.starts_with("# Kubernetes-managed hosts file."), "{hosts}");
+    assert!(hosts.contains("10.9.8.7\talias-one\talias-two"), "{hosts}");
+    let ip = p["status"]["podIP"].as_str().unwrap();
+    assert!(hosts.contains(&format!("{ip}\tvols-test-node")), "{hosts}");
+
+    // Removing the pod unmounts and removes its volumes; hostPath data stays.
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
+    let pod_dir = k.root().join("pods").join(&uid);
+    assert!(pod_dir.join("volumes/kubernetes.io~empty-dir/work").is_dir());
+    k.remove_manifest("vols.yaml");
+    let rt = cri().await;
+    common::wait_pod_containers_gone(&k, &rt, &uid, Duration::from_secs(20)).await;
+    let start = std::time::Instant::now();
+    while pod_dir.exists() {
+        assert!(start.elapsed() < Duration::from_secs(10), "pod dir not removed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&uid), "a mount of the pod is left behind");
+    assert!(host_dir.join("file").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_host_path_reports_failed_mount_and_waits() {
+    let mut k = Kubelet::new();
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: badmount\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: h\n    hostPath:\n      path: /definitely/not/here\n      type: Directory\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n    volumeMounts:\n    - name: h\n      mountPath: /h\n"
+    );
+    k.write_manifest("badmount.yaml", &manifest);
+    k.start();
+    let p = k
+        .wait_pod("badmount", Duration::from_secs(30), "ContainerCreating", |p| {
+            container(p, "containerStatuses", "c")
+                .is_some_and(|c| c["state"]["waiting"]["reason"] == "ContainerCreating")
+        })
+        .await;
+    assert_eq!(phase(&p), "Pending");
+    let start = std::time::Instant::now();
+    loop {
+        let log = k.log_text();
+        if log.contains("FailedMount")
+            && log.contains("hostPath type check failed: /definitely/not/here is not a directory")
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "no FailedMount event:\n{}", common::tail(&log, 30));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
