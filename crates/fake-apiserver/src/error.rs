@@ -16,6 +16,8 @@ pub struct ApiError {
     pub kind: Option<String>,
     /// Object name (for `details.name`) if known.
     pub name: Option<String>,
+    /// `details.causes` as (reason, message, field).
+    pub causes: Vec<(&'static str, String, String)>,
 }
 
 impl ApiError {
@@ -26,6 +28,7 @@ impl ApiError {
             message,
             kind: None,
             name: None,
+            causes: Vec::new(),
         }
     }
 
@@ -70,14 +73,25 @@ impl ApiError {
         .with_details(resource, name)
     }
 
-    /// 422 for an invalid object.
+    /// 422 for an invalid object; `why` reads `field: Kind: detail` as upstream field errors.
     pub fn invalid(kind: &str, name: &str, why: &str) -> Self {
-        Self::new(
+        let mut e = Self::new(
             422,
             "Invalid",
             format!("{kind} \"{name}\" is invalid: {why}"),
         )
-        .with_details(kind, name)
+        .with_details(kind, name);
+        let (field, message) = why.split_once(": ").unwrap_or(("", why));
+        let reason = if message.starts_with("Forbidden") {
+            "FieldValueForbidden"
+        } else if message.starts_with("Required value") {
+            "FieldValueRequired"
+        } else {
+            "FieldValueInvalid"
+        };
+        e.causes
+            .push((reason, message.to_string(), field.to_string()));
+        e
     }
 
     /// 400 for a malformed request.
@@ -104,6 +118,21 @@ impl ApiError {
         Self::new(410, "Expired", message.into())
     }
 
+    /// 504 for a watch from a resourceVersion the server has not reached.
+    pub fn too_large_resource_version(rv: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {rv}, current: {current}"),
+        );
+        e.causes.push((
+            "ResourceVersionTooLarge",
+            "Too large resource version".to_string(),
+            String::new(),
+        ));
+        e
+    }
+
     /// 415 for an unsupported patch content type.
     pub fn unsupported_media_type(ct: &str) -> Self {
         Self::new(
@@ -113,6 +142,17 @@ impl ApiError {
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct})"
             ),
         )
+    }
+
+    /// A failure injected by a test (`FakeApiServer::fail_requests`).
+    pub fn injected(code: u16) -> Self {
+        let reason = match code {
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "InternalError",
+        };
+        Self::new(code, reason, format!("injected failure (HTTP {code})"))
     }
 
     /// 500 for an internal failure.
@@ -131,8 +171,24 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        if self.kind.is_some() || self.name.is_some() {
-            status["details"] = json!({"name": self.name, "kind": self.kind});
+        if self.kind.is_some() || self.name.is_some() || !self.causes.is_empty() {
+            status["details"] = json!({});
+            if let Some(n) = &self.name {
+                status["details"]["name"] = json!(n);
+            }
+            if let Some(k) = &self.kind {
+                status["details"]["kind"] = json!(k);
+            }
+            if !self.causes.is_empty() {
+                let causes: Vec<Value> = self
+                    .causes
+                    .iter()
+                    .map(|(reason, message, field)| {
+                        json!({"reason": reason, "message": message, "field": field})
+                    })
+                    .collect();
+                status["details"]["causes"] = json!(causes);
+            }
         }
         status
     }

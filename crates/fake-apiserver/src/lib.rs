@@ -3,13 +3,17 @@
 //! `fake-apiserver` binary wraps it.
 
 pub mod error;
+pub mod events;
 pub mod jsonpatch;
+pub mod logs;
+pub mod proto;
 pub mod resources;
 pub mod selector;
 pub mod server;
 pub mod smp;
 pub mod store;
 pub mod strategy;
+pub mod table;
 pub mod tls;
 pub mod watch;
 
@@ -101,6 +105,7 @@ pub struct FakeApiServer {
     /// Admin client certificate and key PEM (HTTPS only).
     pub client_cert: Option<(String, String)>,
     api: Arc<server::Api>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -133,11 +138,9 @@ impl FakeApiServer {
             chrono::Utc::now().timestamp_nanos_opt()
         );
         let token = hex::encode(&Sha256::digest(seed.as_bytes())[..16]);
-        let material = if opts.tls {
-            Some(tls::TlsMaterial::generate()?)
-        } else {
-            None
-        };
+        let generated = tls::TlsMaterial::generate()?;
+        let kubelet_tls = generated.kubelet_client_config()?;
+        let material = opts.tls.then_some(generated);
         let acceptor = match &material {
             Some(m) => Some(tokio_rustls::TlsAcceptor::from(m.server_config()?)),
             None => None,
@@ -151,6 +154,8 @@ impl FakeApiServer {
             address: addr.to_string(),
             signing_secret: format!("{token}-signing"),
             counters: Mutex::new(BTreeMap::new()),
+            fail_with: std::sync::atomic::AtomicU16::new(0),
+            kubelet_tls,
         });
         let kubeconfig_path = opts.kubeconfig_path.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!(
@@ -180,7 +185,7 @@ impl FakeApiServer {
             source,
         })?;
         let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, acceptor, api.clone(), rx));
+        let task = tokio::spawn(serve(listener, acceptor.clone(), api.clone(), rx));
         Ok(FakeApiServer {
             url,
             addr,
@@ -189,6 +194,7 @@ impl FakeApiServer {
             token,
             client_cert,
             api,
+            acceptor,
             shutdown: Some(tx),
             task: Some(task),
         })
@@ -236,6 +242,40 @@ impl FakeApiServer {
             .lock()
             .map(|c| c.clone())
             .unwrap_or_default()
+    }
+
+    /// Makes every API request (not health checks) fail with `code` (e.g. 500, 503) until
+    /// called with `None`: simulates an API server returning errors.
+    pub fn fail_requests(&self, code: Option<u16>) {
+        self.api
+            .fail_with
+            .store(code.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Simulates an outage: closes the listener and every open connection (watches end) but
+    /// keeps the store, credentials and port for [`FakeApiServer::resume`].
+    pub async fn pause(&mut self) {
+        self.stop().await;
+    }
+
+    /// Serves again on the same address with the same state after [`FakeApiServer::pause`].
+    pub async fn resume(&mut self) -> Result<(), StartError> {
+        if self.task.is_some() {
+            return Ok(());
+        }
+        let port = self.addr.port();
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .map_err(|source| StartError::Bind { port, source })?;
+        let (tx, rx) = oneshot::channel();
+        self.task = Some(tokio::spawn(serve(
+            listener,
+            self.acceptor.clone(),
+            self.api.clone(),
+            rx,
+        )));
+        self.shutdown = Some(tx);
+        Ok(())
     }
 
     /// Stops accepting connections and closes open ones (watches end).

@@ -44,6 +44,7 @@ impl ResourceInfo {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn res(
     group: &'static str,
     version: &'static str,
@@ -177,6 +178,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             "kind": r.kind,
             "verbs": VERBS,
             "shortNames": r.short_names,
+            "categories": if matches!(r.plural, "pods" | "services") && r.group.is_empty() { vec!["all"] } else { Vec::new() },
         }));
         if r.has_status {
             items.push(json!({
@@ -185,6 +187,15 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "namespaced": r.namespaced,
                 "kind": r.kind,
                 "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.plural == "pods" && r.group.is_empty() {
+            items.push(json!({
+                "name": "pods/log",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get"],
             }));
         }
         if r.plural == "serviceaccounts" {

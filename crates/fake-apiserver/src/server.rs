@@ -38,6 +38,10 @@ pub struct Api {
     pub signing_secret: String,
     /// Request counters keyed by `VERB resource`.
     pub counters: Mutex<BTreeMap<String, u64>>,
+    /// When non-zero, every request except health checks fails with this HTTP code.
+    pub fail_with: std::sync::atomic::AtomicU16,
+    /// TLS client config for calling kubelets (`pods/log`).
+    pub kubelet_tls: Arc<rustls::ClientConfig>,
 }
 
 fn respond(code: u16, v: &Value) -> Response<Body> {
@@ -196,10 +200,10 @@ fn list_opts(info: &ResourceInfo, q: &HashMap<String, String>) -> Result<ListOpt
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    if body.starts_with(b"k8s\0") {
-        return Err(ApiError::unsupported_media_type(
-            "application/vnd.kubernetes.protobuf (this fake API server only decodes JSON; use `kubectl create -f` with a manifest)",
-        ));
+    if body.starts_with(crate::proto::MAGIC) {
+        return crate::proto::decode_envelope(body).map_err(|e| {
+            ApiError::unsupported_media_type(&format!("application/vnd.kubernetes.protobuf: {e}"))
+        });
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
@@ -235,6 +239,10 @@ impl Api {
         );
         if !open && !self.authenticated(&req, client_cert) {
             return Ok(error_response(&ApiError::unauthorized()));
+        }
+        let fail = self.fail_with.load(std::sync::atomic::Ordering::Relaxed);
+        if fail != 0 && !open {
+            return Ok(error_response(&ApiError::injected(fail)));
         }
         let resp = match self.route(req).await {
             Ok(r) => r,
@@ -306,6 +314,11 @@ impl Api {
             .unwrap_or_default()
             .trim()
             .to_string();
+        let table = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(crate::table::wants_table);
         let body = req
             .into_body()
             .collect()
@@ -323,7 +336,14 @@ impl Api {
             .map(|s| format!("/{s}"))
             .unwrap_or_default();
         self.count(format!("{verb} {}{sub}", t.info.qualified()));
-        self.dispatch(method, t, q, &content_type, &body)
+        if method == Method::GET
+            && t.info.kind == "Pod"
+            && t.sub.as_deref() == Some("log")
+            && let (Some(ns), Some(name)) = (&t.namespace, &t.name)
+        {
+            return crate::logs::proxy(&self.store, self.kubelet_tls.clone(), ns, name, &q).await;
+        }
+        self.dispatch(method, t, q, &content_type, &body, table)
     }
 
     fn dispatch(
@@ -333,8 +353,42 @@ impl Api {
         q: HashMap<String, String>,
         content_type: &str,
         body: &[u8],
+        table: bool,
     ) -> Result<Response<Body>, ApiError> {
-        let info = t.info;
+        // events.k8s.io/v1 Events share the core Event storage, converted at this edge.
+        let v1_events = crate::events::is_events_v1(t.info);
+        let info = crate::events::storage(t.info);
+        let out = |v: Value| {
+            if v1_events {
+                crate::events::to_v1(&v)
+            } else {
+                v
+            }
+        };
+        let input = |v: Value| {
+            if v1_events {
+                crate::events::to_core(&v)
+            } else {
+                v
+            }
+        };
+        let out_list = |mut list: Value| {
+            if v1_events {
+                list["apiVersion"] = json!(t.info.api_version());
+                if let Some(items) = list.get_mut("items").and_then(Value::as_array_mut) {
+                    for item in items {
+                        *item = crate::events::to_v1(item);
+                    }
+                }
+            }
+            list
+        };
+        if method != Method::GET && q.get("dryRun").is_some_and(|d| !d.is_empty()) {
+            // Refuse rather than silently persisting a dry-run write.
+            return Err(ApiError::bad_request(
+                "dryRun is not supported by this fake API server",
+            ));
+        }
         let ns = t.namespace.clone().unwrap_or_default();
         let ns_ref = if info.namespaced { ns.as_str() } else { "" };
         let status_sub = match t.sub.as_deref() {
@@ -344,10 +398,10 @@ impl Api {
                 let name = t.name.unwrap_or_default();
                 return self.token_request(info, &ns, &name, body);
             }
-            Some(_) => {
+            Some(other) => {
                 return Err(ApiError::path_not_found(&format!(
-                    "{}/{:?}",
-                    info.plural, t.sub
+                    "{}/{other}",
+                    info.plural
                 )));
             }
         };
@@ -356,24 +410,32 @@ impl Api {
                 let opts = list_opts(info, &q)?;
                 let ns_filter = t.namespace.filter(|_| info.namespaced);
                 if truthy(&q, "watch") {
-                    return self.watch(info, ns_filter, opts, &q);
+                    return self.watch(t.info, ns_filter, opts, &q, table);
                 }
-                Ok(respond(
-                    200,
-                    &self.store.list(info, ns_filter.as_deref(), &opts)?,
-                ))
+                let list = self.store.list(info, ns_filter.as_deref(), &opts)?;
+                if table {
+                    let items = list["items"].as_array().cloned().unwrap_or_default();
+                    let meta = list["metadata"].clone();
+                    return Ok(respond(200, &crate::table::render(info.kind, &items, meta)));
+                }
+                Ok(respond(200, &out_list(list)))
             }
-            (Method::GET, Some(name)) => Ok(respond(200, &self.store.get(info, ns_ref, &name)?)),
+            (Method::GET, Some(name)) => {
+                let obj = self.store.get(info, ns_ref, &name)?;
+                if table && !status_sub {
+                    let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+                    return Ok(respond(200, &crate::table::render(info.kind, &[obj], meta)));
+                }
+                Ok(respond(200, &out(obj)))
+            }
             (Method::POST, None) => {
-                let obj = parse_body(body)?;
-                Ok(respond(201, &self.store.create(info, ns_ref, obj)?))
+                let obj = input(parse_body(body)?);
+                Ok(respond(201, &out(self.store.create(info, ns_ref, obj)?)))
             }
             (Method::PUT, Some(name)) => {
-                let obj = parse_body(body)?;
-                Ok(respond(
-                    200,
-                    &self.store.update(info, ns_ref, &name, obj, status_sub)?,
-                ))
+                let obj = input(parse_body(body)?);
+                let updated = self.store.update(info, ns_ref, &name, obj, status_sub)?;
+                Ok(respond(200, &out(updated)))
             }
             (Method::PATCH, Some(name)) => {
                 let ptype = match content_type {
@@ -383,6 +445,12 @@ impl Api {
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
                 let patch = parse_body(body)?;
+                if v1_events {
+                    return Ok(respond(
+                        200,
+                        &out(self.patch_converted(info, ns_ref, &name, ptype, &patch)?),
+                    ));
+                }
                 Ok(respond(
                     200,
                     &self
@@ -394,7 +462,7 @@ impl Api {
                 let opts = delete_opts(&q, body)?;
                 let (obj, removed) = self.store.delete(info, ns_ref, &name, &opts)?;
                 if info.kind == "Pod" || !removed {
-                    return Ok(respond(200, &obj));
+                    return Ok(respond(200, &out(obj)));
                 }
                 Ok(respond(200, &success_status(info, &name, &obj)))
             }
@@ -412,10 +480,37 @@ impl Api {
                         Err(e) => return Err(e),
                     }
                 }
-                Ok(respond(200, &list))
+                Ok(respond(200, &out_list(list)))
             }
             (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
         }
+    }
+
+    /// PATCH of an `events.k8s.io/v1` Event: applied to the converted form, stored as core.
+    fn patch_converted(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        ptype: PatchType,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        let old = self.store.get(info, ns, name)?;
+        let current = crate::events::to_v1(&old);
+        let invalid = |e: String| ApiError::invalid("Event", name, &e);
+        let patched =
+            match ptype {
+                PatchType::Json => crate::jsonpatch::json_patch(&current, patch)
+                    .map_err(|e| invalid(e.to_string()))?,
+                PatchType::Merge => crate::jsonpatch::merge_patch(&current, patch),
+                PatchType::Strategic => crate::smp::apply("Event", &current, patch)
+                    .map_err(|e| invalid(e.to_string()))?,
+            };
+        let mut core = crate::events::to_core(&patched);
+        if core["metadata"]["resourceVersion"].is_null() {
+            core["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        }
+        self.store.update(info, ns, name, core, false)
     }
 
     fn watch(
@@ -424,6 +519,7 @@ impl Api {
         namespace: Option<String>,
         list: ListOpts,
         q: &HashMap<String, String>,
+        table: bool,
     ) -> Result<Response<Body>, ApiError> {
         let send_initial_events = truthy(q, "sendInitialEvents");
         let bookmarks = truthy(q, "allowWatchBookmarks");
@@ -451,6 +547,7 @@ impl Api {
             send_initial_events,
             timeout,
             bookmark_interval: self.bookmark_interval,
+            table,
         };
         let rx = watch::start(&self.store, info, params)?;
         let stream = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));

@@ -40,6 +40,11 @@ fn lookup(kind: &str, path: &[String]) -> Meta {
             "Node" => node_meta(&p),
             "Service" => match p.as_slice() {
                 ["spec", "ports"] => merge(Some("port")),
+                ["status", "conditions"] => merge(Some("type")),
+                _ => Meta::default(),
+            },
+            "ServiceAccount" => match p.as_slice() {
+                ["secrets"] => merge(Some("name")),
                 _ => Meta::default(),
             },
             _ => Meta::default(),

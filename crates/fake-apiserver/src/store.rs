@@ -67,6 +67,13 @@ pub struct ListOpts {
 
 type Key = (String, String, String);
 
+/// What [`Store::watch`] returns: the backlog, the current rv and the live receiver.
+pub type WatchStart = (
+    Vec<Arc<WatchEvent>>,
+    u64,
+    broadcast::Receiver<Arc<WatchEvent>>,
+);
+
 struct Inner {
     rv: u64,
     objects: BTreeMap<Key, Value>,
@@ -291,11 +298,11 @@ impl Store {
         } else if let Some(m) = obj["metadata"].as_object_mut() {
             m.remove("namespace");
         }
-        if meta_str(&obj, "name").is_none() {
-            if let Some(prefix) = meta_str(&obj, "generateName").map(str::to_string) {
-                let suffix = short_hash(&format!("{}/{}", inner.rv, prefix));
-                obj["metadata"]["name"] = json!(format!("{prefix}{suffix}"));
-            }
+        if meta_str(&obj, "name").is_none()
+            && let Some(prefix) = meta_str(&obj, "generateName").map(str::to_string)
+        {
+            let suffix = short_hash(&format!("{}/{}", inner.rv, prefix));
+            obj["metadata"]["name"] = json!(format!("{prefix}{suffix}"));
         }
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = Self::key(info, ns, &name);
@@ -372,10 +379,10 @@ impl Store {
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&info.qualified(), name))?;
-        if let Some(rv) = meta_str(&obj, "resourceVersion") {
-            if Some(rv) != meta_str(&old, "resourceVersion") {
-                return Err(conflict_modified(info, name));
-            }
+        if let Some(rv) = meta_str(&obj, "resourceVersion")
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(conflict_modified(info, name));
         }
         if let Some(uid) = meta_str(&obj, "uid") {
             let old_uid = meta_str(&old, "uid").unwrap_or_default();
@@ -473,17 +480,17 @@ impl Store {
                 ),
             ));
         }
-        if let Some(rv) = opts.resource_version.as_deref() {
-            if Some(rv) != meta_str(&old, "resourceVersion") {
-                return Err(ApiError::conflict(
-                    &info.qualified(),
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        meta_str(&old, "resourceVersion").unwrap_or_default()
-                    ),
-                ));
-            }
+        if let Some(rv) = opts.resource_version.as_deref()
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                &info.qualified(),
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&old, "resourceVersion").unwrap_or_default()
+                ),
+            ));
         }
         let mut grace = 0;
         if info.kind == "Pod" {
@@ -499,10 +506,11 @@ impl Store {
                 grace = 0;
             }
             grace = grace.max(0);
-            if let Some(existing) = old["metadata"]["deletionGracePeriodSeconds"].as_i64() {
-                if grace >= existing && existing > 0 {
-                    return Ok((old, false));
-                }
+            if let Some(existing) = old["metadata"]["deletionGracePeriodSeconds"].as_i64()
+                && grace >= existing
+                && existing > 0
+            {
+                return Ok((old, false));
             }
         }
         let has_finalizers = old["metadata"]["finalizers"]
@@ -552,14 +560,7 @@ impl Store {
         info: &ResourceInfo,
         ns: Option<&str>,
         from: Option<u64>,
-    ) -> Result<
-        (
-            Vec<Arc<WatchEvent>>,
-            u64,
-            broadcast::Receiver<Arc<WatchEvent>>,
-        ),
-        ApiError,
-    > {
+    ) -> Result<WatchStart, ApiError> {
         let inner = self.lock();
         let res = info.qualified();
         let in_scope = |ev: &WatchEvent| ev.resource == res && ns.is_none_or(|n| n == ev.namespace);
@@ -570,6 +571,9 @@ impl Store {
                         "too old resource version: {rv} ({})",
                         inner.compacted
                     )));
+                }
+                if rv > inner.rv {
+                    return Err(ApiError::too_large_resource_version(rv, inner.rv));
                 }
                 inner
                     .history

@@ -263,6 +263,9 @@ fn watch_history_and_gone() {
         gone.map(|_| ()).map_err(|e| (e.code, e.reason)),
         Err((410, "Expired"))
     );
+    let future = s.resource_version() + 5;
+    let too_large = s.watch(cms, None, Some(future));
+    assert_eq!(too_large.map(|_| ()).map_err(|e| e.code), Err(504));
     let (snapshot, _, _) = s.watch(cms, Some("default"), None).expect("from now");
     assert_eq!(snapshot.len(), 5);
     assert!(snapshot.iter().all(|e| e.kind == "ADDED"));

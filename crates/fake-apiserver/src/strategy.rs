@@ -61,16 +61,15 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     if info.kind == "Pod" {
         validate_pod(name, obj)?;
     }
-    if info.kind == "Lease" {
-        if let Some(d) = obj["spec"].get("leaseDurationSeconds") {
-            if d.as_i64().is_none_or(|d| d <= 0) {
-                return Err(ApiError::invalid(
-                    "Lease",
-                    name,
-                    "spec.leaseDurationSeconds: Invalid value: must be greater than 0",
-                ));
-            }
-        }
+    if info.kind == "Lease"
+        && let Some(d) = obj["spec"].get("leaseDurationSeconds")
+        && d.as_i64().is_none_or(|d| d <= 0)
+    {
+        return Err(ApiError::invalid(
+            "Lease",
+            name,
+            "spec.leaseDurationSeconds: Invalid value: must be greater than 0",
+        ));
     }
     Ok(())
 }
@@ -244,6 +243,60 @@ fn mutable_pod_fields_cleared(spec: &Value) -> Value {
     s
 }
 
+/// Upstream `ValidateContainerStateTransition`: unless the pod (or, for init containers, the
+/// container) restarts, a terminated container may not become non-terminated.
+fn validate_container_state_transitions(
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let policy = old["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    for (list, spec_list, list_policy) in [
+        ("containerStatuses", "containers", policy),
+        ("initContainerStatuses", "initContainers", policy),
+        ("ephemeralContainerStatuses", "ephemeralContainers", "Never"),
+    ] {
+        for (i, o) in old["status"][list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let Some(exit) = o["state"]["terminated"]["exitCode"]
+                .as_i64()
+                .or_else(|| o["state"]["terminated"].is_object().then_some(0))
+            else {
+                continue;
+            };
+            let cname = &o["name"];
+            let sidecar = spec_list == "initContainers"
+                && old["spec"][spec_list]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["name"] == *cname && c["restartPolicy"] == "Always");
+            if list_policy == "Always" || sidecar || (exit != 0 && list_policy == "OnFailure") {
+                continue;
+            }
+            let revived = new["status"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|n| n["name"] == *cname && n["state"]["terminated"].is_null());
+            if revived {
+                return Err(ApiError::invalid(
+                    "Pod",
+                    name,
+                    &format!(
+                        "status.{list}[{i}].state: Forbidden: may not be transitioned to non-terminated state"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Merges an update into the stored object following the resource's spec/status split.
 /// `status_sub` selects the `/status` subresource rules.
 pub fn prepare_update(
@@ -269,6 +322,7 @@ pub fn prepare_update(
         }
         if info.kind == "Pod" {
             new["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"].clone();
+            validate_container_state_transitions(&name, old, &new)?;
         }
     } else if info.has_status {
         match old.get("status") {
@@ -315,10 +369,10 @@ pub fn prepare_update(
         };
         new[k] = json!(v);
     }
-    if new["metadata"]["ownerReferences"].is_null() {
-        if let Some(m) = new["metadata"].as_object_mut() {
-            m.remove("ownerReferences");
-        }
+    if new["metadata"]["ownerReferences"].is_null()
+        && let Some(m) = new["metadata"].as_object_mut()
+    {
+        m.remove("ownerReferences");
     }
     if info.kind == "Secret" {
         normalize_secret(&mut new);
@@ -374,6 +428,21 @@ mod tests {
             prepare_update(pods(), &old, bad, false).map_err(|e| e.code),
             Err(422)
         );
+    }
+
+    #[test]
+    fn terminated_containers_stay_terminated_unless_restarting() {
+        let old = |policy: &str| {
+            json!({"metadata": {"name": "p"}, "spec": {"restartPolicy": policy,
+                "containers": [{"name": "c", "image": "a"}]},
+                "status": {"containerStatuses": [{"name": "c", "state": {"terminated": {"exitCode": 1}}}]}})
+        };
+        let mut new = old("Never");
+        new["status"]["containerStatuses"][0]["state"] = json!({"running": {}});
+        for (policy, ok) in [("Never", false), ("OnFailure", true), ("Always", true)] {
+            let got = prepare_update(pods(), &old(policy), new.clone(), true).map(|_| ());
+            assert_eq!(got.is_ok(), ok, "{policy}: {got:?}");
+        }
     }
 
     #[test]

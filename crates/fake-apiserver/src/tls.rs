@@ -43,6 +43,58 @@ pub struct TlsMaterial {
     pub client_cert_pem: String,
     /// Admin client key (PEM).
     pub client_key_pem: String,
+    client_cert_der: Vec<u8>,
+    client_key_der: Vec<u8>,
+}
+
+/// Accepts any kubelet serving certificate, as kube-apiserver does without
+/// `--kubelet-certificate-authority`; signatures are still checked.
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 fn rc(what: &'static str) -> impl FnOnce(rcgen::Error) -> TlsError {
@@ -102,6 +154,8 @@ impl TlsMaterial {
             server_key_der: srv_key.serialize_der(),
             client_cert_pem: cli_cert.pem(),
             client_key_pem: cli_key.serialize_pem(),
+            client_cert_der: cli_cert.der().to_vec(),
+            client_key_der: cli_key.serialize_der(),
         })
     }
 
@@ -127,6 +181,24 @@ impl TlsMaterial {
                     CertificateDer::from(self.ca_der.clone()),
                 ],
                 PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.server_key_der.clone())),
+            )?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
+    }
+}
+
+impl TlsMaterial {
+    /// A rustls client config for calling kubelets: presents the admin client certificate and
+    /// does not verify the kubelet's serving certificate.
+    pub fn kubelet_client_config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+            .with_client_auth_cert(
+                vec![CertificateDer::from(self.client_cert_der.clone())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.client_key_der.clone())),
             )?;
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(cfg))

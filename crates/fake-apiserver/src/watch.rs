@@ -28,12 +28,28 @@ pub struct WatchParams {
     pub timeout: Option<Duration>,
     /// Interval between progress BOOKMARKs.
     pub bookmark_interval: Duration,
+    /// Render ADDED/MODIFIED/DELETED objects as one-row Tables (kubectl `get -w`).
+    pub table: bool,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
     let mut s = json!({"type": kind, "object": object}).to_string();
     s.push('\n');
     Bytes::from(s)
+}
+
+fn object_line(info: &ResourceInfo, table: bool, kind: &str, object: &Value) -> Bytes {
+    if crate::events::is_events_v1(info) && !table {
+        line(kind, &crate::events::to_v1(object))
+    } else if table {
+        let meta = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
+        line(
+            kind,
+            &crate::table::render(info.kind, std::slice::from_ref(object), meta),
+        )
+    } else {
+        line(kind, object)
+    }
 }
 
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Value {
@@ -79,8 +95,9 @@ pub fn start(
             }
         };
     let (tx, rx) = mpsc::channel(256);
-    let res = info.qualified();
-    match store.watch(info, params.namespace.as_deref(), from) {
+    let storage = crate::events::storage(info);
+    let res = storage.qualified();
+    match store.watch(storage, params.namespace.as_deref(), from) {
         Ok((backlog, start_rv, live)) => {
             tokio::spawn(run(info, params, res, backlog, start_rv, live, tx));
         }
@@ -113,10 +130,13 @@ async fn run(
                 .is_none_or(|n| n == ev.namespace)
     };
     for ev in &backlog {
-        if let Some(kind) = visible(ev, &params.list) {
-            if tx.send(line(kind, &ev.object)).await.is_err() {
-                return;
-            }
+        if let Some(kind) = visible(ev, &params.list)
+            && tx
+                .send(object_line(info, params.table, kind, &ev.object))
+                .await
+                .is_err()
+        {
+            return;
         }
     }
     if params.send_initial_events && params.bookmarks {
@@ -152,10 +172,13 @@ async fn run(
                 if !in_scope(&ev) {
                     continue;
                 }
-                if let Some(kind) = visible(&ev, &params.list) {
-                    if tx.send(line(kind, &ev.object)).await.is_err() {
-                        return;
-                    }
+                if let Some(kind) = visible(&ev, &params.list)
+                    && tx
+                        .send(object_line(info, params.table, kind, &ev.object))
+                        .await
+                        .is_err()
+                {
+                    return;
                 }
             }
         }
@@ -180,6 +203,7 @@ mod tests {
             send_initial_events: false,
             timeout: None,
             bookmark_interval: Duration::from_secs(1),
+            table: false,
         }
     }
 

@@ -1,100 +1,12 @@
-//! Black-box tests: the real `/usr/bin/kubectl` (v1.32) against an in-process fake API server.
+//! Black-box tests: the real `/usr/bin/kubectl` (v1.32) against an in-process fake API server
+//! (CRUD, apply, patches, errors, namespaces, auth).
 
-use fake_apiserver::{FakeApiServer, KubeconfigAuth, Options};
-use serde_json::{Value, json};
-use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
+mod common;
+
+use common::{KUBECTL, kubectl, kubectl_in, ok, ok_stdin, start};
+use fake_apiserver::{KubeconfigAuth, Options};
+use serde_json::json;
 use tokio::process::Command;
-
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("kubectl output is not JSON ({e}): {}", self.stdout))
-    }
-}
-
-async fn start(opts: Options) -> (FakeApiServer, tempfile::TempDir) {
-    assert!(
-        Path::new(KUBECTL).exists(),
-        "{KUBECTL} is required for the kubectl black-box tests but is missing"
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        kubeconfig_path: Some(dir.path().join("kubeconfig")),
-        bookmark_interval: Duration::from_millis(200),
-        ..opts
-    };
-    let server = FakeApiServer::start(opts)
-        .await
-        .expect("start fake apiserver");
-    (server, dir)
-}
-
-async fn kubectl_in(server: &FakeApiServer, stdin: Option<&str>, args: &[&str]) -> Out {
-    let mut cmd = Command::new(KUBECTL);
-    cmd.arg("--kubeconfig")
-        .arg(&server.kubeconfig_path)
-        .args(args)
-        .env("HOME", std::env::temp_dir())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("spawn kubectl");
-    if let Some(input) = stdin {
-        use tokio::io::AsyncWriteExt;
-        let mut si = child.stdin.take().expect("stdin");
-        si.write_all(input.as_bytes()).await.expect("write stdin");
-        drop(si);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
-        .expect("kubectl output");
-    Out {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-async fn kubectl(server: &FakeApiServer, args: &[&str]) -> Out {
-    kubectl_in(server, None, args).await
-}
-
-async fn ok(server: &FakeApiServer, args: &[&str]) -> Out {
-    let out = kubectl(server, args).await;
-    assert!(
-        out.ok,
-        "kubectl {args:?} failed: {}{}",
-        out.stdout, out.stderr
-    );
-    out
-}
-
-async fn ok_stdin(server: &FakeApiServer, stdin: &str, args: &[&str]) -> Out {
-    let out = kubectl_in(server, Some(stdin), args).await;
-    assert!(
-        out.ok,
-        "kubectl {args:?} failed: {}{}",
-        out.stdout, out.stderr
-    );
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_crud_apply_patch_and_errors() {
@@ -224,6 +136,15 @@ async fn configmap_crud_apply_patch_and_errors() {
     let cm2 = s.get("configmaps", "default", "cm2").expect("cm2 stored");
     assert_eq!(cm2["data"], json!({"a": "9"}));
 
+    // Server-side dry run is refused, never persisted.
+    let dry = kubectl_in(
+        &s,
+        Some(applied),
+        &["create", "--dry-run=server", "-f", "-"],
+    )
+    .await;
+    assert!(!dry.ok);
+    assert!(dry.stderr.contains("dryRun"), "{}", dry.stderr);
     ok(&s, &["delete", "cm", "cm1"]).await;
     let missing = kubectl(&s, &["get", "cm", "cm1"]).await;
     assert!(!missing.ok);
@@ -248,7 +169,15 @@ async fn pods_nodes_and_graceful_deletion() {
     // Client-supplied status is dropped; a pod bound to a missing node stays Pending.
     assert_eq!(got["status"]["phase"], "Pending");
     assert_eq!(got["spec"]["containers"][0]["imagePullPolicy"], "Always");
-    ok(&s, &["get", "pods", "-o", "wide"]).await;
+    let wide = ok(&s, &["get", "pods", "-o", "wide"]).await.stdout;
+    let row: Vec<&str> = wide
+        .lines()
+        .nth(1)
+        .expect("pod row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..3], ["p1", "0/1", "Pending"], "{wide}");
+    assert!(row.contains(&"ghost"), "{wide}");
     let d = ok(&s, &["describe", "pod", "p1"]).await;
     assert!(d.stdout.contains("Pending"), "{}", d.stdout);
     let sel = ok(
@@ -360,13 +289,51 @@ async fn leases_namespaces_and_discovery() {
     .json();
     assert_eq!(got["spec"]["renewTime"], "2024-01-01T00:00:00.000000Z");
 
-    // kubectl's typed generators (`create namespace|configmap|secret|token`) send protobuf,
-    // which the fixture does not decode: it must refuse clearly (415), not misbehave.
-    let proto = kubectl(&s, &["create", "namespace", "team"]).await;
-    assert!(!proto.ok);
-    assert!(proto.stderr.contains("protobuf"), "{}", proto.stderr);
+    // kubectl's typed generators send protobuf bodies.
+    ok(&s, &["create", "namespace", "team"]).await;
+    ok(
+        &s,
+        &[
+            "-n",
+            "team",
+            "create",
+            "configmap",
+            "proto",
+            "--from-literal=a=b",
+        ],
+    )
+    .await;
+    let cm = s
+        .get("configmaps", "team", "proto")
+        .expect("protobuf configmap");
+    assert_eq!(cm["data"], json!({"a": "b"}));
+    assert!(cm["metadata"].get("generateName").is_none());
+    ok(
+        &s,
+        &[
+            "-n",
+            "team",
+            "create",
+            "secret",
+            "generic",
+            "psec",
+            "--from-literal=x=y",
+        ],
+    )
+    .await;
+    let psec = s.get("secrets", "team", "psec").expect("protobuf secret");
+    assert_eq!(
+        (psec["data"]["x"].as_str(), psec["type"].as_str()),
+        (Some("eQ=="), Some("Opaque"))
+    );
+    ok(&s, &["-n", "team", "create", "serviceaccount", "psa"]).await;
+    let jwt = ok(
+        &s,
+        &["-n", "team", "create", "token", "psa", "--audience=api"],
+    )
+    .await;
+    assert_eq!(jwt.stdout.trim().split('.').count(), 3, "{}", jwt.stdout);
     let objs = r#"{"apiVersion":"v1","kind":"List","items":[
-        {"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team"}},
         {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"team"},"data":{"a":"b"}},
         {"apiVersion":"v1","kind":"Secret","metadata":{"name":"sec","namespace":"team"},"stringData":{"a":"b"}},
         {"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"sa","namespace":"team"}}]}"#;
@@ -429,88 +396,6 @@ async fn leases_namespaces_and_discovery() {
     );
     ok(&s, &["delete", "namespace", "team", "--wait=false"]).await;
     assert!(s.list("configmaps", Some("team")).is_empty());
-    s.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_watch_streams_changes() {
-    let (s, _dir) = start(Options::default()).await;
-    s.create(
-        "configmaps",
-        "default",
-        json!({"metadata": {"name": "before"}}),
-    )
-    .expect("create");
-    let mut child = Command::new(KUBECTL)
-        .arg("--kubeconfig")
-        .arg(&s.kubeconfig_path)
-        .args([
-            "get",
-            "configmaps",
-            "-w",
-            "-o",
-            "name",
-            "--request-timeout=15s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn kubectl get -w");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut seen = Vec::new();
-    let read = async {
-        while let Ok(Some(l)) = lines.next_line().await {
-            seen.push(l.clone());
-            if l == "configmap/before" {
-                s.create(
-                    "configmaps",
-                    "default",
-                    json!({"metadata": {"name": "after"}}),
-                )
-                .expect("create after");
-            }
-            if l == "configmap/after" {
-                break;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(15), read)
-        .await
-        .expect("watch produced both objects in time");
-    assert_eq!(seen, vec!["configmap/before", "configmap/after"]);
-    child.kill().await.expect("kill kubectl");
-
-    // Raw watch with initial events, the initial-events-end bookmark and a server timeout.
-    let raw = ok(&s, &["get", "--raw",
-        "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"]).await;
-    let events: Vec<Value> = raw
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("event json"))
-        .collect();
-    assert_eq!(events[0]["type"], "ADDED");
-    assert_eq!(events[1]["type"], "ADDED");
-    assert_eq!(events[2]["type"], "BOOKMARK");
-    assert_eq!(
-        events[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
-        "true"
-    );
-
-    // A too-old resourceVersion yields an Expired (410) ERROR event.
-    s.compact();
-    let old = ok(
-        &s,
-        &[
-            "get",
-            "--raw",
-            "/api/v1/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1",
-        ],
-    )
-    .await;
-    let ev: Value = serde_json::from_str(old.stdout.trim()).expect("error event");
-    assert_eq!(ev["type"], "ERROR");
-    assert_eq!(ev["object"]["code"], 410);
     s.shutdown().await;
 }
 

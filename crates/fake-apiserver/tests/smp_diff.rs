@@ -86,6 +86,9 @@ fn other_base(kind: &str) -> Value {
             "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"},
                                {"name": "https", "port": 443, "protocol": "TCP"}],
                      "selector": {"app": "web"}}}),
+        "ServiceAccount" => json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "sa", "namespace": "default"},
+            "secrets": [{"name": "a"}, {"name": "b"}], "imagePullSecrets": [{"name": "x"}]}),
         _ => unreachable!("unknown kind {kind}"),
     }
 }

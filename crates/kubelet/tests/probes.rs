@@ -559,3 +559,35 @@ async fn sidecar_startup_probe_gates_the_next_container() {
     assert_eq!(side.started, Some(true));
     agent.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn sidecars_do_not_block_pod_completion() {
+    let h = Harness::new();
+    h.fake.on_start(
+        "app",
+        rkubelet_cri::fake::Behaviour::ExitAfter(Duration::from_secs(2), 0),
+    );
+    let p = pod(
+        "done",
+        &format!(
+            "  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n  initContainers:\n{}  containers:\n{}",
+            container("side", "    restartPolicy: Always\n"),
+            container("app", "")
+        ),
+    );
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until("Succeeded", Duration::from_secs(30), || {
+        api_status(&agent, &p).and_then(|s| s.phase).as_deref() == Some("Succeeded")
+    })
+    .await;
+    wait_until("sidecar stopped", Duration::from_secs(30), || {
+        !running(&agent, &p, "side") && h.fake.call_count("StopContainer") >= 1
+    })
+    .await;
+    assert!(
+        h.messages("Killing")
+            .contains(&"Stopping container side".to_owned())
+    );
+    agent.shutdown().await;
+}

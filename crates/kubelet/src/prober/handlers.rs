@@ -193,13 +193,11 @@ pub async fn run_http_get(h: &HTTPGetAction, t: &Target<'_>) -> ProbeOutcome {
         Ok(p) => p,
         Err(e) => return ProbeOutcome::new(Outcome::Unknown, e),
     };
-    let scheme = h.scheme.as_deref().unwrap_or("HTTP").to_ascii_uppercase();
-    if scheme == "HTTPS" {
-        return ProbeOutcome::new(
-            Outcome::Failure,
-            "HTTPS probes are not supported by this rkubelet yet (no TLS client built in)",
-        );
-    }
+    let tls = h
+        .scheme
+        .as_deref()
+        .is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"));
+    let scheme = if tls { "https" } else { "http" };
     let host = host_or_ip(h.host.as_deref(), t.pod_ip).to_owned();
     let mut path = h.path.clone().unwrap_or_default();
     if !path.starts_with('/') {
@@ -211,13 +209,18 @@ pub async fn run_http_get(h: &HTTPGetAction, t: &Target<'_>) -> ProbeOutcome {
         .flatten()
         .map(|hh| (hh.name.clone(), hh.value.clone()))
         .collect();
-    match tokio::time::timeout(t.timeout, http_get_following(&host, port, path, &headers)).await {
+    match tokio::time::timeout(
+        t.timeout,
+        http_get_following(&host, port, path, &headers, tls),
+    )
+    .await
+    {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => ProbeOutcome::new(Outcome::Failure, e),
         Err(_) => ProbeOutcome::new(
             Outcome::Failure,
             format!(
-                "Get \"http://{}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                "Get \"{scheme}://{}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
                 join_host_port(&host, port),
                 h.path.as_deref().unwrap_or("/")
             ),
@@ -230,10 +233,11 @@ async fn http_get_following(
     port: u16,
     mut path: String,
     headers: &[(String, String)],
+    tls: bool,
 ) -> Result<ProbeOutcome, String> {
     let addr = join_host_port(host, port);
     for _ in 0..=MAX_REDIRECTS {
-        let (status, location, body) = http_get_once(&addr, &path, headers).await?;
+        let (status, location, body) = http_get_once(host, &addr, &path, headers, tls).await?;
         if (300..400).contains(&status) {
             match location.as_deref().and_then(|l| same_host_path(l, &addr)) {
                 Some(next) => {
@@ -267,20 +271,45 @@ fn same_host_path(location: &str, addr: &str) -> Option<String> {
     if location.starts_with('/') {
         return Some(location.to_owned());
     }
-    let rest = location.strip_prefix("http://")?;
+    let rest = location
+        .strip_prefix("http://")
+        .or_else(|| location.strip_prefix("https://"))?;
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     (authority == addr).then(|| format!("/{path}"))
 }
 
 async fn http_get_once(
+    host: &str,
     addr: &str,
     path: &str,
     headers: &[(String, String)],
+    tls: bool,
 ) -> Result<(u16, Option<String>, String), String> {
-    let uri = format!("http://{addr}{path}");
+    let uri = format!("{}://{addr}{path}", if tls { "https" } else { "http" });
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("Get \"{uri}\": dial tcp {addr}: {e}"))?;
+    if !tls {
+        return request_over(stream, &uri, addr, path, headers).await;
+    }
+    let name = crate::prober::tls::server_name(host)?;
+    let stream = crate::prober::tls::insecure_connector()?
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("Get \"{uri}\": TLS handshake: {e}"))?;
+    request_over(stream, &uri, addr, path, headers).await
+}
+
+async fn request_over<S>(
+    stream: S,
+    uri: &str,
+    addr: &str,
+    path: &str,
+    headers: &[(String, String)],
+) -> Result<(u16, Option<String>, String), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let io = hyper_util::rt::TokioIo::new(stream);
     let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io)
         .await
@@ -417,6 +446,7 @@ pub async fn run_grpc(g: &GRPCAction, t: &Target<'_>) -> ProbeOutcome {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn container() -> Container {
         serde_json::from_value(
@@ -524,5 +554,58 @@ mod tests {
             host: None,
         };
         assert_eq!(run_tcp(&tcp, &t).await.outcome, Outcome::Failure);
+    }
+
+    #[tokio::test]
+    async fn https_get_skips_certificate_verification() {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let ck =
+            rcgen::generate_simple_self_signed(vec!["elsewhere.example".to_owned()]).expect("cert");
+        let cert = CertificateDer::from(ck.cert.der().to_vec());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let (s, _) = l.accept().await.expect("accept");
+            let mut s = acceptor.accept(s).await.expect("tls accept");
+            let mut buf = [0u8; 2048];
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(String::from_utf8_lossy(&buf[..n]).contains("user-agent: kube-probe/1.33"));
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecure")
+                .await
+                .expect("write");
+            let _ = s.shutdown().await;
+        });
+        let rt = rkubelet_cri::fake::FakeRuntime::new();
+        let c = container();
+        let t = Target {
+            runtime: &rt,
+            container: &c,
+            container_id: "x",
+            pod_ip: "127.0.0.1",
+            timeout: Duration::from_secs(5),
+        };
+        let get = HTTPGetAction {
+            port: IntOrString::Int(i32::from(port)),
+            scheme: Some("HTTPS".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            run_http_get(&get, &t).await,
+            ProbeOutcome::new(Outcome::Success, "secure")
+        );
     }
 }

@@ -7,6 +7,7 @@
 pub mod handlers;
 pub mod metrics;
 pub mod results;
+pub mod tls;
 pub mod worker;
 
 use std::collections::HashMap;

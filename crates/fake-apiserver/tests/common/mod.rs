@@ -1,0 +1,103 @@
+//! Shared helpers of the kubectl black-box suites: an in-process fake API server with its own
+//! kubeconfig and HOME, and kubectl invocations with timeouts.
+
+#![allow(dead_code)]
+
+use fake_apiserver::{FakeApiServer, Options};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::Command;
+
+pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+pub struct Out {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("kubectl output is not JSON ({e}): {}", self.stdout))
+    }
+}
+
+pub async fn start(opts: Options) -> (FakeApiServer, tempfile::TempDir) {
+    assert!(
+        Path::new(KUBECTL).exists(),
+        "{KUBECTL} is required for the kubectl black-box tests but is missing"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        kubeconfig_path: Some(dir.path().join("kubeconfig")),
+        bookmark_interval: Duration::from_millis(200),
+        ..opts
+    };
+    let server = FakeApiServer::start(opts)
+        .await
+        .expect("start fake apiserver");
+    (server, dir)
+}
+
+pub async fn kubectl_in(server: &FakeApiServer, stdin: Option<&str>, args: &[&str]) -> Out {
+    let mut cmd = Command::new(KUBECTL);
+    cmd.arg("--kubeconfig")
+        .arg(&server.kubeconfig_path)
+        .args(args)
+        // Discovery cache per server, not shared with other runs.
+        .env(
+            "HOME",
+            server.kubeconfig_path.parent().expect("kubeconfig dir"),
+        )
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn kubectl");
+    if let Some(input) = stdin {
+        use tokio::io::AsyncWriteExt;
+        let mut si = child.stdin.take().expect("stdin");
+        si.write_all(input.as_bytes()).await.expect("write stdin");
+        drop(si);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
+        .expect("kubectl output");
+    Out {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub async fn kubectl(server: &FakeApiServer, args: &[&str]) -> Out {
+    kubectl_in(server, None, args).await
+}
+
+pub async fn ok(server: &FakeApiServer, args: &[&str]) -> Out {
+    let out = kubectl(server, args).await;
+    assert!(
+        out.ok,
+        "kubectl {args:?} failed: {}{}",
+        out.stdout, out.stderr
+    );
+    out
+}
+
+pub async fn ok_stdin(server: &FakeApiServer, stdin: &str, args: &[&str]) -> Out {
+    let out = kubectl_in(server, Some(stdin), args).await;
+    assert!(
+        out.ok,
+        "kubectl {args:?} failed: {}{}",
+        out.stdout, out.stderr
+    );
+    out
+}
