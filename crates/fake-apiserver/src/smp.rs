@@ -120,7 +120,36 @@ fn discard_nulls(v: Value) -> Value {
                 .map(|(k, v)| (k, discard_nulls(v)))
                 .collect(),
         ),
+        Value::Array(a) => Value::Array(a.into_iter().map(discard_nulls).collect()),
         other => other,
+    }
+}
+
+/// Upstream `removeDirectives`: drops maps carrying `$patch` (and list items that are such
+/// maps), recursively. Returns None when the value itself must be dropped.
+fn remove_directives(v: Value) -> Option<Value> {
+    match v {
+        Value::Object(m) => {
+            if m.contains_key(DIRECTIVE) {
+                return None;
+            }
+            Some(Value::Object(
+                m.into_iter()
+                    .filter_map(|(k, v)| remove_directives(v).map(|v| (k, v)))
+                    .collect(),
+            ))
+        }
+        Value::Array(a) => Some(Value::Array(
+            a.into_iter().filter_map(remove_directives).collect(),
+        )),
+        other => Some(other),
+    }
+}
+
+/// A patch value taken as-is (no original to merge with): nulls and directives dropped.
+fn take_patch_value(original: &mut Map<String, Value>, key: String, v: Value) {
+    if let Some(v) = remove_directives(discard_nulls(v)) {
+        original.insert(key, v);
     }
 }
 
@@ -153,7 +182,7 @@ fn merge_map(
         }
         let Some(orig_v) = original.remove(&key) else {
             if !is_delete_list {
-                original.insert(key, discard_nulls(patch_v));
+                take_patch_value(&mut original, key, patch_v);
             }
             continue;
         };
@@ -161,7 +190,7 @@ fn merge_map(
             if is_delete_list {
                 original.insert(key, orig_v);
             } else {
-                original.insert(key, discard_nulls(patch_v));
+                take_patch_value(&mut original, key, patch_v);
             }
             continue;
         }
@@ -242,10 +271,7 @@ fn merge_set_element_order(
         let meta = lookup(kind, path);
         let merged = match (&orig_list, patch_list) {
             (Some(o), None) => o.clone(),
-            (None, Some(p)) => p
-                .into_iter()
-                .filter(|v| v.get(DIRECTIVE).is_none())
-                .collect(),
+            (None, Some(p)) => p.into_iter().filter_map(remove_directives).collect(),
             (Some(o), Some(p)) => {
                 if meta.merge {
                     merge_slice(kind, path, o.clone(), p, meta.key, false)?

@@ -327,6 +327,77 @@ fn cases() -> Vec<(&'static str, Value, Value)> {
             other_base("Service"),
             json!({"spec": {"ports": [{"port": 443, "name": "tls"}, {"port": 8080, "name": "alt"}]}}),
         ),
+        (
+            "edge-new-list-with-replace-directive",
+            node(),
+            json!({"status": {"volumesInUse": ["a"], "conditions": null}, "spec": {"podCIDRs": null}}),
+        ),
+        (
+            "edge-new-podips-with-directive",
+            {
+                let mut p = pod();
+                p["status"]
+                    .as_object_mut()
+                    .expect("status")
+                    .remove("podIPs");
+                p
+            },
+            json!({"status": {"podIPs": [{"ip": "1.1.1.1"}, {"$patch": "replace"}]}}),
+        ),
+        (
+            "edge-set-order-missing-list",
+            {
+                let mut p = pod();
+                p["status"]
+                    .as_object_mut()
+                    .expect("status")
+                    .remove("conditions");
+                p
+            },
+            json!({"status": {"$setElementOrder/conditions": [{"type": "Ready"}, {"type": "Initialized"}],
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}]}}),
+        ),
+        (
+            "edge-new-map-with-nulls",
+            node(),
+            json!({"metadata": {"annotations": {"a": null, "b": "1"}}}),
+        ),
+        (
+            "edge-type-change-list-to-map",
+            pod(),
+            json!({"spec": {"tolerations": {"x": 1}}}),
+        ),
+        (
+            "edge-finalizers-duplicates",
+            pod(),
+            json!({"metadata": {"finalizers": ["b/two", "b/two", "z/z"]}}),
+        ),
+        (
+            "edge-delete-from-missing-primitive-list",
+            node(),
+            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["x"]}}),
+        ),
+        (
+            "edge-conditions-reorder-and-add",
+            node(),
+            json!({"status": {
+            "$setElementOrder/conditions": [{"type": "Ready"}, {"type": "MemoryPressure"}, {"type": "DiskPressure"}, {"type": "PIDPressure"}, {"type": "NetworkUnavailable"}],
+            "conditions": [{"type": "NetworkUnavailable", "status": "False"}]}}),
+        ),
+        (
+            "serviceaccount-secrets-merge-pull-secrets-atomic",
+            other_base("ServiceAccount"),
+            json!({"secrets": [{"name": "c"}], "imagePullSecrets": [{"name": "y"}]}),
+        ),
+        (
+            "service-status-conditions",
+            {
+                let mut svc = other_base("Service");
+                svc["status"] = json!({"conditions": [{"type": "A", "status": "True"}]});
+                svc
+            },
+            json!({"status": {"conditions": [{"type": "B", "status": "False"}]}}),
+        ),
     ]
 }
 

@@ -35,6 +35,7 @@ use crate::sources::http::HttpSource;
 use crate::status::manager::StatusManager;
 use crate::sync_loop::{LoopTimings, SyncLoop, SyncLoopHealth};
 use crate::types::PodSource;
+use crate::volumes::{SystemMounter, VolumeConfig, VolumeManager};
 
 /// Everything the agent needs, already resolved from config file and flags.
 #[derive(Debug, Clone)]
@@ -160,6 +161,14 @@ impl Agent {
         let tracker = TaskTracker::new();
         let cache = PodCache::new();
         let status = StatusManager::new();
+        let volumes = VolumeManager::new(
+            VolumeConfig {
+                root_dir: cfg.root_dir.clone(),
+                node_memory_bytes: host_memory_bytes().unwrap_or(0),
+                node_hosts_file: PathBuf::from("/etc/hosts"),
+            },
+            Arc::new(SystemMounter),
+        );
 
         // PLEG: the only writer of the pod cache.
         let (pleg_tx, pleg_rx) = mpsc::channel(1000);
@@ -218,6 +227,7 @@ impl Agent {
                 Clock::new(),
             )
             .with_relist_trigger(relist_trigger)
+            .with_volumes(volumes.clone())
             .with_prober(prober.clone()),
         );
         let workers = PodWorkers::new(
@@ -282,7 +292,8 @@ impl Agent {
             ]),
             deps.events.clone(),
         )
-        .with_probe_updates(probe_updates);
+        .with_probe_updates(probe_updates)
+        .with_volumes(volumes);
         let pods = sync_loop.pods();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
 

@@ -25,6 +25,7 @@ use crate::prober::ProbeUpdate;
 use crate::status::generate::past_active_deadline;
 use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodOp, PodUpdate};
+use crate::volumes::VolumeManager;
 
 /// Upstream: the loop is unhealthy when an iteration has not started for
 /// max(2 × syncFrequency, 5 min).
@@ -95,6 +96,7 @@ pub struct SyncLoop {
     rejected: HashSet<String>,
     /// Changed liveness/readiness/startup results from the prober.
     probe_updates: Option<mpsc::UnboundedReceiver<ProbeUpdate>>,
+    volumes: Option<VolumeManager>,
 }
 
 impl SyncLoop {
@@ -119,6 +121,7 @@ impl SyncLoop {
             clock: Clock::new(),
             rejected: HashSet::new(),
             probe_updates: None,
+            volumes: None,
         }
     }
 
@@ -126,6 +129,12 @@ impl SyncLoop {
     /// the pod; readiness changes update its status, which here is the same sync).
     pub fn with_probe_updates(mut self, rx: mpsc::UnboundedReceiver<ProbeUpdate>) -> Self {
         self.probe_updates = Some(rx);
+        self
+    }
+
+    /// Lets housekeeping remove the directories (and mounts) of pods that are gone.
+    pub fn with_volumes(mut self, volumes: VolumeManager) -> Self {
+        self.volumes = Some(volumes);
         self
     }
 
@@ -329,6 +338,9 @@ impl SyncLoop {
         let known = self.workers.known_uids();
         let keep: HashSet<String> = desired.union(&known).cloned().collect();
         self.status.remove_orphaned_statuses(&keep);
+        if let Some(v) = &self.volumes {
+            v.cleanup_orphaned_pod_dirs(&keep).await;
+        }
 
         // Desired pods without a worker (restarted after being re-added) get one again.
         for uid in desired.difference(&known) {

@@ -364,10 +364,10 @@ async fn pods_beyond_max_pods_are_rejected_out_of_pods() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn volume_mounts_are_refused_with_create_container_config_error() {
+async fn empty_dir_is_set_up_mounted_and_removed_with_the_pod() {
     let h = Harness::new();
     let yaml = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: vol\nspec:\n  volumes:\n  - name: work\n    emptyDir: {{}}\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    volumeMounts:\n    - name: work\n      mountPath: /work\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: vol\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: work\n    emptyDir: {{}}\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    volumeMounts:\n    - name: work\n      mountPath: /work\n"
     );
     let p = static_pods_from_manifest(
         yaml.as_bytes(),
@@ -379,26 +379,36 @@ async fn volume_mounts_are_refused_with_create_container_config_error() {
     .remove(0);
     let agent = h.start().await;
     set(&agent, vec![p.clone()]).await;
-    let uid = p.metadata.uid.clone().unwrap();
-    wait_until(
-        "CreateContainerConfigError",
-        Duration::from_secs(30),
-        || {
-            agent
-                .status
-                .get_pod_status(&uid)
-                .and_then(|s| s.container_statuses)
-                .and_then(|cs| cs[0].state.clone())
-                .and_then(|st| st.waiting)
-                .is_some_and(|w| {
-                    w.reason.as_deref() == Some("CreateContainerConfigError")
-                        && w.message
-                            .as_deref()
-                            .is_some_and(|m| m.contains("volume mounts are not supported"))
-                })
-        },
-    )
+    wait_until("running", Duration::from_secs(30), || {
+        all_running(&agent, &p)
+    })
     .await;
-    assert_eq!(h.fake.call_count("CreateContainer"), 0);
+    let uid = p.metadata.uid.clone().unwrap();
+    let pod_dir = h.root.join("kubelet/pods").join(&uid);
+    let work = pod_dir.join("volumes/kubernetes.io~empty-dir/work");
+    assert!(work.is_dir());
+    let id = h.fake.containers()[0].id.clone();
+    let mounts = h.fake.container(&id).unwrap().mounts;
+    let by_path = |p: &str| {
+        mounts
+            .iter()
+            .find(|m| m.container_path == p)
+            .map(|m| m.host_path.clone())
+    };
+    assert_eq!(by_path("/work"), Some(work.to_string_lossy().into_owned()));
+    assert_eq!(
+        by_path("/etc/hosts"),
+        Some(pod_dir.join("etc-hosts").to_string_lossy().into_owned())
+    );
+    assert!(
+        by_path("/dev/termination-log")
+            .is_some_and(|p| p.starts_with(&*pod_dir.join("containers/c").to_string_lossy()))
+    );
+
+    set(&agent, vec![]).await;
+    wait_until("pod dir removed", Duration::from_secs(60), || {
+        !pod_dir.exists()
+    })
+    .await;
     agent.shutdown().await;
 }

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Kubelet, container, cri, phase, running, tail};
 use rkubelet_cri::RuntimeService;
-use rkubelet_cri::api::{
-    ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest,
-};
+use rkubelet_cri::api::{ContainerState, ContainerStatusRequest};
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
 

@@ -24,7 +24,10 @@ async fn exec(id: &str, cmd: &[&str]) -> (i32, String) {
         })
         .await
         .expect("exec");
-    (resp.exit_code, String::from_utf8_lossy(&resp.stdout).into_owned())
+    (
+        resp.exit_code,
+        String::from_utf8_lossy(&resp.stdout).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,7 +41,9 @@ metadata:
   name: vols
   labels:
     app: vols
-    tier: "back end"
+    tier: backend
+  annotations:
+    note: 'say "hi" twice'
 spec:
   terminationGracePeriodSeconds: 1
   hostAliases:
@@ -64,6 +69,9 @@ spec:
       - path: name
         fieldRef:
           fieldPath: metadata.name
+      - path: note
+        fieldRef:
+          fieldPath: metadata.annotations['note']
   initContainers:
   - name: writer
     image: {IMAGE}
@@ -93,24 +101,48 @@ spec:
     k.write_manifest("vols.yaml", &manifest);
     k.start();
     let p = k
-        .wait_pod("vols", Duration::from_secs(60), "Running", |p| running(p, "main"))
+        .wait_pod("vols", Duration::from_secs(60), "Running", |p| {
+            running(p, "main")
+        })
         .await;
     assert_eq!(phase(&p), "Running");
     let id = container(&p, "containerStatuses", "main").unwrap()["containerID"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(exec(&id, &["cat", "/work/hello"]).await, (0, "from-init\n".into()));
-    assert_eq!(std::fs::read_to_string(host_dir.join("file")).unwrap(), "on-host\n");
+    assert_eq!(
+        exec(&id, &["cat", "/work/hello"]).await,
+        (0, "from-init\n".into())
+    );
+    assert_eq!(
+        std::fs::read_to_string(host_dir.join("file")).unwrap(),
+        "on-host\n"
+    );
     let (_, mounts) = exec(&id, &["cat", "/proc/mounts"]).await;
-    let cache = mounts.lines().find(|l| l.contains(" /cache ")).unwrap_or_else(|| panic!("{mounts}"));
-    assert!(cache.starts_with("tmpfs /cache tmpfs") && cache.contains("size=16384k"), "{cache}");
+    let cache = mounts
+        .lines()
+        .find(|l| l.contains(" /cache "))
+        .unwrap_or_else(|| panic!("{mounts}"));
+    assert!(
+        cache.starts_with("tmpfs /cache tmpfs") && cache.contains("size=16384k"),
+        "{cache}"
+    );
     assert_eq!(exec(&id, &["cat", "/info/name"]).await.1, "vols-test-node");
-    assert_eq!(exec(&id, &["cat", "/info/labels"]).await.1, "app=\"vols\"\ntier=\"back end\"");
+    assert_eq!(
+        exec(&id, &["cat", "/info/labels"]).await.1,
+        "app=\"vols\"\ntier=\"backend\""
+    );
+    assert_eq!(
+        exec(&id, &["cat", "/info/note"]).await.1,
+        "say \"hi\" twice"
+    );
     let (code, _) = exec(&id, &["sh", "-c", "echo x > /info/x"]).await;
     assert_ne!(code, 0, "readOnly mount must refuse writes");
     let (_, hosts) = exec(&id, &["cat", "/etc/hosts"]).await;
-    assert!(hosts.starts_with("# Kubernetes-managed hosts file."), "{hosts}");
+    assert!(
+        hosts.starts_with("# Kubernetes-managed hosts file."),
+        "{hosts}"
+    );
     assert!(hosts.contains("10.9.8.7\talias-one\talias-two"), "{hosts}");
     let ip = p["status"]["podIP"].as_str().unwrap();
     assert!(hosts.contains(&format!("{ip}\tvols-test-node")), "{hosts}");
@@ -118,17 +150,27 @@ spec:
     // Removing the pod unmounts and removes its volumes; hostPath data stays.
     let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
     let pod_dir = k.root().join("pods").join(&uid);
-    assert!(pod_dir.join("volumes/kubernetes.io~empty-dir/work").is_dir());
+    assert!(
+        pod_dir
+            .join("volumes/kubernetes.io~empty-dir/work")
+            .is_dir()
+    );
     k.remove_manifest("vols.yaml");
     let rt = cri().await;
     common::wait_pod_containers_gone(&k, &rt, &uid, Duration::from_secs(20)).await;
     let start = std::time::Instant::now();
     while pod_dir.exists() {
-        assert!(start.elapsed() < Duration::from_secs(10), "pod dir not removed");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "pod dir not removed"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mountinfo.contains(&uid), "a mount of the pod is left behind");
+    assert!(
+        !mountinfo.contains(&uid),
+        "a mount of the pod is left behind"
+    );
     assert!(host_dir.join("file").exists());
 }
 
@@ -141,10 +183,15 @@ async fn bad_host_path_reports_failed_mount_and_waits() {
     k.write_manifest("badmount.yaml", &manifest);
     k.start();
     let p = k
-        .wait_pod("badmount", Duration::from_secs(30), "ContainerCreating", |p| {
-            container(p, "containerStatuses", "c")
-                .is_some_and(|c| c["state"]["waiting"]["reason"] == "ContainerCreating")
-        })
+        .wait_pod(
+            "badmount",
+            Duration::from_secs(30),
+            "ContainerCreating",
+            |p| {
+                container(p, "containerStatuses", "c")
+                    .is_some_and(|c| c["state"]["waiting"]["reason"] == "ContainerCreating")
+            },
+        )
         .await;
     assert_eq!(phase(&p), "Pending");
     let start = std::time::Instant::now();
@@ -155,7 +202,11 @@ async fn bad_host_path_reports_failed_mount_and_waits() {
         {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(15), "no FailedMount event:\n{}", common::tail(&log, 30));
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no FailedMount event:\n{}",
+            common::tail(&log, 30)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

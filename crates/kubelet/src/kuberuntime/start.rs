@@ -4,6 +4,7 @@
 //! upstream waiting reason (CrashLoopBackOff, ErrImagePull…, CreateContainerConfigError,
 //! CreateContainerError, RunContainerError). Emits the upstream events for each step.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,11 +26,14 @@ use crate::kuberuntime::env::EnvContext;
 use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
 use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
-use crate::kuberuntime::sandbox_config::{WarningObject, generate_pod_sandbox_config};
+use crate::kuberuntime::sandbox_config::{
+    WarningObject, generate_pod_sandbox_config, pod_hostname_and_domain,
+};
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
 use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
+use crate::volumes::{HostsInfo, MountedVolume};
 
 /// Why a container (or the sandbox) could not be started; `reason()` is the waiting reason.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +83,7 @@ pub struct Starter<'a> {
     syncer: &'a Syncer,
     pod: &'a Pod,
     status: &'a PodStatus,
+    volumes: &'a BTreeMap<String, MountedVolume>,
 }
 
 /// `name_namespace(uid)`, upstream's `format.Pod`.
@@ -135,12 +140,54 @@ pub fn restart_count_from_log_dir(dir: &Path) -> u32 {
 }
 
 impl<'a> Starter<'a> {
-    pub fn new(syncer: &'a Syncer, pod: &'a Pod, status: &'a PodStatus) -> Self {
+    pub fn new(
+        syncer: &'a Syncer,
+        pod: &'a Pod,
+        status: &'a PodStatus,
+        volumes: &'a BTreeMap<String, MountedVolume>,
+    ) -> Self {
         Self {
             syncer,
             pod,
             status,
+            volumes,
         }
+    }
+
+    /// Upstream `makeMounts`: volumeMounts, the managed `/etc/hosts` and the termination log.
+    fn container_mounts(
+        &self,
+        sandbox: &SandboxInfo,
+        container: &Container,
+    ) -> Result<Vec<Mount>, String> {
+        let syncer = self.syncer;
+        let host_network = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let ips = if host_network {
+            &syncer.config.host_ips
+        } else {
+            &sandbox.ips
+        };
+        let (hostname, domain) =
+            pod_hostname_and_domain(self.pod, &syncer.config.sandbox.cluster_domain)
+                .map_err(|e| e.to_string())?;
+        syncer
+            .volumes
+            .container_mounts(
+                self.pod,
+                container,
+                self.volumes,
+                &HostsInfo {
+                    pod_ips: ips,
+                    hostname: &hostname,
+                    domain: &domain,
+                },
+            )
+            .map_err(|e| e.to_string())
     }
 
     fn sandbox_config(&self, attempt: u32) -> Result<PodSandboxConfig, StartError> {
@@ -270,9 +317,6 @@ impl<'a> Starter<'a> {
                 .event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
             msg
         };
-        if let Some(msg) = unsupported_volume_mounts(container) {
-            return Err(StartError::CreateContainerConfig(failed(msg)));
-        }
         std::fs::create_dir_all(&log_dir).map_err(|e| {
             StartError::CreateContainerConfig(failed(format!(
                 "creating container log directory {}: {e}",
@@ -286,7 +330,7 @@ impl<'a> Starter<'a> {
             .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?;
         let image_user = ImageUser::from_image(image.as_ref());
         let mounts = self
-            .termination_log_mount(container, restart_count)
+            .container_mounts(sandbox, container)
             .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
         let config = {
             // Scoped: the env context borrows trait objects that must not live across awaits.
@@ -415,48 +459,6 @@ impl<'a> Starter<'a> {
         Err(StartError::PostStartHook(msg))
     }
 
-    /// Upstream `makeMounts`' termination-log part: a fresh file under the pod directory,
-    /// mounted at `terminationMessagePath`, that `runtime_status` reads after exit.
-    fn termination_log_mount(
-        &self,
-        container: &Container,
-        restart_count: u32,
-    ) -> Result<Vec<Mount>, String> {
-        let Some(path) = container
-            .termination_message_path
-            .as_deref()
-            .filter(|p| !p.is_empty())
-        else {
-            return Ok(Vec::new());
-        };
-        let dir = self
-            .syncer
-            .config
-            .root_dir
-            .join("pods")
-            .join(self.pod.uid())
-            .join("containers")
-            .join(&container.name);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("creating container directory {}: {e}", dir.display()))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let file = dir.join(format!("{:08x}", nanos ^ restart_count.rotate_left(16)));
-        std::fs::File::create(&file)
-            .and_then(|_| {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
-            })
-            .map_err(|e| format!("creating termination log {}: {e}", file.display()))?;
-        Ok(vec![Mount {
-            container_path: path.to_owned(),
-            host_path: file.to_string_lossy().into_owned(),
-            ..Default::default()
-        }])
-    }
-
     /// Upstream `doBackOff`: refuses to restart a container that exited too recently.
     fn check_backoff(&self, container: &Container) -> Result<(), StartError> {
         let Some(last) = self
@@ -526,24 +528,6 @@ impl<'a> Starter<'a> {
             warn!(link = %link.display(), error = %e, "failed to create container log symlink");
         }
     }
-}
-
-/// Volumes are not mounted yet (the volume manager is a separate piece of work): a container
-/// that asks for one must not start without it, so this names what is missing.
-fn unsupported_volume_mounts(container: &Container) -> Option<String> {
-    let names: Vec<&str> = container
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|m| m.name.as_str())
-        .collect();
-    (!names.is_empty()).then(|| {
-        format!(
-            "volume mounts are not supported by this rkubelet yet: container {:?} mounts {}",
-            container.name,
-            names.join(", ")
-        )
-    })
 }
 
 /// `<pod>_<ns>_<container>-<id>.log` (upstream `logSymlink`), cut to ext4's 255-byte limit.

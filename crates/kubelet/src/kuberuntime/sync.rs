@@ -36,6 +36,7 @@ use crate::status::generate::{
 };
 use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodUid};
+use crate::volumes::{SystemMounter, VolumeConfig, VolumeManager};
 
 /// Static settings of the syncer.
 #[derive(Debug, Clone)]
@@ -70,6 +71,7 @@ pub struct Syncer {
     reasons: Mutex<HashMap<PodUid, Reasons>>,
     relist: Option<RelistTrigger>,
     prober: Option<ProbeManager>,
+    pub(crate) volumes: VolumeManager,
 }
 
 impl Syncer {
@@ -81,7 +83,16 @@ impl Syncer {
         config: SyncerConfig,
         clock: Clock,
     ) -> Self {
+        let volumes = VolumeManager::new(
+            VolumeConfig {
+                root_dir: config.root_dir.clone(),
+                node_memory_bytes: config.runtime_options.memory_capacity,
+                node_hosts_file: PathBuf::from("/etc/hosts"),
+            },
+            Arc::new(SystemMounter),
+        );
         Self {
+            volumes,
             runtime,
             images,
             status,
@@ -93,6 +104,13 @@ impl Syncer {
             relist: None,
             prober: None,
         }
+    }
+
+    /// Replaces the volume manager (tests use a fake mounter; the agent shares one with the
+    /// sync loop's housekeeping).
+    pub fn with_volumes(mut self, volumes: VolumeManager) -> Self {
+        self.volumes = volumes;
+        self
     }
 
     /// Lets the syncer ask the PLEG to look at the runtime right after it changed something.
@@ -309,7 +327,19 @@ impl PodSyncer for Syncer {
         {
             return Ok(false);
         }
-        let starter = Starter::new(self, pod, status);
+        // Upstream `WaitForAttachAndMount`: containers start only with their volumes in place.
+        let volumes = match self.volumes.mount_pod_volumes(pod).await {
+            Ok(v) => v,
+            Err(e) => {
+                self.events
+                    .event(pod, EventType::Warning, "FailedMount", &e.to_string());
+                return Err(SyncError(format!(
+                    "Unable to attach or mount volumes for pod {}: {e}",
+                    pod.full_name()
+                )));
+            }
+        };
+        let starter = Starter::new(self, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
             match starter.create_sandbox(actions.attempt).await {
                 Ok(s) => s,
@@ -400,6 +430,7 @@ impl PodSyncer for Syncer {
             .map(KillTarget::orphan)
             .collect();
         kill_containers(self, None, targets, Some(1)).await?;
+        self.unmount(&running.uid).await?;
         remove_pod_content(self, &running.uid, &running.name, &running.namespace).await
     }
 
@@ -413,6 +444,8 @@ impl PodSyncer for Syncer {
         if let Some(p) = &self.prober {
             p.remove_pod(pod.uid());
         }
+        // Volumes go once nothing runs (upstream unmounts in syncTerminatedPod).
+        self.unmount(pod.uid()).await?;
         if !removed {
             self.update_status(pod, status, true);
             return Ok(());
@@ -435,6 +468,13 @@ impl PodSyncer for Syncer {
 }
 
 impl Syncer {
+    async fn unmount(&self, uid: &str) -> Result<(), SyncError> {
+        self.volumes
+            .unmount_pod_volumes(uid)
+            .await
+            .map_err(|e| SyncError(e.to_string()))
+    }
+
     async fn stop_sandboxes(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         for sb in status.sandbox_statuses.iter().filter(|s| s.ready) {
             let req = rkubelet_cri::api::StopPodSandboxRequest {
