@@ -210,3 +210,41 @@ async fn bad_host_path_reports_failed_mount_and_waits() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_group_owns_files_written_into_an_empty_dir() {
+    let mut k = Kubelet::new();
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: fsgroup\nspec:\n  terminationGracePeriodSeconds: 1\n  securityContext:\n    runAsUser: 1000\n    fsGroup: 2000\n  volumes:\n  - name: data\n    emptyDir: {{}}\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo hi > /data/f; exec sleep 3600\"]\n    volumeMounts:\n    - name: data\n      mountPath: /data\n"
+    );
+    k.write_manifest("fsgroup.yaml", &manifest);
+    k.start();
+    let p = k
+        .wait_pod("fsgroup", Duration::from_secs(60), "Running", |p| {
+            running(p, "c")
+        })
+        .await;
+    let id = container(&p, "containerStatuses", "c").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut out = String::new();
+    for _ in 0..20 {
+        out = exec(&id, &["stat", "-c", "%u %g", "/data/f"]).await.1;
+        if !out.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        out, "1000 2000\n",
+        "the file a non-root container wrote belongs to the fsGroup"
+    );
+    let (_, dir) = exec(&id, &["stat", "-c", "%g %A", "/data"]).await;
+    assert_eq!(
+        dir, "2000 drwxrwsrwx\n",
+        "the volume root is group-owned with setgid"
+    );
+    let (_, groups) = exec(&id, &["id", "-G"]).await;
+    assert!(groups.split_whitespace().any(|g| g == "2000"), "{groups}");
+}

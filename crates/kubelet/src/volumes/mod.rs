@@ -13,6 +13,7 @@ pub mod atomic_writer;
 pub mod downward;
 pub mod etc_hosts;
 pub mod hostpath;
+pub mod ownership;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -173,11 +174,27 @@ impl VolumeManager {
         pod: &Pod,
     ) -> Result<BTreeMap<String, MountedVolume>, VolumeError> {
         let uid = pod.uid().to_owned();
+        let known = self.actual().get(&uid).cloned().unwrap_or_default();
         let mut mounted = BTreeMap::new();
         for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            // Set up once (and apply fsGroup once), as upstream's reconciler does; only
+            // downwardAPI payloads are refreshed on every sync.
+            if let Some(m) = known
+                .get(&vol.name)
+                .filter(|m| m.kind != VolumeKind::DownwardApi)
+            {
+                mounted.insert(vol.name.clone(), m.clone());
+                continue;
+            }
             let m = self
                 .set_up(pod, vol)
                 .await
+                .and_then(|(m, changed)| {
+                    if changed {
+                        apply_fs_group(pod, &m)?;
+                    }
+                    Ok(m)
+                })
                 .map_err(|message| VolumeError::SetUp {
                     volume: vol.name.clone(),
                     message,
@@ -188,7 +205,8 @@ impl VolumeManager {
         Ok(mounted)
     }
 
-    async fn set_up(&self, pod: &Pod, vol: &Volume) -> Result<MountedVolume, String> {
+    /// Sets up one volume; `true` when its contents were (re)written.
+    async fn set_up(&self, pod: &Pod, vol: &Volume) -> Result<(MountedVolume, bool), String> {
         let uid = pod.uid();
         if let Some(ed) = &vol.empty_dir {
             let dir = self.plugin_dir(uid, EMPTY_DIR_PLUGIN, &vol.name);
@@ -206,36 +224,49 @@ impl VolumeManager {
                     let size = (size > 0).then_some(size);
                     self.mounter.mount_tmpfs(&dir, size).await?;
                 }
-                return Ok(MountedVolume {
-                    host_path: dir,
-                    kind: VolumeKind::EmptyDirMemory,
-                });
+                return Ok((
+                    MountedVolume {
+                        host_path: dir,
+                        kind: VolumeKind::EmptyDirMemory,
+                    },
+                    true,
+                ));
             }
             if let Some(medium) = ed.medium.as_deref().filter(|m| !m.is_empty()) {
                 return Err(format!("emptyDir medium {medium:?} is not supported"));
             }
             set_mode(&dir, 0o777)?;
-            return Ok(MountedVolume {
-                host_path: dir,
-                kind: VolumeKind::EmptyDir,
-            });
+            return Ok((
+                MountedVolume {
+                    host_path: dir,
+                    kind: VolumeKind::EmptyDir,
+                },
+                true,
+            ));
         }
         if let Some(hp) = &vol.host_path {
             let path = PathBuf::from(&hp.path);
             hostpath::check_type(&path, hp.type_.as_deref()).map_err(|e| e.0)?;
-            return Ok(MountedVolume {
-                host_path: path,
-                kind: VolumeKind::HostPath,
-            });
+            return Ok((
+                MountedVolume {
+                    host_path: path,
+                    kind: VolumeKind::HostPath,
+                },
+                false,
+            ));
         }
         if let Some(da) = &vol.downward_api {
             let dir = self.plugin_dir(uid, DOWNWARD_API_PLUGIN, &vol.name);
             let payload = downward::payload(pod, da)?;
-            atomic_writer::write_payload(&dir, &payload).map_err(|e| e.to_string())?;
-            return Ok(MountedVolume {
-                host_path: dir,
-                kind: VolumeKind::DownwardApi,
-            });
+            let changed =
+                atomic_writer::write_payload(&dir, &payload).map_err(|e| e.to_string())?;
+            return Ok((
+                MountedVolume {
+                    host_path: dir,
+                    kind: VolumeKind::DownwardApi,
+                },
+                changed,
+            ));
         }
         Err(format!(
             "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI)",
@@ -392,6 +423,21 @@ impl VolumeManager {
         write_file(&path, b"", 0o666)?;
         Ok(path)
     }
+}
+
+/// fsGroup ownership for the volume kinds upstream manages it for (emptyDir, downwardAPI;
+/// never hostPath).
+fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
+    let sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let Some(gid) = sc.and_then(|c| c.fs_group) else {
+        return Ok(());
+    };
+    if m.kind == VolumeKind::HostPath {
+        return Ok(());
+    }
+    let gid = u32::try_from(gid).map_err(|_| format!("fsGroup {gid} is out of range"))?;
+    let policy = sc.and_then(|c| c.fs_group_change_policy.as_deref());
+    ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind == VolumeKind::DownwardApi)
 }
 
 /// What the managed `/etc/hosts` needs.
