@@ -412,3 +412,31 @@ async fn empty_dir_is_set_up_mounted_and_removed_with_the_pod() {
     .await;
     agent.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_config_errors_are_reported_as_failed_create_pod_sandbox() {
+    let h = Harness::new();
+    let mut p = pod("userns", "Always", 1);
+    p.spec.as_mut().unwrap().host_users = Some(false);
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until(
+        "FailedCreatePodSandBox event",
+        Duration::from_secs(30),
+        || !h.events.with_reason("FailedCreatePodSandBox").is_empty(),
+    )
+    .await;
+    let e = &h.events.with_reason("FailedCreatePodSandBox")[0];
+    assert!(
+        e.message.starts_with("Failed to create pod sandbox: "),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("hostUsers"), "{}", e.message);
+    assert_eq!(
+        h.fake.call_count("RunPodSandbox"),
+        0,
+        "the runtime never sees the pod"
+    );
+    agent.shutdown().await;
+}

@@ -230,7 +230,6 @@ impl<'a> Starter<'a> {
                 "Pod sandbox changed, it will be killed and re-created.",
             );
         }
-        let config = self.sandbox_config(attempt)?;
         let fail = |msg: String| {
             self.syncer.events.event(
                 pod,
@@ -240,6 +239,10 @@ impl<'a> Starter<'a> {
             );
             StartError::CreatePodSandbox(msg)
         };
+        let config = self.sandbox_config(attempt).map_err(|e| match e {
+            StartError::CreatePodSandbox(msg) => fail(msg),
+            other => other,
+        })?;
         std::fs::create_dir_all(&config.log_directory).map_err(|e| {
             fail(format!(
                 "creating log directory {}: {e}",
