@@ -186,7 +186,7 @@ async fn crashing_container_reaches_crash_loop_backoff_with_growing_delay() {
     let p = k
         .wait_pod(
             "crash",
-            Duration::from_secs(60),
+            Duration::from_secs(120),
             "CrashLoopBackOff 10s",
             |p| {
                 container(p, "containerStatuses", "c").is_some_and(|c| {
@@ -207,7 +207,7 @@ async fn crashing_container_reaches_crash_loop_backoff_with_growing_delay() {
     let p = k
         .wait_pod(
             "crash",
-            Duration::from_secs(90),
+            Duration::from_secs(150),
             "CrashLoopBackOff 20s",
             |p| {
                 container(p, "containerStatuses", "c").is_some_and(|c| {
