@@ -161,10 +161,11 @@ impl Agent {
         let tracker = TaskTracker::new();
         let cache = PodCache::new();
         let status = StatusManager::new();
+        let memory_bytes = host_memory_bytes().unwrap_or(0);
         let volumes = VolumeManager::new(
             VolumeConfig {
                 root_dir: cfg.root_dir.clone(),
-                node_memory_bytes: host_memory_bytes().unwrap_or(0),
+                node_memory_bytes: memory_bytes,
                 node_hosts_file: PathBuf::from("/etc/hosts"),
             },
             Arc::new(SystemMounter),
@@ -207,7 +208,7 @@ impl Agent {
                     host_ips: cfg.host_ips.clone(),
                     runtime_name: cfg.runtime_name.clone(),
                     runtime_options: RuntimeOptions {
-                        memory_capacity: host_memory_bytes().unwrap_or(0),
+                        memory_capacity: memory_bytes,
                         cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers")
                             .exists(),
                         seccomp_profile_root: cfg.root_dir.join("seccomp"),
@@ -225,9 +226,9 @@ impl Agent {
                     },
                 },
                 Clock::new(),
+                volumes.clone(),
             )
             .with_relist_trigger(relist_trigger)
-            .with_volumes(volumes.clone())
             .with_prober(prober.clone()),
         );
         let workers = PodWorkers::new(

@@ -148,7 +148,7 @@ impl SyncLoop {
     /// Upstream `canAdmitPod` + `rejectPod`: `Ok` when the pod may start.
     fn admit(&mut self, pod: &Pod) -> bool {
         let uid = pod.uid();
-        if self.workers.known_uids().contains(uid) {
+        if self.workers.phase(uid).is_some() {
             return true;
         }
         let active: Vec<&Pod> = self

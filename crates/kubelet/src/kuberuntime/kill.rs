@@ -22,7 +22,8 @@ use crate::events::EventType;
 use crate::kuberuntime::actions::{KillReason, is_restartable_init_container};
 use crate::kuberuntime::hooks::{HookTarget, run_pre_stop};
 use crate::kuberuntime::runtime_status::get_pod_status;
-use crate::kuberuntime::start::{legacy_log_name, pod_log_dir};
+use crate::kuberuntime::sandbox_config::pod_logs_directory;
+use crate::kuberuntime::start::legacy_log_name;
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
 
@@ -332,7 +333,7 @@ pub async fn remove_pod_content(
     if !errors.is_empty() {
         return Err(SyncError(errors.join("; ")));
     }
-    let logs = pod_log_dir(&syncer.config.pod_logs_dir, namespace, name, uid);
+    let logs = pod_logs_directory(&syncer.config.pod_logs_dir, namespace, name, uid);
     if let Err(e) = std::fs::remove_dir_all(&logs)
         && e.kind() != std::io::ErrorKind::NotFound
     {

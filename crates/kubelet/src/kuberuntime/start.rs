@@ -5,14 +5,14 @@
 //! CreateContainerError, RunContainerError). Emits the upstream events for each step.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::api::{
     CreateContainerRequest, Mount, PodSandboxConfig, PodSandboxStatusRequest, RunPodSandboxRequest,
     StartContainerRequest,
 };
+use rkubelet_cri::error::go_duration;
 use tracing::{debug, info, warn};
 
 use crate::container::{ContainerState, PodStatus};
@@ -27,7 +27,7 @@ use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
 use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
 use crate::kuberuntime::sandbox_config::{
-    WarningObject, generate_pod_sandbox_config, pod_hostname_and_domain,
+    WarningObject, generate_pod_sandbox_config, pod_hostname_and_domain, pod_logs_directory,
 };
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
@@ -100,24 +100,6 @@ pub fn backoff_key_prefix(pod: &Pod, container: &str) -> String {
         pod.uid(),
         container
     )
-}
-
-/// Formats a duration as Go's `time.Duration.String()` does for whole seconds (`10s`, `5m0s`).
-pub fn go_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    if h > 0 {
-        format!("{h}h{m}m{s}s")
-    } else if m > 0 {
-        format!("{m}m{s}s")
-    } else {
-        format!("{s}s")
-    }
-}
-
-/// `<podLogsDir>/<ns>_<name>_<uid>`.
-pub fn pod_log_dir(logs_root: &Path, pod_namespace: &str, pod_name: &str, uid: &str) -> PathBuf {
-    logs_root.join(format!("{pod_namespace}_{pod_name}_{uid}"))
 }
 
 /// The restart count to use when the runtime has no record of a container: one more than the
@@ -303,7 +285,7 @@ impl<'a> Starter<'a> {
             .await
             .map_err(StartError::Image)?;
 
-        let log_dir = pod_log_dir(
+        let log_dir = pod_logs_directory(
             &syncer.config.pod_logs_dir,
             pod.namespace(),
             pod.name(),
@@ -543,6 +525,7 @@ pub fn legacy_log_name(pod: &str, namespace: &str, container: &str, id: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn go_durations() {

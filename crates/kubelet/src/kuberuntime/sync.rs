@@ -36,7 +36,7 @@ use crate::status::generate::{
 };
 use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodUid};
-use crate::volumes::{SystemMounter, VolumeConfig, VolumeManager};
+use crate::volumes::VolumeManager;
 
 /// Static settings of the syncer.
 #[derive(Debug, Clone)]
@@ -82,15 +82,8 @@ impl Syncer {
         events: Arc<dyn EventRecorder>,
         config: SyncerConfig,
         clock: Clock,
+        volumes: VolumeManager,
     ) -> Self {
-        let volumes = VolumeManager::new(
-            VolumeConfig {
-                root_dir: config.root_dir.clone(),
-                node_memory_bytes: config.runtime_options.memory_capacity,
-                node_hosts_file: PathBuf::from("/etc/hosts"),
-            },
-            Arc::new(SystemMounter),
-        );
         Self {
             volumes,
             runtime,
@@ -104,13 +97,6 @@ impl Syncer {
             relist: None,
             prober: None,
         }
-    }
-
-    /// Replaces the volume manager (tests use a fake mounter; the agent shares one with the
-    /// sync loop's housekeeping).
-    pub fn with_volumes(mut self, volumes: VolumeManager) -> Self {
-        self.volumes = volumes;
-        self
     }
 
     /// Lets the syncer ask the PLEG to look at the runtime right after it changed something.
