@@ -423,12 +423,15 @@ start_containerd() {
 	# setsid + all fds redirected: containerd must outlive this script and must not hold the
 	# caller's stdout (EP=$(dev/runtime.sh up) would hang) nor our lock (fd 9).
 	setsid containerd --config "$CFG" </dev/null >>"$LOG" 2>&1 9>&- &
-	echo $! >"$PIDFILE"
+	local started=$!
+	echo "$started" >"$PIDFILE"
 	touch "$DIR/containerd.started"
-	log "started containerd (pid $!), log $LOG; waiting for the CRI plugin"
+	log "started containerd (pid $started), log $LOG; waiting for the CRI plugin"
 	deadline=$((SECONDS + UP_TIMEOUT))
 	while :; do
-		if ! pid=$(containerd_pid); then
+		# Probe the forked PID itself: until it has exec'd containerd its argv is still ours,
+		# so an argv match would report a live process as gone.
+		if ! kill -0 "$started" 2>/dev/null; then
 			log_tail
 			die "containerd exited during startup (see $LOG)"
 		fi
