@@ -5,14 +5,19 @@
 
 pub mod admission;
 pub mod agent;
+pub mod apiclient;
 pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod config_merge;
 pub mod container;
 pub mod events;
+pub mod events_api;
 pub mod images;
 pub mod kuberuntime;
+pub mod mirror;
+pub mod nodelease;
+pub mod nodestatus;
 pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;

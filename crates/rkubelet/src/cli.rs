@@ -83,6 +83,12 @@ pub struct Flags {
     )]
     pub node_ip: Option<String>,
     #[arg(
+        long = "node-labels",
+        value_name = "mapStringString",
+        help = "<Warning: Alpha feature> Labels to add when registering the node in the cluster. Labels must be key=value pairs separated by ','. Labels in the 'kubernetes.io' namespace must begin with an allowed prefix ('kubelet.kubernetes.io', 'node.kubernetes.io') or be in the specifically allowed set ('beta.kubernetes.io/arch', 'beta.kubernetes.io/instance-type', 'beta.kubernetes.io/os', 'failure-domain.beta.kubernetes.io/region', 'failure-domain.beta.kubernetes.io/zone', 'kubernetes.io/arch', 'kubernetes.io/hostname', 'kubernetes.io/os', 'node.kubernetes.io/instance-type', 'topology.kubernetes.io/region', 'topology.kubernetes.io/zone')"
+    )]
+    pub node_labels: Option<String>,
+    #[arg(
         long = "cert-dir",
         value_name = "string",
         default_value = "/var/lib/kubelet/pki",
@@ -156,6 +162,8 @@ pub struct NodeOptions {
     pub kubeconfig: Option<PathBuf>,
     pub hostname_override: Option<String>,
     pub node_ip: Option<String>,
+    /// `--node-labels`: labels set on the Node at registration.
+    pub node_labels: BTreeMap<String, String>,
     /// Effective verbosity: `--v`, else `logging.verbosity` from the config.
     pub verbosity: u8,
     /// `--hostname-override`, else the machine hostname; trimmed and lower-cased.
@@ -313,6 +321,58 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
 }
 
 /// Upstream `ParseNodeIPArgument`: one IP, or an IPv4/IPv6 dual-stack pair.
+/// Labels in these `kubernetes.io` / `k8s.io` namespaces may be set by the kubelet itself
+/// (upstream `kubeletapis.IsKubeletLabel`); other labels in those namespaces are refused.
+const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "node.kubernetes.io/instance-type",
+];
+const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// `--node-labels`: `k=v,k2=v2`; keys in the `kubernetes.io`/`k8s.io` namespaces must be
+/// kubelet labels, as upstream's `validateKubeletFlags` requires.
+fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let err = |message: String| ConfigError::Flag {
+        flag: "node-labels".into(),
+        message,
+    };
+    let mut labels = BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(err(format!("{pair:?} is not a key=value pair")));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(err(format!("{pair:?} has an empty label key")));
+        }
+        let ns = k.split_once('/').map_or("", |(ns, _)| ns);
+        let restricted = ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|r| ns == *r || ns.ends_with(&format!(".{r}")));
+        let allowed = KUBELET_LABELS.contains(&k)
+            || KUBELET_LABEL_NAMESPACES
+                .iter()
+                .any(|a| ns == *a || ns.ends_with(&format!(".{a}")));
+        if restricted && !allowed {
+            return Err(err(format!(
+                "unknown 'kubernetes.io' or 'k8s.io' label {k:?}: only kubelet labels may be set"
+            )));
+        }
+        labels.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(labels)
+}
+
 fn check_node_ip(node_ip: &str) -> Result<(), ConfigError> {
     let flag_err = |message: String| ConfigError::Flag {
         flag: "node-ip".into(),
@@ -400,6 +460,7 @@ fn resolve_with(
         node_name: node_name(hostname_override.as_deref(), machine)?,
         hostname_override,
         node_ip,
+        node_labels: parse_node_labels(flags.node_labels.as_deref().unwrap_or(""))?,
         verbosity: config.verbosity(),
         warnings,
     };
@@ -737,5 +798,19 @@ mod tests {
             assert_eq!(parse_bool(s), Ok(want), "{s}");
         }
         assert!(parse_bool("yes").is_err());
+    }
+
+    #[test]
+    fn node_labels_parse_and_refuse_foreign_kubernetes_io_labels() {
+        let l = parse_node_labels("a=b, node-role.kubernetes.io/worker=,kubernetes.io/os=linux")
+            .unwrap_err()
+            .to_string();
+        assert!(l.contains("node-role.kubernetes.io/worker"), "{l}");
+        let ok = parse_node_labels("a=b,node.kubernetes.io/pool=x,kubernetes.io/os=linux").unwrap();
+        assert_eq!(ok.get("a").map(String::as_str), Some("b"));
+        assert_eq!(ok.len(), 3);
+        let bad = parse_node_labels("novalue").unwrap_err().to_string();
+        assert!(bad.contains("node-labels") && bad.contains("key=value"), "{bad}");
+        assert!(parse_node_labels("").unwrap().is_empty());
     }
 }

@@ -3,6 +3,7 @@
 //! (`decode` → `defaults` → `static_pod` → `validation`/`api_refs`) and emits the full current
 //! set as `PodUpdate { op: Set, .. }` to the config merger (`crate::config_merge`).
 
+pub mod api;
 pub mod api_refs;
 pub mod decode;
 pub mod defaults;

@@ -2,6 +2,7 @@
 //! QoS classification (`qos`), and the status manager that owns every pod's latest status
 //! (`manager`).
 
+pub mod api_sync;
 pub mod generate;
 pub mod manager;
 pub mod qos;

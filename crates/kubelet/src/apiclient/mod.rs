@@ -1,0 +1,156 @@
+//! The kubelet's connection to the API server (upstream `kubeClient` from `--kubeconfig`):
+//! builds one `kube::Client` from a kubeconfig file (token, client certificates, CA, exec
+//! plugins as kube supports them) and holds the shared retry policy of API callers. Owns no
+//! pod or node state; node status, lease, pod source, status sync and events all use it.
+
+pub mod patch;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Failures turning a kubeconfig into a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiClientError {
+    #[error("reading kubeconfig {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {path}: {source}")]
+    Config {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {path}: building the client: {source}")]
+    Client { path: PathBuf, source: kube::Error },
+}
+
+/// Client settings from the KubeletConfiguration.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Per-request timeout (upstream uses `runtimeRequestTimeout`-independent client defaults).
+    pub timeout: Duration,
+    /// `kubeAPIQPS` / `kubeAPIBurst` are applied by callers that loop.
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            qps: 50.0,
+            burst: 100,
+        }
+    }
+}
+
+/// Builds a client from the kubeconfig at `path` (its current context).
+pub async fn client_from_kubeconfig(
+    path: &Path,
+    settings: &ClientSettings,
+) -> Result<kube::Client, ApiClientError> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| ApiClientError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|source| ApiClientError::Config {
+                path: path.to_owned(),
+                source,
+            })?;
+    config.read_timeout = Some(settings.timeout);
+    config.write_timeout = Some(settings.timeout);
+    config.connect_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|source| ApiClientError::Client {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Exponential back-off between retries of API calls: 200 ms doubling to `max`, as the
+/// upstream kubelet's client-go retry loops roughly do. Pure; callers own the sleeping.
+#[derive(Debug, Clone)]
+pub struct RetryBackoff {
+    next: Duration,
+    initial: Duration,
+    max: Duration,
+}
+
+impl RetryBackoff {
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            next: initial,
+            initial,
+            max,
+        }
+    }
+
+    /// The delay before the next attempt; doubles each call up to `max`.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    /// After a success.
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fake_apiserver::{FakeApiServer, Options};
+    use k8s_openapi::api::core::v1::Namespace;
+
+    #[test]
+    fn backoff_doubles_to_max_and_resets() {
+        let mut b = RetryBackoff::new(Duration::from_millis(200), Duration::from_secs(1));
+        let seq: Vec<_> = (0..5).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(seq, [200, 400, 800, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn client_from_fixture_kubeconfig_talks_https_with_client_cert() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = FakeApiServer::start(Options {
+            kubeconfig_path: Some(dir.path().join("kubeconfig")),
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        let client = client_from_kubeconfig(&server.kubeconfig_path, &ClientSettings::default())
+            .await
+            .unwrap();
+        let ns: kube::Api<Namespace> = kube::Api::all(client);
+        let list = ns.list(&Default::default()).await.unwrap();
+        assert!(
+            list.items
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some("default")),
+            "{:?}",
+            list.items
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_kubeconfig_names_the_file() {
+        let Err(err) = client_from_kubeconfig(
+            Path::new("/nonexistent/kubeconfig"),
+            &ClientSettings::default(),
+        )
+        .await
+        else {
+            panic!("a missing kubeconfig must be an error");
+        };
+        assert!(err.to_string().contains("/nonexistent/kubeconfig"), "{err}");
+    }
+}
