@@ -1,8 +1,10 @@
 //! The pod config merger (upstream `PodConfig`/`podStorage`, incremental mode): owns the
-//! per-source pod maps keyed by UID. Receives `PodUpdate`s from the sources (`Set` from file
-//! and HTTP; `Set`/`Add`/`Update`/`Remove`/`Delete` from the API source) and emits the minimal,
-//! ordered changes downstream: REMOVE, ADD (stamped with `kubernetes.io/config.seen`), UPDATE,
-//! DELETE, RECONCILE. Also publishes which sources have delivered their first `Set`.
+//! per-source pod maps keyed by UID. Receives `PodUpdate`s from the sources (`Set` from every
+//! source, the API source's full set included; `Add`/`Update`/`Remove`/`Delete` are accepted as
+//! upstream does) and emits the minimal, ordered changes downstream: REMOVE, ADD (stamped with
+//! `kubernetes.io/config.source` and `kubernetes.io/config.seen`), UPDATE, DELETE (a new
+//! deletionTimestamp), RECONCILE (status-only change). Also publishes which sources have
+//! delivered their first `Set`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -266,6 +268,7 @@ fn check_and_update(existing: &mut Pod, new: Pod) -> Outcome {
     existing.metadata.labels = new.metadata.labels;
     existing.metadata.deletion_timestamp = new.metadata.deletion_timestamp;
     existing.metadata.deletion_grace_period_seconds = new.metadata.deletion_grace_period_seconds;
+    existing.metadata.generation = new.metadata.generation;
     existing.status = new.status;
     // The new annotations, but the kubelet's own (source, mirror, first seen) are kept.
     let mut annotations = new.metadata.annotations.unwrap_or_default();
@@ -385,6 +388,20 @@ mod tests {
         let b = pod("b", "uid-b", "redis");
         let a2 = pod("a", "uid-a2", "nginx:2");
         let deleting = with(a.clone(), |p| {
+            p.metadata.deletion_timestamp =
+                Some(Time(k8s_openapi::jiff::Timestamp::from_second(5).unwrap()));
+            p.metadata.deletion_grace_period_seconds = Some(30);
+        });
+        let api_a_spec = with(a.clone(), |p| {
+            p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+        });
+        let b_running = with(b.clone(), |p| {
+            p.status = Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            });
+        });
+        let api_a_deleting = with(api_a_spec.clone(), |p| {
             p.metadata.deletion_timestamp =
                 Some(Time(k8s_openapi::jiff::Timestamp::from_second(5).unwrap()));
             p.metadata.deletion_grace_period_seconds = Some(30);
@@ -513,6 +530,78 @@ mod tests {
                 ],
             ),
             (
+                "api source full sets",
+                vec![
+                    (upd(Set, Api, vec![]), vec![(Add, s(&[]))]),
+                    (upd(Set, Api, vec![a.clone()]), vec![(Add, s(&["a"]))]),
+                    (
+                        upd(Set, Api, vec![a.clone(), b.clone()]),
+                        vec![(Add, s(&["b"]))],
+                    ),
+                    (
+                        upd(Set, Api, vec![api_a_spec.clone(), b.clone()]),
+                        vec![(Update, s(&["a"]))],
+                    ),
+                    (
+                        upd(Set, Api, vec![api_a_spec.clone(), b_running.clone()]),
+                        vec![(Reconcile, s(&["b"]))],
+                    ),
+                    (
+                        upd(Set, Api, vec![api_a_deleting.clone(), b_running.clone()]),
+                        vec![(Delete, s(&["a"]))],
+                    ),
+                    (
+                        upd(Set, Api, vec![api_a_deleting.clone(), b_running.clone()]),
+                        vec![],
+                    ),
+                    (
+                        upd(Set, Api, vec![b_running.clone()]),
+                        vec![(Remove, s(&["a"]))],
+                    ),
+                    (upd(Set, Api, vec![]), vec![(Remove, s(&["b"]))]),
+                ],
+            ),
+            (
+                "api pod first seen deleting is an add; spec and status change is one update",
+                vec![
+                    (
+                        upd(Set, Api, vec![deleting.clone()]),
+                        vec![(Add, s(&["a"]))],
+                    ),
+                    (
+                        upd(
+                            Set,
+                            Api,
+                            vec![with(deleting.clone(), |p| {
+                                p.status = Some(PodStatus {
+                                    phase: Some("Running".into()),
+                                    ..Default::default()
+                                });
+                            })],
+                        ),
+                        vec![(Reconcile, s(&["a"]))],
+                    ),
+                    (
+                        upd(Set, Api, vec![b.clone()]),
+                        vec![(Remove, s(&["a"])), (Add, s(&["b"]))],
+                    ),
+                    (
+                        upd(Set, Api, vec![b_running.clone()]),
+                        vec![(Reconcile, s(&["b"]))],
+                    ),
+                    (
+                        upd(
+                            Set,
+                            Api,
+                            vec![with(b.clone(), |p| {
+                                p.spec.as_mut().unwrap().active_deadline_seconds = Some(5);
+                            })],
+                        ),
+                        vec![(Update, s(&["b"]))],
+                    ),
+                ],
+            ),
+            (
                 "duplicate names in one set: first wins",
                 vec![(
                     upd(
@@ -579,6 +668,69 @@ mod tests {
         assert_eq!(updated.annotation(CONFIG_SOURCE_ANNOTATION), Some("file"));
         assert_eq!(m.pods().len(), 1);
         assert_eq!(m.pods()[0].spec, updated.spec);
+    }
+
+    #[test]
+    fn api_pods_keep_server_fields_and_get_local_annotations() {
+        let mut m = merger();
+        // A mirror pod is a copy of a static pod: its file source annotation is overwritten.
+        let api = with(pod("m", "uid-m", "nginx"), |p| {
+            p.metadata.resource_version = Some("10".into());
+            p.metadata.generation = Some(1);
+            p.metadata.annotations = Some(
+                [
+                    (CONFIG_SOURCE_ANNOTATION.to_string(), "file".to_string()),
+                    (CONFIG_MIRROR_ANNOTATION.to_string(), "h1".to_string()),
+                ]
+                .into(),
+            );
+        });
+        let out = m.merge(upd(PodOp::Set, PodSource::Api, vec![api.clone()]));
+        assert_eq!(summary(&out), [(PodOp::Add, s(&["m"]))]);
+        let added = &out[0].pods[0];
+        assert_eq!(added.annotation(CONFIG_SOURCE_ANNOTATION), Some("api"));
+        assert_eq!(added.annotation(CONFIG_MIRROR_ANNOTATION), Some("h1"));
+        let seen = added
+            .annotation(CONFIG_SEEN_ANNOTATION)
+            .unwrap()
+            .to_string();
+
+        // Status only: RECONCILE carries the new status, nothing else moves.
+        let running = with(api.clone(), |p| {
+            p.metadata.resource_version = Some("11".into());
+            p.status = Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            });
+        });
+        let out = m.merge(upd(PodOp::Set, PodSource::Api, vec![running.clone()]));
+        assert_eq!(summary(&out), [(PodOp::Reconcile, s(&["m"]))]);
+        let rec = &out[0].pods[0];
+        assert_eq!(
+            rec.status.as_ref().and_then(|st| st.phase.as_deref()),
+            Some("Running")
+        );
+        assert_eq!(rec.annotation(CONFIG_SEEN_ANNOTATION), Some(seen.as_str()));
+
+        // Spec change: UPDATE takes spec and generation, keeps first-seen and source.
+        let changed = with(running, |p| {
+            p.metadata.generation = Some(2);
+            p.spec.as_mut().unwrap().active_deadline_seconds = Some(9);
+        });
+        let out = m.merge(upd(PodOp::Set, PodSource::Api, vec![changed]));
+        assert_eq!(summary(&out), [(PodOp::Update, s(&["m"]))]);
+        let updated = &out[0].pods[0];
+        assert_eq!(updated.metadata.generation, Some(2));
+        assert_eq!(
+            updated.spec.as_ref().unwrap().active_deadline_seconds,
+            Some(9)
+        );
+        assert_eq!(
+            updated.annotation(CONFIG_SEEN_ANNOTATION),
+            Some(seen.as_str())
+        );
+        assert_eq!(updated.annotation(CONFIG_SOURCE_ANNOTATION), Some("api"));
+        assert!(m.seen_all_sources(&[PodSource::Api]));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Pod events (upstream `record.EventRecorder`): the seam through which every module reports
 //! user-visible events (Pulling, Created, Started, Killing, BackOff, Failed…). Standalone mode
-//! logs them; API mode (later) posts them; tests collect them.
+//! logs them; API mode posts them (`events_api`); tests collect them. Node-scoped events
+//! (e.g. `Starting`, `NodeReady`) go through `node_event`.
 
 use std::sync::{Arc, Mutex};
 
@@ -25,9 +26,17 @@ impl EventType {
     }
 }
 
-/// Receives events about pods.
+/// Receives events about pods (and about the node itself).
 pub trait EventRecorder: Send + Sync {
     fn event(&self, pod: &Pod, event_type: EventType, reason: &str, message: &str);
+
+    /// An event about this kubelet's Node (upstream's node reference). Logged by default.
+    fn node_event(&self, event_type: EventType, reason: &str, message: &str) {
+        match event_type {
+            EventType::Normal => info!(reason, "node event: {message}"),
+            EventType::Warning => warn!(reason, "node event: {message}"),
+        }
+    }
 }
 
 /// Logs every event (standalone mode has no API server to post them to).
@@ -50,6 +59,7 @@ impl EventRecorder for LoggingRecorder {
 /// One recorded event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedEvent {
+    /// Empty for node events.
     pub pod_uid: String,
     pub event_type: EventType,
     pub reason: String,
@@ -81,6 +91,17 @@ impl EventRecorder for CollectingRecorder {
         if let Ok(mut events) = self.events.lock() {
             events.push(RecordedEvent {
                 pod_uid: pod.uid().to_owned(),
+                event_type,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            });
+        }
+    }
+
+    fn node_event(&self, event_type: EventType, reason: &str, message: &str) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(RecordedEvent {
+                pod_uid: String::new(),
                 event_type,
                 reason: reason.to_owned(),
                 message: message.to_owned(),

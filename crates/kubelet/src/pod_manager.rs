@@ -1,19 +1,28 @@
-//! Pod manager: the kubelet's desired set of pods, keyed by UID and by full name (upstream
-//! `pod.Manager`). Owned by the sync loop (the only writer); readers get a `watch` snapshot.
+//! Pod manager: the kubelet's desired set of pods, keyed by UID and by full name, and the mirror
+//! pods of its static pods, kept apart by UID and full name (upstream `pod.Manager`). Owned by
+//! the sync loop (the only writer); receives upserts/removals of merged pods; emits `watch`
+//! snapshots of the regular pods and of the mirror pods (by full name) for readers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch;
 
+use crate::mirror::is_mirror_pod;
 use crate::types::{PodExt, PodUid};
 
-/// The desired pods of this node.
+/// Mirror pods by full name (`namespace/name`), as published to readers.
+pub type MirrorSnapshot = Arc<HashMap<String, Pod>>;
+
+/// The desired pods of this node and the mirror pods of its static pods.
 pub struct PodManager {
     pods: HashMap<PodUid, Pod>,
     by_full_name: HashMap<String, PodUid>,
+    mirrors: HashMap<PodUid, Pod>,
+    mirror_by_full_name: HashMap<String, PodUid>,
     snapshot: watch::Sender<Arc<Vec<Pod>>>,
+    mirror_snapshot: watch::Sender<MirrorSnapshot>,
 }
 
 impl Default for PodManager {
@@ -22,54 +31,92 @@ impl Default for PodManager {
     }
 }
 
+/// Whether the pod manager files `pod` as a mirror pod: it carries the mirror annotation and
+/// did not come from a static source (a manifest that sets the annotation is still run).
+pub fn stored_as_mirror(pod: &Pod) -> bool {
+    is_mirror_pod(pod) && !pod.source().is_some_and(|s| s.is_static())
+}
+
 impl PodManager {
     pub fn new() -> Self {
         Self {
             pods: HashMap::new(),
             by_full_name: HashMap::new(),
+            mirrors: HashMap::new(),
+            mirror_by_full_name: HashMap::new(),
             snapshot: watch::Sender::new(Arc::new(Vec::new())),
+            mirror_snapshot: watch::Sender::new(Arc::new(HashMap::new())),
         }
     }
 
-    /// Readers (HTTP server, tests) see the desired pods through this.
+    /// Readers (HTTP server, mirror reconciler, tests) see the regular desired pods through this.
     pub fn subscribe(&self) -> watch::Receiver<Arc<Vec<Pod>>> {
         self.snapshot.subscribe()
     }
 
-    /// Adds or replaces a pod.
+    /// Readers (status syncer, mirror reconciler) see the mirror pods, by full name, through
+    /// this.
+    pub fn subscribe_mirrors(&self) -> watch::Receiver<MirrorSnapshot> {
+        self.mirror_snapshot.subscribe()
+    }
+
+    /// Adds or replaces a pod; a mirror pod goes to the mirror store (upstream `UpdatePod`).
     pub fn upsert(&mut self, pod: Pod) {
         let uid = pod.uid().to_owned();
-        self.by_full_name.insert(pod.full_name(), uid.clone());
-        self.pods.insert(uid, pod);
-        self.publish();
-    }
-
-    /// Forgets a pod; returns it if it was known.
-    pub fn remove(&mut self, uid: &str) -> Option<Pod> {
-        let pod = self.pods.remove(uid)?;
-        let name = pod.full_name();
-        if self.by_full_name.get(&name).is_some_and(|u| u == uid) {
-            self.by_full_name.remove(&name);
+        if stored_as_mirror(&pod) {
+            self.mirror_by_full_name
+                .insert(pod.full_name(), uid.clone());
+            self.mirrors.insert(uid, pod);
+            self.publish_mirrors();
+        } else {
+            self.by_full_name.insert(pod.full_name(), uid.clone());
+            self.pods.insert(uid, pod);
+            self.publish();
         }
-        self.publish();
-        Some(pod)
     }
 
+    /// Forgets a pod or mirror pod by UID; returns it if it was known.
+    pub fn remove(&mut self, uid: &str) -> Option<Pod> {
+        if let Some(pod) = self.pods.remove(uid) {
+            let name = pod.full_name();
+            if self.by_full_name.get(&name).is_some_and(|u| u == uid) {
+                self.by_full_name.remove(&name);
+            }
+            self.publish();
+            return Some(pod);
+        }
+        let mirror = self.mirrors.remove(uid)?;
+        let name = mirror.full_name();
+        if self
+            .mirror_by_full_name
+            .get(&name)
+            .is_some_and(|u| u == uid)
+        {
+            self.mirror_by_full_name.remove(&name);
+        }
+        self.publish_mirrors();
+        Some(mirror)
+    }
+
+    /// A regular (non-mirror) pod by UID.
     pub fn get(&self, uid: &str) -> Option<&Pod> {
         self.pods.get(uid)
     }
 
+    /// A regular (non-mirror) pod by `namespace/name`.
     pub fn get_by_full_name(&self, full_name: &str) -> Option<&Pod> {
         self.by_full_name
             .get(full_name)
             .and_then(|u| self.pods.get(u))
     }
 
+    /// The regular pods (mirror pods excluded).
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
         self.pods.values()
     }
 
-    pub fn uids(&self) -> std::collections::HashSet<PodUid> {
+    /// UIDs of the regular pods (mirror pods excluded).
+    pub fn uids(&self) -> HashSet<PodUid> {
         self.pods.keys().cloned().collect()
     }
 
@@ -81,16 +128,73 @@ impl PodManager {
         self.pods.is_empty()
     }
 
+    /// The mirror pods.
+    pub fn mirror_pods(&self) -> impl Iterator<Item = &Pod> {
+        self.mirrors.values()
+    }
+
+    /// A mirror pod by its own UID.
+    pub fn get_mirror(&self, uid: &str) -> Option<&Pod> {
+        self.mirrors.get(uid)
+    }
+
+    /// Upstream `GetMirrorPodByPod`: the mirror pod with the static pod's full name (whether
+    /// or not its hash still matches; see `mirror::mirror_pod_matches`).
+    pub fn mirror_pod_for(&self, static_pod: &Pod) -> Option<&Pod> {
+        self.mirror_by_full_name
+            .get(&static_pod.full_name())
+            .and_then(|u| self.mirrors.get(u))
+    }
+
+    /// Upstream `GetPodByMirrorPod`: the regular pod with the mirror pod's full name.
+    pub fn pod_for_mirror(&self, mirror: &Pod) -> Option<&Pod> {
+        self.get_by_full_name(&mirror.full_name())
+    }
+
+    /// Upstream `GetOrphanedMirrorPodNames`: mirror pods whose full name no regular pod has,
+    /// sorted by full name.
+    pub fn orphaned_mirror_pods(&self) -> Vec<&Pod> {
+        let mut orphans: Vec<&Pod> = self
+            .mirror_by_full_name
+            .iter()
+            .filter(|(name, _)| !self.by_full_name.contains_key(*name))
+            .filter_map(|(_, uid)| self.mirrors.get(uid))
+            .collect();
+        orphans.sort_by_key(|p| p.full_name());
+        orphans
+    }
+
+    /// Upstream `TranslatePodUID`: the UID of a mirror pod's static pod; any other UID as is.
+    pub fn translate_uid<'a>(&'a self, uid: &'a str) -> &'a str {
+        self.mirrors
+            .get(uid)
+            .and_then(|m| self.pod_for_mirror(m))
+            .map_or(uid, |p| p.uid())
+    }
+
     fn publish(&self) {
         let mut pods: Vec<Pod> = self.pods.values().cloned().collect();
         pods.sort_by_key(|p| p.full_name());
         self.snapshot.send_replace(Arc::new(pods));
     }
+
+    fn publish_mirrors(&self) {
+        let by_name: HashMap<String, Pod> = self
+            .mirror_by_full_name
+            .iter()
+            .filter_map(|(name, uid)| Some((name.clone(), self.mirrors.get(uid)?.clone())))
+            .collect();
+        self.mirror_snapshot.send_replace(Arc::new(by_name));
+    }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::types::{
+        CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(uid: &str, name: &str) -> Pod {
@@ -103,6 +207,34 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    fn annotated(mut p: Pod, kv: &[(&str, &str)]) -> Pod {
+        let a = p.metadata.annotations.get_or_insert_with(Default::default);
+        for (k, v) in kv {
+            a.insert((*k).into(), (*v).into());
+        }
+        p
+    }
+
+    fn static_pod(uid: &str, name: &str) -> Pod {
+        annotated(
+            pod(uid, name),
+            &[
+                (CONFIG_SOURCE_ANNOTATION, "file"),
+                (CONFIG_HASH_ANNOTATION, uid),
+            ],
+        )
+    }
+
+    fn mirror(uid: &str, name: &str, hash: &str) -> Pod {
+        annotated(
+            pod(uid, name),
+            &[
+                (CONFIG_SOURCE_ANNOTATION, "api"),
+                (CONFIG_MIRROR_ANNOTATION, hash),
+            ],
+        )
     }
 
     #[test]
@@ -122,5 +254,84 @@ mod tests {
         assert_eq!(m.get_by_full_name("default/b").map(|p| p.uid()), Some("u3"));
         assert!(m.remove("nope").is_none());
         assert_eq!(rx.borrow().len(), 2);
+    }
+
+    #[test]
+    fn mirror_pods_are_kept_apart_and_mapped_to_static_pods() {
+        let mut m = PodManager::new();
+        let pods = m.subscribe();
+        let mirrors = m.subscribe_mirrors();
+        m.upsert(static_pod("s1", "web-node"));
+        m.upsert(mirror("m1", "web-node", "s1"));
+        m.upsert(mirror("m2", "gone-node", "old"));
+        m.upsert(pod("a1", "api-pod"));
+
+        // Regular views never contain mirror pods.
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.uids(), HashSet::from(["s1".to_owned(), "a1".to_owned()]));
+        assert!(m.get("m1").is_none());
+        assert_eq!(
+            m.get_by_full_name("default/web-node").map(|p| p.uid()),
+            Some("s1")
+        );
+        assert_eq!(pods.borrow().len(), 2);
+        let names: Vec<String> = pods.borrow().iter().map(|p| p.full_name()).collect();
+        assert_eq!(names, ["default/api-pod", "default/web-node"]);
+
+        // Static ↔ mirror by full name, and UID translation.
+        let s1 = m.get("s1").cloned().unwrap();
+        assert_eq!(m.mirror_pod_for(&s1).map(|p| p.uid()), Some("m1"));
+        let m1 = m.get_mirror("m1").cloned().unwrap();
+        assert_eq!(m.pod_for_mirror(&m1).map(|p| p.uid()), Some("s1"));
+        assert_eq!(m.translate_uid("m1"), "s1");
+        assert_eq!(m.translate_uid("m2"), "m2");
+        assert_eq!(m.translate_uid("a1"), "a1");
+        let api_pod = m.get("a1").cloned().unwrap();
+        assert!(m.mirror_pod_for(&api_pod).is_none());
+
+        // The orphan is the mirror whose static pod is gone.
+        let orphans: Vec<&str> = m.orphaned_mirror_pods().iter().map(|p| p.uid()).collect();
+        assert_eq!(orphans, ["m2"]);
+        assert_eq!(m.mirror_pods().count(), 2);
+
+        // The mirror snapshot is keyed by full name.
+        {
+            let snap = mirrors.borrow();
+            assert_eq!(snap.len(), 2);
+            assert_eq!(snap.get("default/web-node").map(|p| p.uid()), Some("m1"));
+        }
+
+        // A replacement mirror (new UID) takes over the name; removing the old one keeps it.
+        m.upsert(mirror("m3", "web-node", "s1"));
+        assert_eq!(
+            m.remove("m1").map(|p| p.uid().to_owned()),
+            Some("m1".into())
+        );
+        assert_eq!(m.mirror_pod_for(&s1).map(|p| p.uid()), Some("m3"));
+        assert_eq!(
+            mirrors.borrow().get("default/web-node").map(|p| p.uid()),
+            Some("m3")
+        );
+
+        // Removing the static pod orphans its mirror; regular snapshot shrinks.
+        m.remove("s1");
+        let orphans: Vec<&str> = m.orphaned_mirror_pods().iter().map(|p| p.uid()).collect();
+        assert_eq!(orphans, ["m2", "m3"]);
+        assert_eq!(pods.borrow().len(), 1);
+        m.remove("m2");
+        m.remove("m3");
+        assert!(mirrors.borrow().is_empty());
+        assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn static_manifest_with_mirror_annotation_is_still_a_regular_pod() {
+        let mut m = PodManager::new();
+        m.upsert(annotated(
+            static_pod("s1", "odd-node"),
+            &[(CONFIG_MIRROR_ANNOTATION, "x")],
+        ));
+        assert!(m.get("s1").is_some());
+        assert_eq!(m.mirror_pods().count(), 0);
     }
 }

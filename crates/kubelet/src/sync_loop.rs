@@ -1,7 +1,8 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`/`HandlePodCleanups`): owns the pod
 //! manager. Receives merged pod updates, PLEG events, probe result changes, the 1 s sync tick
 //! (which also syncs pods whose `activeDeadlineSeconds` passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods that belong to no
-//! source once every source has reported. Publishes its liveness for `/healthz`.
+//! source once every source has reported. Mirror pods go to the pod manager's mirror store,
+//! never to workers or admission. Publishes its liveness for `/healthz`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -19,7 +20,7 @@ use crate::clock::Clock;
 use crate::events::{EventRecorder, EventType};
 use crate::kuberuntime::runtime_status::list_pods;
 use crate::pleg::PodLifecycleEvent;
-use crate::pod_manager::PodManager;
+use crate::pod_manager::{MirrorSnapshot, PodManager, stored_as_mirror};
 use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType};
 use crate::prober::ProbeUpdate;
 use crate::status::generate::past_active_deadline;
@@ -180,6 +181,11 @@ impl SyncLoop {
         self.pod_manager.subscribe()
     }
 
+    /// Mirror pods by full name, for readers (status syncer, mirror reconciler).
+    pub fn mirrors(&self) -> watch::Receiver<MirrorSnapshot> {
+        self.pod_manager.subscribe_mirrors()
+    }
+
     /// Runs until `cancel` fires.
     pub async fn run(
         mut self,
@@ -214,9 +220,14 @@ impl SyncLoop {
         info!("kubelet main sync loop stopped");
     }
 
-    /// Applies one merged update (upstream `HandlePodAdditions/Updates/Removes/...`).
+    /// Applies one merged update (upstream `HandlePodAdditions/Updates/Removes/...`). Mirror
+    /// pods only go to the pod manager's mirror store (they never run or get admitted).
     pub fn handle_update(&mut self, update: PodUpdate) {
         debug!(op = ?update.op, source = %update.source, pods = update.pods.len(), "pod config update");
+        let (mirrors, pods): (Vec<Pod>, Vec<Pod>) =
+            update.pods.into_iter().partition(stored_as_mirror);
+        self.handle_mirror_pods(update.op, mirrors);
+        let update = PodUpdate { pods, ..update };
         match update.op {
             PodOp::Add | PodOp::Set => {
                 let mut pods = update.pods;
@@ -266,6 +277,33 @@ impl SyncLoop {
             PodOp::Reconcile => {
                 for pod in update.pods {
                     self.pod_manager.upsert(pod);
+                }
+            }
+        }
+    }
+
+    /// Upstream `handleMirrorPod`: store the mirror pod apart; a change of it (not a
+    /// status-only reconcile) syncs its static pod.
+    fn handle_mirror_pods(&mut self, op: PodOp, mirrors: Vec<Pod>) {
+        for mirror in mirrors {
+            if op == PodOp::Remove {
+                info!(pod = %mirror.full_name(), uid = %mirror.uid(), reason = "gone from the API server", "mirror pod removed");
+                self.pod_manager.remove(mirror.uid());
+            } else {
+                debug!(pod = %mirror.full_name(), uid = %mirror.uid(), op = ?op, "mirror pod stored");
+                self.pod_manager.upsert(mirror.clone());
+            }
+            if op == PodOp::Reconcile {
+                continue;
+            }
+            match self.pod_manager.pod_for_mirror(&mirror) {
+                Some(pod) if !self.rejected.contains(pod.uid()) => {
+                    debug!(pod = %pod.full_name(), uid = %pod.uid(), mirror_uid = %mirror.uid(), reason = "mirror pod changed", "syncing static pod");
+                    self.workers
+                        .update_pod(PodWork::sync(UpdateType::Update, pod.clone()));
+                }
+                _ => {
+                    debug!(pod = %mirror.full_name(), uid = %mirror.uid(), "no static pod for mirror pod")
                 }
             }
         }

@@ -810,7 +810,10 @@ mod tests {
         assert_eq!(ok.get("a").map(String::as_str), Some("b"));
         assert_eq!(ok.len(), 3);
         let bad = parse_node_labels("novalue").unwrap_err().to_string();
-        assert!(bad.contains("node-labels") && bad.contains("key=value"), "{bad}");
+        assert!(
+            bad.contains("node-labels") && bad.contains("key=value"),
+            "{bad}"
+        );
         assert!(parse_node_labels("").unwrap().is_empty());
     }
 }

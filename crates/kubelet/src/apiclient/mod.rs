@@ -66,6 +66,9 @@ pub async fn client_from_kubeconfig(
     config.read_timeout = Some(settings.timeout);
     config.write_timeout = Some(settings.timeout);
     config.connect_timeout = Some(Duration::from_secs(10));
+    // Every caller owns its retry loop (status sync, lease, node status, watch); kube's own
+    // retry layer would hold a call open through a long 503 outage instead of failing fast.
+    config.default_retry = false;
     kube::Client::try_from(config).map_err(|source| ApiClientError::Client {
         path: path.to_owned(),
         source,
@@ -104,6 +107,7 @@ impl RetryBackoff {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use fake_apiserver::{FakeApiServer, Options};

@@ -79,7 +79,8 @@ pub fn node_status_patch(old: &Node, new: &Node) -> Result<Value, PatchError> {
         }))
     };
     let (old_v, new_v) = (ser(old)?, ser(new)?);
-    let mut patch = two_way_merge_patch(&old_v, &new_v, PatchKind::Node).unwrap_or_else(|| json!({}));
+    let mut patch =
+        two_way_merge_patch(&old_v, &new_v, PatchKind::Node).unwrap_or_else(|| json!({}));
     let old_addrs = old.status.as_ref().and_then(|s| s.addresses.as_ref());
     let new_addrs = new.status.as_ref().and_then(|s| s.addresses.as_ref());
     if old_addrs != new_addrs
@@ -123,9 +124,7 @@ fn diff_object<'a>(
         };
         path.push(k);
         match (ov, nv, kind.merge_key(path)) {
-            (Value::Array(oa), Value::Array(na), Some(key))
-                if keyed(oa, key) && keyed(na, key) =>
-            {
+            (Value::Array(oa), Value::Array(na), Some(key)) if keyed(oa, key) && keyed(na, key) => {
                 if let Some((list, order)) = diff_keyed_list(oa, na, key, kind, path) {
                     out.insert(format!("$setElementOrder/{k}"), Value::Array(order));
                     if !list.is_empty() {

@@ -1,7 +1,12 @@
 //! Status manager: the single owner of every pod's latest API status (upstream
 //! `status.Manager`). Pod workers write generated statuses into it; the HTTP server, the sync
-//! loop and (in API mode) the API status syncer read from it. Emits a version number on a
-//! `watch` channel whenever any status changes.
+//! loop and (in API mode) the API status syncer read from it. Emits the newest status version on
+//! a `watch` channel whenever any status changes.
+//!
+//! Versions come from one counter shared by all pods, so a status written later always carries
+//! a higher version, even after a pod's entry was forgotten and re-created: the API syncer can
+//! compare a version with the last one it pushed and never overwrite a newer status with an
+//! older one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,16 +17,57 @@ use tracing::debug;
 
 use crate::types::{PodExt, PodUid};
 
+/// Pod conditions the kubelet owns (upstream `PodConditionsByKubelet` with the default feature
+/// gates): the kubelet's value replaces whatever the API has; all other conditions belong to
+/// someone else and are kept from the API pod.
+pub const KUBELET_OWNED_CONDITIONS: [&str; 7] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+    "PodResizeInProgress",
+    "PodResizePending",
+];
+
+/// A condition the kubelet shares with other writers (upstream `PodConditionSharedByKubelet`).
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// Whether the kubelet owns conditions of this type.
+pub fn is_kubelet_owned_condition(type_: &str) -> bool {
+    KUBELET_OWNED_CONDITIONS.contains(&type_)
+}
+
+/// Whether a pod phase is terminal (`Succeeded` or `Failed`).
+pub fn is_terminal_phase(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// One pod's status with its version (see [`StatusManager::snapshot`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionedStatus {
+    pub uid: PodUid,
+    pub version: u64,
+    pub status: PodStatus,
+}
+
 #[derive(Debug, Clone)]
 struct Versioned {
     status: PodStatus,
     version: u64,
 }
 
+#[derive(Debug, Default)]
+struct Inner {
+    statuses: HashMap<PodUid, Versioned>,
+    /// The last version handed out (to any pod).
+    last_version: u64,
+}
+
 /// Handle to the status manager; clones share the same statuses.
 #[derive(Clone)]
 pub struct StatusManager {
-    statuses: Arc<Mutex<HashMap<PodUid, Versioned>>>,
+    inner: Arc<Mutex<Inner>>,
     changes: Arc<watch::Sender<u64>>,
 }
 
@@ -34,13 +80,13 @@ impl Default for StatusManager {
 impl StatusManager {
     pub fn new() -> Self {
         Self {
-            statuses: Arc::default(),
+            inner: Arc::default(),
             changes: Arc::new(watch::Sender::new(0)),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<PodUid, Versioned>> {
-        self.statuses
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -49,65 +95,100 @@ impl StatusManager {
     /// one (upstream refuses such transitions), and an unchanged status is not re-versioned.
     pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
         let uid = pod.uid().to_owned();
-        let mut map = self.lock();
-        if let Some(old) = map.get(&uid) {
-            if is_terminal(old.status.phase.as_deref()) && !is_terminal(status.phase.as_deref()) {
-                debug!(pod = %pod.full_name(), %uid, old = ?old.status.phase, new = ?status.phase, "refusing to move a terminal pod back to a running phase");
+        let mut inner = self.lock();
+        if let Some(old) = inner.statuses.get(&uid) {
+            if is_terminal_phase(old.status.phase.as_deref())
+                && !is_terminal_phase(status.phase.as_deref())
+            {
+                debug!(pod = %pod.full_name(), %uid, old = ?old.status.phase, new = ?status.phase, reason = "terminal phase is final", "refusing to move a terminal pod back to a running phase");
                 status.phase.clone_from(&old.status.phase);
             }
             if old.status == status {
                 return;
             }
         }
-        let version = map.get(&uid).map_or(1, |v| v.version + 1);
-        map.insert(uid, Versioned { status, version });
-        drop(map);
-        self.changes.send_modify(|v| *v += 1);
+        inner.last_version += 1;
+        let version = inner.last_version;
+        inner.statuses.insert(uid, Versioned { status, version });
+        drop(inner);
+        self.changes.send_replace(version);
     }
 
     /// The latest status of a pod.
     pub fn get_pod_status(&self, uid: &str) -> Option<PodStatus> {
-        self.lock().get(uid).map(|v| v.status.clone())
+        self.lock().statuses.get(uid).map(|v| v.status.clone())
+    }
+
+    /// The latest status of a pod with its version.
+    pub fn get_versioned(&self, uid: &str) -> Option<VersionedStatus> {
+        self.lock().statuses.get(uid).map(|v| VersionedStatus {
+            uid: uid.to_owned(),
+            version: v.version,
+            status: v.status.clone(),
+        })
+    }
+
+    /// The version of every held status (cheap: no status is cloned).
+    pub fn versions(&self) -> Vec<(PodUid, u64)> {
+        self.lock()
+            .statuses
+            .iter()
+            .map(|(uid, v)| (uid.clone(), v.version))
+            .collect()
+    }
+
+    /// Every held status with its version.
+    pub fn snapshot(&self) -> Vec<VersionedStatus> {
+        self.lock()
+            .statuses
+            .iter()
+            .map(|(uid, v)| VersionedStatus {
+                uid: uid.clone(),
+                version: v.version,
+                status: v.status.clone(),
+            })
+            .collect()
     }
 
     /// Forgets pods that are no longer desired and have no worker.
     pub fn remove_orphaned_statuses(&self, keep: &HashSet<PodUid>) {
-        self.lock().retain(|uid, _| keep.contains(uid));
+        self.lock().statuses.retain(|uid, _| keep.contains(uid));
     }
 
     /// Forgets one pod's status.
     pub fn delete(&self, uid: &str) {
-        self.lock().remove(uid);
+        self.lock().statuses.remove(uid);
     }
 
-    /// Bumps whenever any status changes.
+    /// Carries the newest status version; changes whenever any status changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
 
     /// Number of statuses held (leak checks).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().statuses.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().statuses.is_empty()
     }
 }
 
-fn is_terminal(phase: Option<&str>) -> bool {
-    matches!(phase, Some("Succeeded" | "Failed"))
-}
-
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod() -> Pod {
+        pod_with_uid("u")
+    }
+
+    fn pod_with_uid(uid: &str) -> Pod {
         Pod {
             metadata: ObjectMeta {
-                uid: Some("u".into()),
+                uid: Some(uid.into()),
                 name: Some("p".into()),
                 ..Default::default()
             },
@@ -137,5 +218,42 @@ mod tests {
         );
         m.remove_orphaned_statuses(&HashSet::new());
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn versions_only_grow_across_pods_and_re_creation() {
+        let m = StatusManager::new();
+        let rx = m.subscribe();
+        m.set_pod_status(&pod_with_uid("a"), status("Pending"));
+        m.set_pod_status(&pod_with_uid("b"), status("Pending"));
+        m.set_pod_status(&pod_with_uid("a"), status("Running"));
+        let a = m.get_versioned("a").unwrap();
+        let b = m.get_versioned("b").unwrap();
+        assert_eq!((a.version, b.version), (3, 2));
+        assert_eq!(*rx.borrow(), 3);
+        // Forgotten and written again: the new entry is newer than anything seen before.
+        m.delete("a");
+        m.set_pod_status(&pod_with_uid("a"), status("Pending"));
+        assert_eq!(m.get_versioned("a").unwrap().version, 4);
+        let mut versions = m.versions();
+        versions.sort();
+        assert_eq!(versions, [("a".to_owned(), 4), ("b".to_owned(), 2)]);
+        let mut snap = m.snapshot();
+        snap.sort_by(|x, y| x.uid.cmp(&y.uid));
+        assert_eq!(snap[0].status.phase.as_deref(), Some("Pending"));
+        assert_eq!(snap.len(), 2);
+    }
+
+    #[test]
+    fn condition_ownership_and_terminal_phases() {
+        for c in ["PodScheduled", "Ready", "Initialized", "ContainersReady"] {
+            assert!(is_kubelet_owned_condition(c), "{c}");
+        }
+        assert!(is_kubelet_owned_condition("PodReadyToStartContainers"));
+        assert!(!is_kubelet_owned_condition("DisruptionTarget"));
+        assert!(!is_kubelet_owned_condition("example.com/Gate"));
+        assert!(is_terminal_phase(Some("Failed")));
+        assert!(!is_terminal_phase(Some("Running")));
+        assert!(!is_terminal_phase(None));
     }
 }

@@ -41,6 +41,8 @@ pub struct Kubelet {
     pub dir: tempfile::TempDir,
     pub port: u16,
     pub healthz_port: u16,
+    /// Extra command-line flags (e.g. `--kubeconfig PATH`), used by `start`.
+    pub extra_args: Vec<std::ffi::OsString>,
     child: Option<Child>,
 }
 
@@ -66,6 +68,7 @@ impl Kubelet {
             dir,
             port: free_port(),
             healthz_port: free_port(),
+            extra_args: Vec::new(),
             child: None,
         };
         let config = format!(
@@ -120,6 +123,7 @@ impl Kubelet {
             .arg(NODE)
             .arg("--v")
             .arg("4")
+            .args(&self.extra_args)
             .env("RUST_LOG", "info,kubelet=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

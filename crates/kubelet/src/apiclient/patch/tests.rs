@@ -1,6 +1,7 @@
 //! Patch generation checked two ways: exact bodies for the shapes the kubelet relies on, and
 //! differentially: the generated patch, applied by the real upstream merge code
 //! (`kubectl patch --local --type strategic`), must turn the old object into the new one.
+#![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 
@@ -19,7 +20,15 @@ fn kubectl_apply(obj: &Value, patch: &Value) -> Value {
     std::fs::write(&f, obj.to_string()).unwrap();
     let out = Command::new("kubectl")
         .env("KUBECONFIG", "/dev/null")
-        .args(["patch", "--local", "-o", "json", "--type", "strategic", "-f"])
+        .args([
+            "patch",
+            "--local",
+            "-o",
+            "json",
+            "--type",
+            "strategic",
+            "-f",
+        ])
         .arg(&f)
         .arg("-p")
         .arg(patch.to_string())
@@ -45,7 +54,11 @@ fn pod_obj(status: &PodStatus) -> Value {
 /// Applies our pod status patch with kubectl and checks the result carries `new`.
 fn check_pod(old: &PodStatus, new: &PodStatus) -> Value {
     let patch = pod_status_patch("u1", old, new).unwrap();
-    assert_eq!(patch.pointer("/metadata/uid"), Some(&json!("u1")), "{patch}");
+    assert_eq!(
+        patch.pointer("/metadata/uid"),
+        Some(&json!("u1")),
+        "{patch}"
+    );
     let got = kubectl_apply(&pod_obj(old), &patch);
     assert_eq!(
         got["status"],
@@ -105,11 +118,15 @@ fn pending_to_running_with_conditions_ips_and_containers() {
         cond("PodScheduled", "True"),
     ]);
     new.pod_ip = Some("10.0.0.5".into());
-    new.pod_ips = Some(vec![PodIP { ip: "10.0.0.5".into() }]);
+    new.pod_ips = Some(vec![PodIP {
+        ip: "10.0.0.5".into(),
+    }]);
     new.container_statuses = Some(vec![running("c", true)]);
     let patch = check_pod(&base(), &new);
     // Unchanged PodScheduled is only named in the order, not repeated.
-    let order = patch["status"]["$setElementOrder/conditions"].as_array().unwrap();
+    let order = patch["status"]["$setElementOrder/conditions"]
+        .as_array()
+        .unwrap();
     assert_eq!(order.len(), 5);
     let conds = patch["status"]["conditions"].as_array().unwrap();
     assert_eq!(conds.len(), 4, "{patch}");
@@ -134,7 +151,9 @@ fn removed_fields_become_null_and_removed_conditions_are_deleted() {
     old.message = Some("m".into());
     old.reason = Some("r".into());
     old.pod_ip = Some("10.0.0.5".into());
-    old.pod_ips = Some(vec![PodIP { ip: "10.0.0.5".into() }]);
+    old.pod_ips = Some(vec![PodIP {
+        ip: "10.0.0.5".into(),
+    }]);
     old.conditions = Some(vec![cond("Ready", "False"), cond("PodScheduled", "True")]);
     let mut new = base();
     new.conditions = Some(vec![cond("PodScheduled", "True")]);
@@ -156,7 +175,10 @@ fn container_statuses_are_replaced_whole() {
     new.container_statuses = Some(vec![running("a", false), running("b", true)]);
     let patch = check_pod(&old, &new);
     assert_eq!(
-        patch["status"]["containerStatuses"].as_array().unwrap().len(),
+        patch["status"]["containerStatuses"]
+            .as_array()
+            .unwrap()
+            .len(),
         2
     );
 }
@@ -164,9 +186,18 @@ fn container_statuses_are_replaced_whole() {
 #[test]
 fn dual_stack_pod_ips_and_reordering() {
     let mut old = base();
-    old.pod_ips = Some(vec![PodIP { ip: "10.0.0.5".into() }]);
+    old.pod_ips = Some(vec![PodIP {
+        ip: "10.0.0.5".into(),
+    }]);
     let mut new = old.clone();
-    new.pod_ips = Some(vec![PodIP { ip: "fd00::5".into() }, PodIP { ip: "10.0.0.5".into() }]);
+    new.pod_ips = Some(vec![
+        PodIP {
+            ip: "fd00::5".into(),
+        },
+        PodIP {
+            ip: "10.0.0.5".into(),
+        },
+    ]);
     check_pod(&old, &new);
     let mut reordered = base();
     reordered.conditions = Some(vec![cond("A", "True"), cond("B", "True")]);
@@ -230,13 +261,18 @@ fn node_heartbeat_only_touches_heartbeat_times() {
     let t0 = "2026-01-01T00:00:00Z";
     let t1 = "2026-01-01T00:00:10Z";
     let old = node(NodeStatus {
-        conditions: Some(vec![ncond("MemoryPressure", "False", t0), ncond("Ready", "True", t0)]),
+        conditions: Some(vec![
+            ncond("MemoryPressure", "False", t0),
+            ncond("Ready", "True", t0),
+        ]),
         addresses: Some(vec![addr("InternalIP", "10.0.0.1"), addr("Hostname", "n1")]),
         ..Default::default()
     });
     let mut new = old.clone();
-    new.status.as_mut().unwrap().conditions =
-        Some(vec![ncond("MemoryPressure", "False", t1), ncond("Ready", "True", t1)]);
+    new.status.as_mut().unwrap().conditions = Some(vec![
+        ncond("MemoryPressure", "False", t1),
+        ncond("Ready", "True", t1),
+    ]);
     let patch = check_node(&old, &new);
     assert_eq!(
         patch,

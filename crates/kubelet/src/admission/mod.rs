@@ -2,6 +2,19 @@
 //! worker, every handler may refuse it. A refused pod is never started; the sync loop records
 //! phase `Failed` with the handler's reason and `Pod was rejected: <message>`, as upstream's
 //! `rejectPod`. Pure decisions; owns no state.
+//!
+//! Submodules hold upstream's predicate admit handler (`NewPredicateAdmitHandler` +
+//! `generalFilter`): [`resources`] (pod requests and the resource fit), [`node_affinity`]
+//! (nodeSelector, required node affinity, nodeName), [`taints`] (NoExecute taints against
+//! tolerations), [`ports`] (host ports) and [`predicate`] (the handler reading the Node).
+
+pub mod node_affinity;
+pub mod ports;
+pub mod predicate;
+pub mod resources;
+pub mod taints;
+
+pub use predicate::{NodePredicates, PredicateOptions};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
