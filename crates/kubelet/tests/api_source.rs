@@ -666,6 +666,7 @@ async fn sync_loop_stores_mirror_pods_apart_and_never_runs_them() {
         runtime: Arc::new(fake.clone()),
         images: Arc::new(fake.clone()),
         events: Arc::new(CollectingRecorder::default()),
+        api: None,
     };
     let agent = Agent::start(
         AgentConfig::for_tests(dir.path(), NODE),

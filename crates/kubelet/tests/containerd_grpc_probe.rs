@@ -81,6 +81,7 @@ async fn grpc_readiness_follows_the_health_service() {
             runtime: runtime.clone(),
             images: runtime,
             events: Arc::new(CollectingRecorder::default()),
+            api: None,
         },
         CancellationToken::new(),
     )

@@ -62,6 +62,7 @@ impl Harness {
             runtime: Arc::new(self.fake.clone()),
             images: Arc::new(self.fake.clone()),
             events: Arc::new(self.events.clone()),
+            api: None,
         };
         Agent::start(cfg, deps, CancellationToken::new())
             .await

@@ -1,5 +1,6 @@
 //! The `rkubelet` binary: parses upstream-compatible flags, loads the KubeletConfiguration,
-//! sets up logging, connects to the CRI runtime and runs the kubelet until SIGTERM/SIGINT.
+//! sets up logging, connects to the CRI runtime (and, with `--kubeconfig`, builds the API
+//! server client) and runs the kubelet until SIGTERM/SIGINT.
 //! Stopping the kubelet never stops pods; the next start adopts them.
 
 mod cli;
@@ -12,9 +13,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig, AgentDeps, ApiModeConfig};
+use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::config::KubeletConfiguration;
 use kubelet::events::LoggingRecorder;
+use kubelet::nodestatus::{NodeStatusSettings, Reservations};
 use kubelet::sync_loop::LoopTimings;
 use rkubelet_cri::RemoteRuntime;
 use tokio::signal::unix::{SignalKind, signal};
@@ -74,11 +77,6 @@ fn init_logging(verbosity: u8) {
 }
 
 async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()> {
-    if node.kubeconfig.is_some() {
-        warn!(
-            "--kubeconfig given: API-server mode is not implemented yet; running standalone with static pods only"
-        );
-    }
     kubelet::security::sysctl::validate_patterns(&config.allowed_unsafe_sysctls)
         .context("allowedUnsafeSysctls")?;
     let endpoint = config.container_runtime_endpoint.clone();
@@ -89,6 +87,24 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         .with_context(|| format!("connecting to the container runtime at {endpoint}"))?;
     let remote = Arc::new(remote);
 
+    let api = match &node.kubeconfig {
+        Some(path) => {
+            let settings = ClientSettings {
+                qps: f64::from(config.kube_api_qps),
+                burst: u32::try_from(config.kube_api_burst).unwrap_or(0),
+                ..ClientSettings::default()
+            };
+            let client = client_from_kubeconfig(path, &settings)
+                .await
+                .context("--kubeconfig")?;
+            info!(kubeconfig = %path.display(), "API server mode");
+            Some(client)
+        }
+        None => {
+            info!("no --kubeconfig: standalone mode, running static pods only");
+            None
+        }
+    };
     let agent_cfg = agent_config(&config, &node)?;
     let cancel = CancellationToken::new();
     let agent = Agent::start(
@@ -97,6 +113,7 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
             runtime: remote.clone(),
             images: remote,
             events: Arc::new(LoggingRecorder),
+            api,
         },
         cancel.clone(),
     )
@@ -134,9 +151,47 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
                 None
             }
         });
-    let host_ips = match &node.node_ip {
+    let host_ips: Vec<String> = match &node.node_ip {
         Some(ip) => ip.split(',').map(|s| s.trim().to_owned()).collect(),
         None => vec![default_host_ip()],
+    };
+    let node_ips = host_ips
+        .iter()
+        .map(|ip| {
+            ip.parse::<IpAddr>()
+                .with_context(|| format!("--node-ip: {ip:?} is not an IP address"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let update_frequency = c.node_status_update_frequency.as_std();
+    let lease_secs = u64::try_from(c.node_lease_duration_seconds.max(1)).unwrap_or(40);
+    let node_status = NodeStatusSettings {
+        hostname: node.node_name.clone(),
+        node_ips,
+        node_labels: node.node_labels.clone(),
+        register_with_taints: c.register_with_taints.clone(),
+        register_node: c.register_node,
+        provider_id: non_empty(&c.provider_id),
+        max_pods: i64::from(c.max_pods),
+        pods_per_core: i64::from(c.pods_per_core),
+        port: c.port,
+        node_status_max_images: c.node_status_max_images,
+        local_storage_capacity_isolation: c.local_storage_capacity_isolation,
+        reservations: Reservations {
+            system_reserved: c.system_reserved.clone(),
+            kube_reserved: c.kube_reserved.clone(),
+            eviction_hard: c.effective_eviction_hard(),
+        },
+        update_frequency,
+        report_frequency: c.node_status_report_frequency.as_std(),
+        // Upstream bounds heartbeat calls by min(nodeStatusUpdateFrequency, lease duration).
+        request_timeout: update_frequency.min(Duration::from_secs(lease_secs)),
+        ..NodeStatusSettings::new(&node.node_name)
+    };
+    let api = ApiModeConfig {
+        node_lease_duration_secs: c.node_lease_duration_seconds,
+        event_qps: f64::from(c.event_record_qps),
+        event_burst: u32::try_from(c.event_burst).unwrap_or(0),
+        ..ApiModeConfig::default()
     };
     Ok(AgentConfig {
         node_name: node.node_name.clone(),
@@ -165,6 +220,8 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         max_pods: usize::try_from(c.max_pods).unwrap_or(0),
         allowed_unsafe_sysctls: c.allowed_unsafe_sysctls.clone(),
         seccomp_default: c.seccomp_default,
+        node_status,
+        api,
     })
 }
 

@@ -1,6 +1,7 @@
-//! Static pod sources: the `staticPodPath` directory/file watcher (`file`) and the
-//! `staticPodURL` poller (`http`). Each reads manifests, turns them into validated static pods
-//! (`decode` → `defaults` → `static_pod` → `validation`/`api_refs`) and emits the full current
+//! Pod sources: the `staticPodPath` directory/file watcher (`file`), the `staticPodURL`
+//! poller (`http`) and, with a kubeconfig, the API server's pods bound to this node (`api`).
+//! The static sources read manifests, turn them into validated static pods
+//! (`decode` → `defaults` → `static_pod` → `validation`/`api_refs`) and emit the full current
 //! set as `PodUpdate { op: Set, .. }` to the config merger (`crate::config_merge`).
 
 pub mod api;

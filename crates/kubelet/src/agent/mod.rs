@@ -1,8 +1,12 @@
 //! Assembly of a running kubelet (upstream `NewMainKubelet` + `Run`, without the god-struct):
 //! builds each manager, wires their channels, and runs every task under one cancellation tree.
-//! Receives the resolved settings and the runtime/image services; returns a handle whose
-//! `shutdown` waits for every task. Shutting down never stops pods: a restarted kubelet adopts
-//! them.
+//! Receives the resolved settings, the runtime/image services and, in API-server mode, the
+//! API client (the API-only tasks are wired in `api`); returns a handle whose `shutdown`
+//! waits for every task. Shutting down never stops pods: a restarted kubelet adopts them.
+
+pub mod api;
+
+pub use api::ApiModeConfig;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
+use crate::admission::predicate::NodePredicates;
 use crate::admission::{Admission, MaxPods};
 use crate::clock::Clock;
 use crate::config_merge::PodConfigMerger;
@@ -26,6 +31,10 @@ use crate::images::ImageManager;
 use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
+use crate::nodestatus::NodeStatusSettings;
+use crate::nodestatus::host::HostInfo;
+use crate::nodestatus::register::initial_node;
+use crate::nodestatus::setters::StatusInputs;
 use crate::pleg::GenericPleg;
 use crate::pod_workers::{PodWorkers, WorkerTimings};
 use crate::prober::ProbeManager;
@@ -68,6 +77,11 @@ pub struct AgentConfig {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `seccompDefault`: containers without a seccomp profile get RuntimeDefault.
     pub seccomp_default: bool,
+    /// The Node as this kubelet describes it: registered in API-server mode, and in both modes
+    /// what admission checks pods against (capacity, allocatable, labels, taints).
+    pub node_status: NodeStatusSettings,
+    /// Settings of the API-server mode tasks (used when `AgentDeps::api` is set).
+    pub api: ApiModeConfig,
 }
 
 impl AgentConfig {
@@ -98,6 +112,11 @@ impl AgentConfig {
             max_pods: 110,
             allowed_unsafe_sysctls: Vec::new(),
             seccomp_default: false,
+            node_status: NodeStatusSettings {
+                node_ips: vec![std::net::IpAddr::from([127, 0, 0, 1])],
+                ..NodeStatusSettings::new(node_name)
+            },
+            api: ApiModeConfig::default(),
         }
     }
 }
@@ -107,7 +126,11 @@ impl AgentConfig {
 pub struct AgentDeps {
     pub runtime: Arc<dyn RuntimeService>,
     pub images: Arc<dyn ImageService>,
+    /// Where pod events go in standalone mode; with `api` they are posted to the API server
+    /// (and logged) instead.
     pub events: Arc<dyn EventRecorder>,
+    /// The API server client (`--kubeconfig`); `None` runs standalone.
+    pub api: Option<kube::Client>,
 }
 
 /// Failures at start-up.
@@ -159,6 +182,22 @@ impl Agent {
             })?;
         }
         let tracker = TaskTracker::new();
+        let events = match &deps.api {
+            Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &tracker, &cancel),
+            None => deps.events.clone(),
+        };
+        // Admission's view of the Node: computed locally now, replaced by the API server's
+        // Node once registered.
+        let host = HostInfo::read(&cfg.root_dir);
+        let local_node = initial_node(
+            &cfg.node_status,
+            &host,
+            &StatusInputs::default(),
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+        );
+        let (admission_node_tx, admission_node) = watch::channel(Arc::new(local_node));
         let cache = PodCache::new();
         let status = StatusManager::new();
         let memory_bytes = host_memory_bytes().unwrap_or(0);
@@ -180,17 +219,18 @@ impl Agent {
             pleg_tx,
         );
         let pleg_health = pleg.health();
+        let node_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
         tracker.spawn(pleg.run(cancel.child_token()));
         let (prober, probe_updates) = ProbeManager::new(
             deps.runtime.clone(),
-            deps.events.clone(),
+            events.clone(),
             Clock::new(),
             cancel.child_token(),
         );
         let images = ImageManager::new(
             deps.images.clone(),
-            deps.events.clone(),
+            events.clone(),
             cfg.serialize_image_pulls,
             cfg.max_parallel_image_pulls,
         );
@@ -199,7 +239,7 @@ impl Agent {
                 deps.runtime.clone(),
                 images,
                 status.clone(),
-                deps.events.clone(),
+                events.clone(),
                 SyncerConfig {
                     root_dir: cfg.root_dir.clone(),
                     pod_logs_dir: cfg.pod_logs_dir.clone(),
@@ -265,10 +305,16 @@ impl Agent {
             .map_err(|e| AgentError::Source(e.to_string()))?;
             tracker.spawn(src.run(source_tx.clone(), cancel.child_token()));
         }
+        if deps.api.is_some() {
+            expected.push(PodSource::Api);
+        }
         let merger = PodConfigMerger::new();
         let seen = merger.seen_sources();
         tracker.spawn(merger.run(source_rx, merged_tx, cancel.child_token()));
-        let sources_ready = Box::new(move || seen.seen_all(&expected));
+        let sources_ready = {
+            let (seen, expected) = (seen.clone(), expected.clone());
+            Box::new(move || seen.seen_all(&expected))
+        };
 
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
@@ -283,6 +329,7 @@ impl Agent {
         .with_admission(
             Admission::new(vec![
                 Box::new(MaxPods(cfg.max_pods)),
+                Box::new(NodePredicates::new(admission_node)),
                 Box::new(crate::security::sysctl::SysctlAllowlist::from_config(
                     &cfg.allowed_unsafe_sysctls,
                 )),
@@ -291,12 +338,41 @@ impl Agent {
                     runtime_supports_strict: false,
                 }),
             ]),
-            deps.events.clone(),
+            events.clone(),
         )
         .with_probe_updates(probe_updates)
         .with_volumes(volumes);
         let pods = sync_loop.pods();
+        let mirrors = sync_loop.mirrors();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
+
+        if let Some(client) = deps.api.clone() {
+            api::start(
+                &cfg.api,
+                api::ApiInputs {
+                    client,
+                    runtime: deps.runtime.clone(),
+                    images: deps.images.clone(),
+                    events: events.clone(),
+                    node_settings: cfg.node_status.clone(),
+                    host,
+                    node_health: vec![(
+                        "PLEG".to_owned(),
+                        Arc::new(move || node_pleg_health.healthy()) as HealthCheck,
+                    )],
+                    source_tx: source_tx.clone(),
+                    admission_node: admission_node_tx,
+                    pods: pods.clone(),
+                    mirrors,
+                    seen_sources: seen,
+                    expected_sources: expected,
+                    status: status.clone(),
+                    workers: workers.clone(),
+                },
+                &tracker,
+                &cancel,
+            );
+        }
 
         // HTTP.
         let health: Vec<(String, HealthCheck)> = vec![
