@@ -274,7 +274,7 @@ mod tests {
     fn static_pod_status_goes_to_its_mirror_pod_once_it_exists() {
         let s = pod("etcd-n1", "static-uid", "file");
         assert_eq!(
-            status_target(&[s.clone()], &HashMap::new(), "static-uid"),
+            status_target(std::slice::from_ref(&s), &HashMap::new(), "static-uid"),
             None
         );
         let mut mirror = pod("etcd-n1", "mirror-uid", "api");
