@@ -125,10 +125,20 @@ pub enum MirrorAction {
     Create(Pod),
 }
 
+/// Whether the static pod a mirror pod stands for still has containers that may run (its
+/// worker has not finished terminating). Upstream keeps such an orphaned mirror pod until the
+/// static pod is down (`IsPodForMirrorPodTerminatingByFullName`).
+pub type StaticPodRunning = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
+
 /// Decides the mirror-pod writes (upstream `tryReconcileMirrorPods` for every static pod, then
 /// the orphan clean-up). `pods` are the regular desired pods of every source; static ones get a
-/// mirror. Output is ordered by full name: static pods first, then orphans.
-pub fn plan_mirror_actions(pods: &[Pod], mirrors: &HashMap<String, Pod>) -> Vec<MirrorAction> {
+/// mirror. An orphaned mirror pod whose static pod is still `running` is kept for now. Output is
+/// ordered by full name: static pods first, then orphans.
+pub fn plan_mirror_actions(
+    pods: &[Pod],
+    mirrors: &HashMap<String, Pod>,
+    running: &dyn Fn(&Pod) -> bool,
+) -> Vec<MirrorAction> {
     let mut actions = Vec::new();
     let mut statics: Vec<&Pod> = pods
         .iter()
@@ -157,7 +167,7 @@ pub fn plan_mirror_actions(pods: &[Pod], mirrors: &HashMap<String, Pod>) -> Vec<
     let names: HashSet<String> = pods.iter().map(PodExt::full_name).collect();
     let mut orphans: Vec<(&String, &Pod)> = mirrors
         .iter()
-        .filter(|(name, _)| !names.contains(*name))
+        .filter(|(name, mirror)| !names.contains(*name) && !running(mirror))
         .collect();
     orphans.sort_by(|a, b| a.0.cmp(b.0));
     for (_, mirror) in orphans {
@@ -179,6 +189,7 @@ pub struct MirrorPodReconciler {
     node: watch::Receiver<Option<Arc<Node>>>,
     period: Duration,
     sources_ready: SourcesReady,
+    static_running: StaticPodRunning,
 }
 
 /// What one delete achieved (upstream `DeleteMirrorPod`'s bool).
@@ -210,7 +221,15 @@ impl MirrorPodReconciler {
             node,
             period,
             sources_ready,
+            static_running: Arc::new(|_: &Pod| false),
         }
+    }
+
+    /// Keeps an orphaned mirror pod while `running` says its static pod is still terminating
+    /// (default: never held).
+    pub fn with_static_running(mut self, running: StaticPodRunning) -> Self {
+        self.static_running = running;
+        self
     }
 
     /// Reconciles every `period` and whenever an input changes, until `cancel` fires.
@@ -244,7 +263,7 @@ impl MirrorPodReconciler {
         let pods = self.pods.borrow_and_update().clone();
         let mirrors = self.mirrors.borrow_and_update().clone();
         let node = self.node.borrow_and_update().clone();
-        for action in plan_mirror_actions(&pods, &mirrors) {
+        for action in plan_mirror_actions(&pods, &mirrors, self.static_running.as_ref()) {
             match action {
                 MirrorAction::Create(static_pod) => self.create(&static_pod, node.as_deref()).await,
                 MirrorAction::Delete {
@@ -538,9 +557,19 @@ mod tests {
                 vec![mirror("z-node-a", "mz", "hz"), mirror("api", "mx", "hx")],
                 vec!["delete mz Orphaned"],
             ),
+            (
+                "an orphan whose static pod is still terminating is kept",
+                vec![],
+                vec![
+                    mirror("t-node-a", "mt", "ht"),
+                    mirror("u-node-a", "mu", "hu"),
+                ],
+                vec!["delete mu Orphaned"],
+            ),
         ];
+        let terminating = |m: &Pod| m.annotation(CONFIG_MIRROR_ANNOTATION) == Some("ht");
         for (name, pods, mirrors, want) in cases {
-            let got = plan_mirror_actions(&pods, &by_name(&mirrors));
+            let got = plan_mirror_actions(&pods, &by_name(&mirrors), &terminating);
             assert_eq!(summary(&got), want, "{name}");
         }
     }

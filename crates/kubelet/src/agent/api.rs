@@ -27,7 +27,7 @@ use crate::server::HealthCheck;
 use crate::sources::api::ApiSource;
 use crate::status::api_sync::{ApiStatusSyncer, ApiSyncSettings, StatusTarget};
 use crate::status::manager::StatusManager;
-use crate::types::{PodExt, PodSource, PodUpdate};
+use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt, PodSource, PodUpdate};
 
 /// Settings only API-server mode uses.
 #[derive(Debug, Clone)]
@@ -153,6 +153,7 @@ pub(super) fn start(
         .with_node_gate(node_rx.clone());
     tracker.spawn(source.run(cancel.child_token()));
 
+    let static_workers = workers.clone();
     let mirror = MirrorPodReconciler::new(
         client.clone(),
         node_name,
@@ -161,7 +162,13 @@ pub(super) fn start(
         node_rx,
         cfg.mirror_period,
         Box::new(move || seen_sources.seen_all(&expected_sources)),
-    );
+    )
+    .with_static_running(Arc::new(move |mirror: &Pod| {
+        // The mirror annotation holds the static pod's hash, which is its UID.
+        mirror
+            .annotation(CONFIG_MIRROR_ANNOTATION)
+            .is_some_and(|uid| may_run(static_workers.phase(uid)))
+    }));
     tracker.spawn(mirror.run(cancel.child_token()));
 
     let lookup = Arc::new(move |uid: &str| status_target(&pods.borrow(), &mirrors.borrow(), uid));
@@ -195,6 +202,14 @@ async fn forward_node(
             to.send_replace(node);
         }
     }
+}
+
+/// Whether a pod in this worker phase may still have running containers.
+fn may_run(phase: Option<WorkerPhase>) -> bool {
+    matches!(
+        phase,
+        Some(WorkerPhase::Syncing | WorkerPhase::Terminating { .. })
+    )
 }
 
 /// Upstream `podResourcesAreReclaimed` as the status syncer needs it: the pod's worker has
@@ -295,6 +310,15 @@ mod tests {
             status_target(&[pod("a", "u1", "api")], &HashMap::new(), "u2"),
             None
         );
+    }
+
+    #[test]
+    fn may_run_until_terminated() {
+        assert!(may_run(Some(WorkerPhase::Syncing)));
+        assert!(may_run(Some(WorkerPhase::Terminating { grace_period: 1 })));
+        assert!(!may_run(Some(WorkerPhase::Terminated)));
+        assert!(!may_run(Some(WorkerPhase::Finished)));
+        assert!(!may_run(None));
     }
 
     #[test]
