@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -13,7 +15,6 @@ use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams};
-use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::events::{EventRecorder, EventType};
 use kubelet::events_api::{ApiEventRecorder, EventSettings, EventStats};
 use serde_json::Value;
@@ -36,16 +37,11 @@ impl Drop for Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let server = FakeApiServer::start(Options {
-        kubeconfig_path: Some(dir.path().join("kubeconfig")),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let client = client_from_kubeconfig(&server.kubeconfig_path, &ClientSettings::default())
-        .await
-        .unwrap();
+    let common::ApiFixture {
+        dir,
+        server,
+        client,
+    } = common::api_fixture(Options::default()).await;
     Fixture {
         server,
         client,

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +16,6 @@ use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use kubelet::agent::{Agent, AgentConfig, AgentDeps};
-use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::events::CollectingRecorder;
 use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
 use kubelet::types::{PodOp, PodSource, PodUpdate};
@@ -36,17 +37,15 @@ struct Env {
 
 impl Env {
     async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let server = FakeApiServer::start(Options {
-            kubeconfig_path: Some(dir.path().join("kubeconfig")),
+        let common::ApiFixture {
+            dir,
+            server,
+            client,
+        } = common::api_fixture(Options {
             bookmark_interval: Duration::from_secs(1),
             ..Options::default()
         })
-        .await
-        .expect("the fake API server starts");
-        let client = client_from_kubeconfig(&server.kubeconfig_path, &ClientSettings::default())
-            .await
-            .unwrap();
+        .await;
         let fake = FakeRuntime::with_images(&[IMAGE]);
         let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
         cfg.node_status.update_frequency = Duration::from_secs(1);

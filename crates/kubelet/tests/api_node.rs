@@ -5,13 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::nodelease::{LeaseHealth, NodeLease};
 use kubelet::nodestatus::{HostInfo, HugePages, NodeStatusManager, NodeStatusSettings};
 use rkubelet_cri::fake::FakeRuntime;
@@ -33,16 +34,11 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let server = FakeApiServer::start(Options {
-        kubeconfig_path: Some(dir.path().join("kubeconfig")),
-        ..Options::default()
-    })
-    .await
-    .unwrap();
-    let client = client_from_kubeconfig(&server.kubeconfig_path, &ClientSettings::default())
-        .await
-        .unwrap();
+    let common::ApiFixture {
+        dir,
+        server,
+        client,
+    } = common::api_fixture(Options::default()).await;
     let runtime = FakeRuntime::with_images(&["busybox:1.36", "registry.k8s.io/pause:3.9"]);
     Fixture {
         _dir: dir,

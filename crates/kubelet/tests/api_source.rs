@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +17,6 @@ use fake_apiserver::store::DeleteOpts;
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::config_merge::PodConfigMerger;
 use kubelet::mirror::MirrorPodReconciler;
 use kubelet::pod_manager::PodManager;
@@ -38,17 +39,15 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let server = FakeApiServer::start(Options {
-        kubeconfig_path: Some(dir.path().join("kubeconfig")),
+    let common::ApiFixture {
+        dir,
+        server,
+        client,
+    } = common::api_fixture(Options {
         bookmark_interval: Duration::from_secs(1),
         ..Options::default()
     })
-    .await
-    .unwrap();
-    let client = client_from_kubeconfig(&server.kubeconfig_path, &ClientSettings::default())
-        .await
-        .unwrap();
+    .await;
     Fixture {
         server,
         client,
