@@ -18,6 +18,7 @@ pub mod kuberuntime;
 pub mod mirror;
 pub mod nodelease;
 pub mod nodestatus;
+pub mod objects;
 pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;
