@@ -4,6 +4,7 @@
 //! source once every source has reported. Mirror pods go to the pod manager's mirror store,
 //! never to workers or admission. Publishes its liveness for `/healthz`.
 
+use crate::objects::PodObjects;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -98,6 +99,8 @@ pub struct SyncLoop {
     /// Changed liveness/readiness/startup results from the prober.
     probe_updates: Option<mpsc::UnboundedReceiver<ProbeUpdate>>,
     volumes: Option<VolumeManager>,
+    /// Told which pods need which ConfigMaps/Secrets (upstream Register/UnregisterPod).
+    objects: Option<Arc<dyn PodObjects>>,
 }
 
 impl SyncLoop {
@@ -123,7 +126,14 @@ impl SyncLoop {
             rejected: HashSet::new(),
             probe_updates: None,
             volumes: None,
+            objects: None,
         }
+    }
+
+    /// Registers every desired pod with the object managers and unregisters removed ones.
+    pub fn with_objects(mut self, objects: Arc<dyn PodObjects>) -> Self {
+        self.objects = Some(objects);
+        self
     }
 
     /// Makes probe result changes trigger pod syncs (upstream: liveness/startup changes sync
@@ -144,6 +154,12 @@ impl SyncLoop {
         self.admission = admission;
         self.events = events;
         self
+    }
+
+    fn register_objects(&self, pod: &Pod) {
+        if let Some(objects) = &self.objects {
+            objects.register_pod(pod);
+        }
     }
 
     /// Upstream `canAdmitPod` + `rejectPod`: `Ok` when the pod may start.
@@ -240,6 +256,7 @@ impl SyncLoop {
                 });
                 for pod in pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
+                    self.register_objects(&pod);
                     self.pod_manager.upsert(pod.clone());
                     if self.admit(&pod) {
                         self.workers
@@ -250,6 +267,7 @@ impl SyncLoop {
             PodOp::Update | PodOp::Delete => {
                 for pod in update.pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), op = ?update.op, "pod updated");
+                    self.register_objects(&pod);
                     self.pod_manager.upsert(pod.clone());
                     if !self.rejected.contains(pod.uid()) {
                         self.workers
@@ -261,6 +279,9 @@ impl SyncLoop {
                 for pod in update.pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), reason = "removed from its source", "pod removed");
                     self.pod_manager.remove(pod.uid());
+                    if let Some(objects) = &self.objects {
+                        objects.unregister_pod(pod.uid());
+                    }
                     if self.rejected.remove(pod.uid()) {
                         self.status.delete(pod.uid());
                         continue;

@@ -7,31 +7,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Kubelet, NODE, cri, pod_containers, tail, wait_pod_containers_gone};
-use fake_apiserver::{FakeApiServer, Options};
+use common::api::{api_status, fixture, running_in_api, wait_for};
+use common::{Kubelet, NODE, cri, pod_containers, wait_pod_containers_gone};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
-
-async fn fixture(dir: &std::path::Path) -> (FakeApiServer, kube::Client) {
-    let server = FakeApiServer::start(Options {
-        kubeconfig_path: Some(dir.join("kubeconfig")),
-        ..Options::default()
-    })
-    .await
-    .expect("start the fake API server");
-    let client = kubelet::apiclient::client_from_kubeconfig(
-        &server.kubeconfig_path,
-        &kubelet::apiclient::ClientSettings::default(),
-    )
-    .await
-    .unwrap();
-    (server, client)
-}
 
 fn api_pod(name: &str, cpu: &str) -> Pod {
     serde_json::from_value(json!({
@@ -48,44 +32,6 @@ fn api_pod(name: &str, cpu: &str) -> Pod {
         },
     }))
     .unwrap()
-}
-
-/// Polls `f` every 200 ms until it returns `Some` or `timeout` passes.
-async fn wait_for<T, F, Fut>(k: &Kubelet, timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}\nkubelet log tail:\n{}",
-            tail(&k.log_text(), 80)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn api_status(server: &FakeApiServer, name: &str) -> Option<Value> {
-    server
-        .get("pods", "default", name)
-        .map(|p| p["status"].clone())
-}
-
-fn running_in_api(server: &FakeApiServer, name: &str) -> Option<Value> {
-    let st = api_status(server, name)?;
-    let running = st["phase"] == "Running"
-        && st["podIP"].is_string()
-        && st["containerStatuses"][0]["state"]["running"].is_object()
-        && st["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-    running.then_some(st)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

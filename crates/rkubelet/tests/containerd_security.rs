@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::{Kubelet, NODE, container, cri, phase, running};
 use rkubelet_cri::RuntimeService;
-use rkubelet_cri::api::ExecSyncRequest;
 use serde_json::Value;
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
@@ -39,20 +38,7 @@ async fn exec(p: &Value, name: &str, cmd: &[&str]) -> (i32, String, String) {
         .and_then(|id| id.strip_prefix("containerd://"))
         .unwrap_or_else(|| panic!("no container ID for {name}: {}", p["status"]))
         .to_owned();
-    let resp = cri()
-        .await
-        .exec_sync(ExecSyncRequest {
-            container_id: id,
-            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
-            timeout: 10,
-        })
-        .await
-        .expect("ExecSync");
-    (
-        resp.exit_code,
-        String::from_utf8_lossy(&resp.stdout).into_owned(),
-        String::from_utf8_lossy(&resp.stderr).into_owned(),
-    )
+    common::exec_in(&id, cmd).await
 }
 
 /// A line of /proc/self/status (e.g. `CapEff`) as seen by the shell in the container.

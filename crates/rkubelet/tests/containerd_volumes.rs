@@ -9,25 +9,12 @@ mod common;
 use std::time::Duration;
 
 use common::{Kubelet, container, cri, phase, running};
-use rkubelet_cri::RuntimeService;
-use rkubelet_cri::api::ExecSyncRequest;
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
 
 async fn exec(id: &str, cmd: &[&str]) -> (i32, String) {
-    let rt = cri().await;
-    let resp = rt
-        .exec_sync(ExecSyncRequest {
-            container_id: id.trim_start_matches("containerd://").to_owned(),
-            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
-            timeout: 10,
-        })
-        .await
-        .expect("exec");
-    (
-        resp.exit_code,
-        String::from_utf8_lossy(&resp.stdout).into_owned(),
-    )
+    let (code, out, _) = common::exec_in(id, cmd).await;
+    (code, out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

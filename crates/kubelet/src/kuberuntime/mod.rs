@@ -5,6 +5,7 @@
 pub mod actions;
 pub mod container_config;
 pub mod env;
+pub mod env_objects;
 pub mod hash;
 pub mod hooks;
 pub mod kill;

@@ -22,7 +22,8 @@ use crate::kuberuntime::actions::{KillReason, is_host_network};
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
-use crate::kuberuntime::env::EnvContext;
+use crate::kuberuntime::env::{EnvContext, EnvObjects};
+use crate::kuberuntime::env_objects::EnvObjectsSnapshot;
 use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
 use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
@@ -317,13 +318,22 @@ impl<'a> Starter<'a> {
         let mounts = self
             .container_mounts(sandbox, container)
             .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
+        let (env_objects, service_env) = match &syncer.objects {
+            Some(objects) => (
+                Some(EnvObjectsSnapshot::load(objects.as_ref(), pod, container).await),
+                objects.service_env(pod),
+            ),
+            None => (None, Default::default()),
+        };
         let config = {
             // Scoped: the env context borrows trait objects that must not live across awaits.
-            let env = EnvContext::new(
+            let mut env = EnvContext::new(
                 &syncer.config.node_name,
                 &sandbox.ips,
                 &syncer.config.host_ips,
             );
+            env.service_env = &service_env;
+            env.objects = env_objects.as_ref().map(|o| o as &dyn EnvObjects);
             generate_container_config(
                 pod,
                 container,

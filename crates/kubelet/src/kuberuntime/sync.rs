@@ -4,6 +4,7 @@
 //! PLEG cache; decides through `compute_pod_actions`, acts through CRI, writes the generated
 //! API status to the status manager and reports events.
 
+use crate::objects::PodObjects;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -72,6 +73,8 @@ pub struct Syncer {
     relist: Option<RelistTrigger>,
     prober: Option<ProbeManager>,
     pub(crate) volumes: VolumeManager,
+    /// ConfigMaps, Secrets and service links for container environments (API-server mode).
+    pub(crate) objects: Option<Arc<dyn PodObjects>>,
 }
 
 impl Syncer {
@@ -96,7 +99,15 @@ impl Syncer {
             reasons: Mutex::new(HashMap::new()),
             relist: None,
             prober: None,
+            objects: None,
         }
+    }
+
+    /// Gives container environments the API server's ConfigMaps, Secrets and service links
+    /// (without, references to them fail as upstream's kubelet without a kube client).
+    pub fn with_objects(mut self, objects: Arc<dyn PodObjects>) -> Self {
+        self.objects = Some(objects);
+        self
     }
 
     /// Lets the syncer ask the PLEG to look at the runtime right after it changed something.
@@ -307,13 +318,9 @@ impl PodSyncer for Syncer {
             return Err(SyncError("sync cancelled: pod is terminating".into()));
         }
 
-        if !actions.create_sandbox
-            && actions.init_containers_to_start.is_empty()
-            && actions.containers_to_start.is_empty()
-        {
-            return Ok(false);
-        }
-        // Upstream `WaitForAttachAndMount`: containers start only with their volumes in place.
+        // Upstream `WaitForAttachAndMount`, on every sync: containers start only with their
+        // volumes in place, and ConfigMap/Secret/downward API/projected contents of running
+        // pods are refreshed (a failure leaves running containers alone).
         let volumes = match self.volumes.mount_pod_volumes(pod).await {
             Ok(v) => v,
             Err(e) => {
@@ -325,6 +332,12 @@ impl PodSyncer for Syncer {
                 )));
             }
         };
+        if !actions.create_sandbox
+            && actions.init_containers_to_start.is_empty()
+            && actions.containers_to_start.is_empty()
+        {
+            return Ok(false);
+        }
         let starter = Starter::new(self, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
             match starter.create_sandbox(actions.attempt).await {

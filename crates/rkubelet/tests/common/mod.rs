@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod api;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +29,26 @@ pub async fn cri() -> RemoteRuntime {
     RemoteRuntime::connect(&endpoint(), Duration::from_secs(30))
         .await
         .expect("connect to containerd")
+}
+
+/// Runs `cmd` in the container (`containerd://` prefix allowed) through CRI ExecSync:
+/// exit code, stdout, stderr.
+pub async fn exec_in(container_id: &str, cmd: &[&str]) -> (i32, String, String) {
+    use rkubelet_cri::RuntimeService;
+    let resp = cri()
+        .await
+        .exec_sync(rkubelet_cri::api::ExecSyncRequest {
+            container_id: container_id.trim_start_matches("containerd://").to_owned(),
+            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync");
+    (
+        resp.exit_code,
+        String::from_utf8_lossy(&resp.stdout).into_owned(),
+        String::from_utf8_lossy(&resp.stderr).into_owned(),
+    )
 }
 
 fn free_port() -> u16 {
