@@ -101,7 +101,6 @@ async fn config_maps_secrets_tokens_and_service_links_reach_the_container() {
         server.create(plural, ns, obj).unwrap();
     }
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
-    k.append_config("syncFrequency: 3s\n");
     k.start();
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

@@ -35,6 +35,8 @@ use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
 use crate::nodestatus::setters::StatusInputs;
+use crate::objects::PodObjects;
+use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
 use crate::pod_workers::{PodWorkers, WorkerTimings};
 use crate::prober::ProbeManager;
@@ -198,6 +200,12 @@ impl Agent {
             ),
         );
         let (admission_node_tx, admission_node) = watch::channel(Arc::new(local_node));
+        // ConfigMaps, Secrets, tokens and service links for pods (API-server mode only).
+        let objects: Option<Arc<dyn PodObjects>> = deps.api.as_ref().map(|client| {
+            let (objects, task) = ApiObjects::new(client.clone(), ApiObjectsSettings::default());
+            tracker.spawn(task.run(cancel.child_token()));
+            Arc::new(objects) as Arc<dyn PodObjects>
+        });
         let cache = PodCache::new();
         let status = StatusManager::new();
         let memory_bytes = host_memory_bytes().unwrap_or(0);
@@ -209,6 +217,10 @@ impl Agent {
             },
             Arc::new(SystemMounter),
         );
+        let volumes = match &objects {
+            Some(objects) => volumes.with_objects(objects.clone()),
+            None => volumes,
+        };
 
         // PLEG: the only writer of the pod cache.
         let (pleg_tx, pleg_rx) = mpsc::channel(1000);
@@ -234,43 +246,44 @@ impl Agent {
             cfg.serialize_image_pulls,
             cfg.max_parallel_image_pulls,
         );
-        let syncer = Arc::new(
-            Syncer::new(
-                deps.runtime.clone(),
-                images,
-                status.clone(),
-                events.clone(),
-                SyncerConfig {
-                    root_dir: cfg.root_dir.clone(),
-                    pod_logs_dir: cfg.pod_logs_dir.clone(),
-                    container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
-                    node_name: cfg.node_name.clone(),
-                    host_ips: cfg.host_ips.clone(),
-                    runtime_name: cfg.runtime_name.clone(),
-                    runtime_options: RuntimeOptions {
-                        memory_capacity: memory_bytes,
-                        cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers")
-                            .exists(),
-                        seccomp_profile_root: cfg.root_dir.join("seccomp"),
-                        seccomp_default: cfg.seccomp_default,
-                        ..RuntimeOptions::default()
-                    },
-                    sandbox: SandboxContext {
-                        node_name: cfg.node_name.clone(),
-                        node_ips: cfg.host_ips.clone(),
-                        pod_logs_dir: cfg.pod_logs_dir.clone(),
-                        host_resolv_conf: cfg.host_resolv_conf.clone(),
-                        cluster_dns: cfg.cluster_dns.clone(),
-                        cluster_domain: cfg.cluster_domain.clone(),
-                        cgroup_parent: None,
-                    },
+        let syncer = Syncer::new(
+            deps.runtime.clone(),
+            images,
+            status.clone(),
+            events.clone(),
+            SyncerConfig {
+                root_dir: cfg.root_dir.clone(),
+                pod_logs_dir: cfg.pod_logs_dir.clone(),
+                container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
+                node_name: cfg.node_name.clone(),
+                host_ips: cfg.host_ips.clone(),
+                runtime_name: cfg.runtime_name.clone(),
+                runtime_options: RuntimeOptions {
+                    memory_capacity: memory_bytes,
+                    cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+                    seccomp_profile_root: cfg.root_dir.join("seccomp"),
+                    seccomp_default: cfg.seccomp_default,
+                    ..RuntimeOptions::default()
                 },
-                Clock::new(),
-                volumes.clone(),
-            )
-            .with_relist_trigger(relist_trigger)
-            .with_prober(prober.clone()),
-        );
+                sandbox: SandboxContext {
+                    node_name: cfg.node_name.clone(),
+                    node_ips: cfg.host_ips.clone(),
+                    pod_logs_dir: cfg.pod_logs_dir.clone(),
+                    host_resolv_conf: cfg.host_resolv_conf.clone(),
+                    cluster_dns: cfg.cluster_dns.clone(),
+                    cluster_domain: cfg.cluster_domain.clone(),
+                    cgroup_parent: None,
+                },
+            },
+            Clock::new(),
+            volumes.clone(),
+        )
+        .with_relist_trigger(relist_trigger)
+        .with_prober(prober.clone());
+        let syncer = Arc::new(match &objects {
+            Some(objects) => syncer.with_objects(objects.clone()),
+            None => syncer,
+        });
         let workers = PodWorkers::new(
             syncer,
             cache,
@@ -342,6 +355,10 @@ impl Agent {
         )
         .with_probe_updates(probe_updates)
         .with_volumes(volumes);
+        let sync_loop = match objects {
+            Some(objects) => sync_loop.with_objects(objects),
+            None => sync_loop,
+        };
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));

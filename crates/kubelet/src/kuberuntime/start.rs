@@ -319,6 +319,14 @@ impl<'a> Starter<'a> {
             .container_mounts(sandbox, container)
             .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
         let (env_objects, service_env) = match &syncer.objects {
+            Some(objects)
+                if !objects.services_synced() && !pod.source().is_some_and(|s| s.is_static()) =>
+            {
+                return Err(StartError::CreateContainerConfig(failed(
+                    "services have not yet been read at least once, cannot construct envvars"
+                        .to_owned(),
+                )));
+            }
             Some(objects) => (
                 Some(EnvObjectsSnapshot::load(objects.as_ref(), pod, container).await),
                 objects.service_env(pod),

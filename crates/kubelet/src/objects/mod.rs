@@ -8,6 +8,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+pub mod api;
+pub mod services;
+pub mod tokens;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -85,6 +89,11 @@ pub trait PodObjects: Send + Sync {
     /// service of the `default` namespace always, the pod's namespace's services when
     /// `enableServiceLinks` is not false). Empty in standalone mode.
     fn service_env(&self, pod: &Pod) -> BTreeMap<String, String>;
+    /// Whether the services have been read at least once (upstream refuses to build the
+    /// environment of API pods before, as their service links would be missing).
+    fn services_synced(&self) -> bool {
+        true
+    }
 }
 
 /// Standalone mode: every lookup fails as upstream does without a kube client.

@@ -125,15 +125,16 @@ pub fn write_payload(
     Ok(true)
 }
 
+/// Same files with the same contents (upstream `shouldWritePayload` compares contents only:
+/// modes come from the immutable volume spec, and fsGroup ownership adjusts them after
+/// writing, so comparing them would rewrite such payloads on every sync).
 fn same_payload(dir: &Path, payload: &BTreeMap<String, FileProjection>) -> bool {
     let mut existing = Vec::new();
     collect_files(dir, dir, &mut existing);
     existing.len() == payload.len()
-        && payload.iter().all(|(rel, f)| {
-            let p = dir.join(rel);
-            std::fs::read(&p).is_ok_and(|d| d == f.data)
-                && std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o7777 == f.mode)
-        })
+        && payload
+            .iter()
+            .all(|(rel, f)| std::fs::read(dir.join(rel)).is_ok_and(|d| d == f.data))
 }
 
 fn collect_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {

@@ -6,14 +6,20 @@
 //! `/etc/hosts`, the termination-message file).
 //!
 //! Plugins: emptyDir (disk, and `medium: Memory` as tmpfs sized by sizeLimit or node memory),
-//! hostPath (with type checks), downwardAPI (atomic writer). API-backed sources (configMap,
-//! secret, projected, PVCs) are refused with a clear error until API mode exists.
+//! hostPath (with type checks), downwardAPI (atomic writer), and the API-backed configMap
+//! (disk), secret and projected (tmpfs) volumes whose objects and tokens come through
+//! [`PodObjects`]. Payload volumes are re-written on every mount call when their contents
+//! changed. PVCs and other sources are refused with a clear error.
 
 pub mod atomic_writer;
+pub mod configmap;
 pub mod downward;
 pub mod etc_hosts;
 pub mod hostpath;
 pub mod ownership;
+pub mod payload;
+pub mod projected;
+pub mod secret;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -24,11 +30,24 @@ use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 use rkubelet_cri::api::{Mount, MountPropagation};
 use tracing::{info, warn};
 
+use crate::objects::{NoApiServer, PodObjects};
 use crate::types::PodExt;
 
 /// Directory names of the plugins, as upstream escapes `kubernetes.io/empty-dir`.
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
 pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
+pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io~configmap";
+pub const SECRET_PLUGIN: &str = "kubernetes.io~secret";
+pub const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
+
+/// Plugin directories torn down with the pod (hostPath has none).
+const PLUGIN_DIRS: [&str; 5] = [
+    EMPTY_DIR_PLUGIN,
+    DOWNWARD_API_PLUGIN,
+    CONFIG_MAP_PLUGIN,
+    SECRET_PLUGIN,
+    PROJECTED_PLUGIN,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -117,6 +136,19 @@ pub enum VolumeKind {
     EmptyDirMemory,
     HostPath,
     DownwardApi,
+    ConfigMap,
+    Secret,
+    Projected,
+}
+
+impl VolumeKind {
+    /// Payload volumes whose contents follow their sources: re-written on every mount call.
+    pub fn is_refreshed(self) -> bool {
+        matches!(
+            self,
+            Self::DownwardApi | Self::ConfigMap | Self::Secret | Self::Projected
+        )
+    }
 }
 
 /// One set-up volume of a pod.
@@ -141,6 +173,7 @@ pub struct VolumeConfig {
 pub struct VolumeManager {
     cfg: Arc<VolumeConfig>,
     mounter: Arc<dyn Mounter>,
+    objects: Arc<dyn PodObjects>,
     actual: Arc<Mutex<HashMap<String, BTreeMap<String, MountedVolume>>>>,
 }
 
@@ -149,8 +182,16 @@ impl VolumeManager {
         Self {
             cfg: Arc::new(cfg),
             mounter,
+            objects: Arc::new(NoApiServer),
             actual: Arc::default(),
         }
+    }
+
+    /// Reads ConfigMaps, Secrets and service account tokens through `objects` (default:
+    /// [`NoApiServer`], standalone mode).
+    pub fn with_objects(mut self, objects: Arc<dyn PodObjects>) -> Self {
+        self.objects = objects;
+        self
     }
 
     fn actual(&self) -> MutexGuard<'_, HashMap<String, BTreeMap<String, MountedVolume>>> {
@@ -168,7 +209,8 @@ impl VolumeManager {
         self.pod_dir(uid).join("volumes").join(plugin).join(name)
     }
 
-    /// Sets up every volume of `pod` (idempotent) and returns them by name.
+    /// Sets up every volume of `pod` (idempotent) and returns them by name. A volume that
+    /// fails does not keep the others from being set up; the first failure is returned.
     pub async fn mount_pod_volumes(
         &self,
         pod: &Pod,
@@ -176,33 +218,48 @@ impl VolumeManager {
         let uid = pod.uid().to_owned();
         let known = self.actual().get(&uid).cloned().unwrap_or_default();
         let mut mounted = BTreeMap::new();
+        let mut first_err = None;
         for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            // Set up once (and apply fsGroup once), as upstream's reconciler does; only
-            // downwardAPI payloads are refreshed on every sync.
-            if let Some(m) = known
-                .get(&vol.name)
-                .filter(|m| m.kind != VolumeKind::DownwardApi)
-            {
+            // Set up once (and apply fsGroup once), as upstream's reconciler does; payload
+            // volumes (downwardAPI, configMap, secret, projected) are refreshed on every sync.
+            if let Some(m) = known.get(&vol.name).filter(|m| !m.kind.is_refreshed()) {
                 mounted.insert(vol.name.clone(), m.clone());
                 continue;
             }
-            let m = self
-                .set_up(pod, vol)
-                .await
-                .and_then(|(m, changed)| {
-                    if changed {
-                        apply_fs_group(pod, &m)?;
+            let res = self.set_up(pod, vol).await.and_then(|(m, changed)| {
+                if changed {
+                    apply_fs_group(pod, &m)?;
+                }
+                Ok(m)
+            });
+            match res {
+                Ok(m) => {
+                    mounted.insert(vol.name.clone(), m);
+                }
+                Err(message) => {
+                    warn!(pod = %pod.full_name(), volume = %vol.name, error = %message, "volume set-up failed");
+                    // A payload volume set up earlier stays mounted (and known for tear-down).
+                    if let Some(m) = known.get(&vol.name) {
+                        mounted.insert(vol.name.clone(), m.clone());
                     }
-                    Ok(m)
-                })
-                .map_err(|message| VolumeError::SetUp {
-                    volume: vol.name.clone(),
-                    message,
-                })?;
-            mounted.insert(vol.name.clone(), m);
+                    first_err.get_or_insert(VolumeError::SetUp {
+                        volume: vol.name.clone(),
+                        message,
+                    });
+                }
+            }
         }
-        self.actual().insert(uid, mounted.clone());
-        Ok(mounted)
+        {
+            let mut actual = self.actual();
+            // A pod none of whose volumes could be set up is not recorded as mounted.
+            if first_err.is_none() || !mounted.is_empty() || actual.contains_key(&uid) {
+                actual.insert(uid, mounted.clone());
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(mounted),
+        }
     }
 
     /// Sets up one volume; `true` when its contents were (re)written.
@@ -268,17 +325,58 @@ impl VolumeManager {
                 changed,
             ));
         }
+        if let Some(src) = &vol.config_map {
+            let payload = configmap::volume_payload(&*self.objects, pod.namespace(), src)
+                .await
+                .map_err(|e| e.to_string())?;
+            let dir = self.plugin_dir(uid, CONFIG_MAP_PLUGIN, &vol.name);
+            ensure_volume_dir(&dir)?;
+            return write(dir, &payload, VolumeKind::ConfigMap);
+        }
+        if let Some(src) = &vol.secret {
+            let payload = secret::volume_payload(&*self.objects, pod.namespace(), src)
+                .await
+                .map_err(|e| e.to_string())?;
+            let dir = self.plugin_dir(uid, SECRET_PLUGIN, &vol.name);
+            self.ensure_tmpfs(&dir).await?;
+            return write(dir, &payload, VolumeKind::Secret);
+        }
+        if let Some(src) = &vol.projected {
+            let index = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .position(|v| v.name == vol.name)
+                .unwrap_or_default();
+            let field = format!("spec.volumes[{index}].projected");
+            let payload = projected::volume_payload(&*self.objects, pod, src, &field)
+                .await
+                .map_err(|e| e.to_string())?;
+            let dir = self.plugin_dir(uid, PROJECTED_PLUGIN, &vol.name);
+            self.ensure_tmpfs(&dir).await?;
+            return write(dir, &payload, VolumeKind::Projected);
+        }
         Err(format!(
-            "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI)",
+            "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI, configMap, secret, projected)",
             vol.name
         ))
+    }
+
+    /// The memory-backed directory of a secret or projected volume (upstream wraps an emptyDir
+    /// with `medium: Memory`, here without a size limit).
+    async fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        if !self.mounter.is_mount_point(dir) {
+            self.mounter.mount_tmpfs(dir, None).await?;
+        }
+        ensure_volume_dir(dir)
     }
 
     /// Tears down a pod's volumes (tmpfs unmounted, plugin directories removed; hostPath
     /// contents are never touched) and forgets them.
     pub async fn unmount_pod_volumes(&self, uid: &str) -> Result<(), VolumeError> {
         let volumes_dir = self.pod_dir(uid).join("volumes");
-        for plugin in [EMPTY_DIR_PLUGIN, DOWNWARD_API_PLUGIN] {
+        for plugin in PLUGIN_DIRS {
             let dir = volumes_dir.join(plugin);
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -425,8 +523,8 @@ impl VolumeManager {
     }
 }
 
-/// fsGroup ownership for the volume kinds upstream manages it for (emptyDir, downwardAPI;
-/// never hostPath).
+/// fsGroup ownership for the volume kinds upstream manages it for (emptyDir and the payload
+/// volumes, whose contents are read-only to the group; never hostPath).
 fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
     let sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let Some(gid) = sc.and_then(|c| c.fs_group) else {
@@ -437,7 +535,38 @@ fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
     }
     let gid = u32::try_from(gid).map_err(|_| format!("fsGroup {gid} is out of range"))?;
     let policy = sc.and_then(|c| c.fs_group_change_policy.as_deref());
-    ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind == VolumeKind::DownwardApi)
+    ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind.is_refreshed())
+}
+
+/// Writes a payload volume's files atomically; `true` when anything changed.
+fn write(
+    dir: PathBuf,
+    payload: &payload::Payload,
+    kind: VolumeKind,
+) -> Result<(MountedVolume, bool), String> {
+    let changed = atomic_writer::write_payload(&dir, payload).map_err(|e| e.to_string())?;
+    Ok((
+        MountedVolume {
+            host_path: dir,
+            kind,
+        },
+        changed,
+    ))
+}
+
+/// The volume root exists and is world-accessible (0777 as upstream's wrapped emptyDir; a
+/// tmpfs root's sticky bit is left alone).
+fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let mode = std::fs::metadata(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o777 != 0o777 {
+        set_mode(dir, (mode & 0o7000) | 0o777)?;
+    }
+    Ok(())
 }
 
 /// What the managed `/etc/hosts` needs.
@@ -504,5 +633,7 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+#[cfg(test)]
+mod api_tests;
 #[cfg(test)]
 mod tests;

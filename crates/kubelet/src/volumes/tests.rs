@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::*;
 
 #[derive(Default)]
-struct FakeMounter {
-    mounted: StdMutex<HashMap<PathBuf, Option<i64>>>,
+pub(super) struct FakeMounter {
+    pub(super) mounted: StdMutex<HashMap<PathBuf, Option<i64>>>,
 }
 
 #[async_trait]
@@ -30,14 +30,14 @@ impl Mounter for FakeMounter {
     }
 }
 
-fn volume(name: &str) -> Volume {
+pub(super) fn volume(name: &str) -> Volume {
     Volume {
         name: name.into(),
         ..Default::default()
     }
 }
 
-fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Pod {
+pub(super) fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some("p".into()),
@@ -59,7 +59,7 @@ fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Pod {
     }
 }
 
-fn manager(root: &Path) -> (VolumeManager, Arc<FakeMounter>) {
+pub(super) fn manager(root: &Path) -> (VolumeManager, Arc<FakeMounter>) {
     let mounter = Arc::new(FakeMounter::default());
     let m = VolumeManager::new(
         VolumeConfig {
@@ -170,10 +170,10 @@ async fn bad_volumes_fail_with_upstream_wording() {
         err.to_string(),
         "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: /definitely/missing is not a directory"
     );
-    let mut cm = volume("cfg");
-    cm.config_map = Some(Default::default());
+    let mut pvc = volume("claim");
+    pvc.persistent_volume_claim = Some(Default::default());
     let err = m
-        .mount_pod_volumes(&pod(vec![cm], vec![]))
+        .mount_pod_volumes(&pod(vec![pvc], vec![]))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not supported"), "{err}");
