@@ -1,10 +1,11 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `ApiObjects` (the API server `PodObjects`) against the in-repo fake API server (real network
 //! I/O, real time): ConfigMaps/Secrets served from per-object watches of registered pods,
 //! watches stopped on unregister, direct GETs for unregistered objects, missing objects,
 //! Secret bytes, immutable objects, service-link environment (incl. the master `kubernetes`
 //! service and `enableServiceLinks: false`) and bound service account tokens with reuse,
-//! refresh and the failed-refresh fallback.
+//! refresh and the failed-refresh fallback, and the projected token file following a refresh.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -580,4 +581,61 @@ fn jwt_claims(token: &str) -> Value {
         }
     }
     serde_json::from_slice(&out).unwrap()
+}
+
+/// Mounts nothing: the volume manager's files land in plain directories.
+struct NoMounts;
+
+#[async_trait::async_trait]
+impl kubelet::volumes::Mounter for NoMounts {
+    async fn mount_tmpfs(&self, _dir: &std::path::Path, _size: Option<i64>) -> Result<(), String> {
+        Ok(())
+    }
+    async fn unmount(&self, _dir: &std::path::Path) -> Result<(), String> {
+        Ok(())
+    }
+    fn is_mount_point(&self, _dir: &std::path::Path) -> bool {
+        false
+    }
+}
+
+/// The token file of a projected volume, as the volume manager writes it on each pod sync.
+async fn token_file_over_two_syncs(clock: Option<Clock>) -> (String, String) {
+    let f = token_fixture(clock).await;
+    let root = tempfile::tempdir().unwrap();
+    let volumes = kubelet::volumes::VolumeManager::new(
+        kubelet::volumes::VolumeConfig {
+            root_dir: root.path().to_owned(),
+            node_memory_bytes: 1 << 30,
+            node_hosts_file: "/etc/hosts".into(),
+        },
+        std::sync::Arc::new(NoMounts),
+    )
+    .with_objects(std::sync::Arc::new(f.objects.clone()));
+    let p = pod(
+        "p",
+        json!({"volumes": [{"name": "t", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}}
+        ]}}]}),
+    );
+    f.objects.register_pod(&p);
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let mounted = volumes.mount_pod_volumes(&p).await.unwrap();
+        let path = mounted["t"].host_path.join("token");
+        tokens.push(std::fs::read_to_string(&path).unwrap());
+    }
+    f.stop().await;
+    (tokens.remove(0), tokens.remove(0))
+}
+
+#[tokio::test]
+async fn projected_token_file_is_rewritten_when_the_token_is_refreshed() {
+    let (first, second) = token_file_over_two_syncs(None).await;
+    assert_eq!(jwt_claims(&first)["kubernetes.io"]["pod"]["name"], "p");
+    assert_eq!(first, second, "a fresh token is reused on the next sync");
+    // Past 80 % of its life every sync refreshes it, and the file follows.
+    let ahead = Clock::anchored(chrono::Utc::now() + chrono::Duration::seconds(490));
+    let (first, second) = token_file_over_two_syncs(Some(ahead)).await;
+    assert_ne!(first, second, "the refreshed token reached the file");
 }

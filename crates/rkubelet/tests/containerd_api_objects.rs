@@ -1,7 +1,8 @@
 //! API objects in pods, end to end: the `rkubelet` binary in API-server mode against the fake
 //! API server, on the real containerd. ConfigMap and Secret volumes and environment variables,
 //! a projected volume with a service account token and downward API labels, service-link
-//! variables (incl. `KUBERNETES_SERVICE_*`), a ConfigMap update reaching the mounted file,
+//! variables (incl. `KUBERNETES_SERVICE_*`), a ConfigMap update and a label change reaching
+//! the mounted files,
 //! and a pod whose ConfigMap is missing waiting in ContainerCreating until it appears.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -174,6 +175,27 @@ async fn config_maps_secrets_tokens_and_service_links_reach_the_container() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(cat(&id, "/var/run/proj/cm/greeting").await, "bonjour");
+
+    // A label change reaches the downward API file.
+    pods.patch(
+        "consumer",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"tier": "web"}}})),
+    )
+    .await
+    .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let now = cat(&id, "/var/run/proj/labels").await;
+        if now == "app=\"consumer\"\ntier=\"web\"" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "the label change never reached the downward API file (still {now:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // A pod whose ConfigMap does not exist waits (FailedMount), then starts once it appears.
     pods.create(&PostParams::default(), &consumer_pod("late", "late-config"))
