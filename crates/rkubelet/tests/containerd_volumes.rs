@@ -1,6 +1,7 @@
 //! Volumes and pod networking files on the real containerd: emptyDir shared between an init
 //! container and the main container, a memory emptyDir on tmpfs with its size, hostPath,
-//! downwardAPI files, hostAliases in the managed /etc/hosts, and clean-up on removal.
+//! downwardAPI files, hostAliases in the managed /etc/hosts, clean-up on removal, ClusterFirst
+//! DNS, and a kubelet restart with mounted volumes (no double mounts, orphans cleaned).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -234,4 +235,93 @@ async fn fs_group_owns_files_written_into_an_empty_dir() {
     );
     let (_, groups) = exec(&id, &["id", "-G"]).await;
     assert!(groups.split_whitespace().any(|g| g == "2000"), "{groups}");
+}
+
+/// How many mounts of the host have `path` as their mount point.
+fn mounts_at(path: &std::path::Path) -> usize {
+    let want = path.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_dns_and_a_restart_with_mounted_volumes() {
+    let mut k = Kubelet::new();
+    k.append_config("clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n");
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: team\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: mem\n    emptyDir:\n      medium: Memory\n      sizeLimit: 8Mi\n  - name: info\n    downwardAPI:\n      items:\n      - path: name\n        fieldRef:\n          fieldPath: metadata.name\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n    volumeMounts:\n    - name: mem\n      mountPath: /mem\n    - name: info\n      mountPath: /info\n"
+        )
+    };
+    k.write_manifest("keep.yaml", &pod("keep"));
+    k.write_manifest("drop.yaml", &pod("drop"));
+    k.start();
+    let mut uids = Vec::new();
+    for name in ["keep", "drop"] {
+        let p = k
+            .wait_pod(name, Duration::from_secs(60), "Running", |p| {
+                running(p, "c")
+            })
+            .await;
+        uids.push(p["metadata"]["uid"].as_str().unwrap().to_owned());
+    }
+    let keep = k.pod("keep").await.unwrap();
+    let id = container(&keep, "containerStatuses", "c").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // ClusterFirst: the cluster nameserver, the namespace search path and ndots:5.
+    let (_, resolv) = exec(&id, &["cat", "/etc/resolv.conf"]).await;
+    assert!(resolv.contains("nameserver 10.96.0.10"), "{resolv}");
+    assert!(
+        resolv.contains("search team.svc.cluster.local svc.cluster.local cluster.local"),
+        "{resolv}"
+    );
+    assert!(resolv.contains("options ndots:5"), "{resolv}");
+
+    let root = k.root();
+    let mem_dir = |uid: &str| {
+        root.join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir/mem")
+    };
+    assert_eq!(mounts_at(&mem_dir(&uids[0])), 1);
+
+    // Restart with one manifest gone: the kept pod is adopted without a second tmpfs mount,
+    // the dropped pod's containers, mounts and directory go.
+    k.kill9();
+    k.remove_manifest("drop.yaml");
+    k.start();
+    k.wait_pod(
+        "keep",
+        Duration::from_secs(60),
+        "Running after restart",
+        |p| running(p, "c") && p["status"]["conditions"].is_array(),
+    )
+    .await;
+    let rt = cri().await;
+    common::wait_pod_containers_gone(&k, &rt, &uids[1], Duration::from_secs(30)).await;
+    let dropped_dir = k.root().join("pods").join(&uids[1]);
+    let start = std::time::Instant::now();
+    while dropped_dir.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the orphaned pod directory was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(mounts_at(&mem_dir(&uids[1])), 0, "orphan tmpfs unmounted");
+    // Let a few syncs pass: still exactly one mount for the kept pod, same container.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(mounts_at(&mem_dir(&uids[0])), 1, "nothing remounted twice");
+    let after = k.pod("keep").await.unwrap();
+    assert_eq!(
+        container(&after, "containerStatuses", "c").unwrap()["containerID"],
+        id.as_str()
+    );
+    assert_eq!(exec(&id, &["cat", "/info/name"]).await.1, "keep-test-node");
 }
