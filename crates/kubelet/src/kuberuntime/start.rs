@@ -22,7 +22,7 @@ use crate::kuberuntime::actions::{KillReason, is_host_network};
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
-use crate::kuberuntime::env::{EnvContext, EnvObjects};
+use crate::kuberuntime::env::{EnvContext, EnvObjects, invalid_env_from_keys};
 use crate::kuberuntime::env_objects::EnvObjectsSnapshot;
 use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
@@ -342,6 +342,14 @@ impl<'a> Starter<'a> {
             );
             env.service_env = &service_env;
             env.objects = env_objects.as_ref().map(|o| o as &dyn EnvObjects);
+            for warning in invalid_env_from_keys(pod, container, &env) {
+                syncer.events.event(
+                    pod,
+                    EventType::Warning,
+                    "InvalidEnvironmentVariableNames",
+                    &warning,
+                );
+            }
             generate_container_config(
                 pod,
                 container,

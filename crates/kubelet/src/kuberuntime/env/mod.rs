@@ -178,6 +178,57 @@ pub fn expand(input: &str, mapping: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
+/// Upstream's (relaxed, default since v1.32) environment variable name rule: non-empty,
+/// printable ASCII, no `=`.
+pub fn is_env_var_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
+}
+
+/// Upstream's `InvalidEnvironmentVariableNames` warnings: per `envFrom` source, the prefixed
+/// keys that are no valid variable names (and that [`make_environment`] skips). Sources that
+/// cannot be read are left to `make_environment` to report.
+pub fn invalid_env_from_keys(pod: &Pod, container: &Container, ctx: &EnvContext) -> Vec<String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut warnings = Vec::new();
+    for from in container.env_from.iter().flatten() {
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        let (kind, name, keys): (&str, &str, Vec<String>) = if let Some(cm) = &from.config_map_ref {
+            let keys = fetch_config_map(ctx, namespace, &cm.name, true)
+                .ok()
+                .flatten()
+                .map(|d| d.into_keys().collect())
+                .unwrap_or_default();
+            ("configMap", &cm.name, keys)
+        } else if let Some(s) = &from.secret_ref {
+            let keys = fetch_secret(ctx, namespace, &s.name, true)
+                .ok()
+                .flatten()
+                .map(|d| d.into_keys().collect())
+                .unwrap_or_default();
+            ("secret", &s.name, keys)
+        } else {
+            continue;
+        };
+        let mut invalid: Vec<String> = keys
+            .into_iter()
+            .map(|k| format!("{prefix}{k}"))
+            .filter(|k| !is_env_var_name(k))
+            .collect();
+        if invalid.is_empty() {
+            continue;
+        }
+        invalid.sort();
+        warnings.push(format!(
+            "Keys [{}] from the EnvFrom {kind} {namespace}/{name} were skipped since they are considered invalid environment variable names.",
+            invalid.join(", ")
+        ));
+    }
+    warnings
+}
+
 /// Builds the container's environment (upstream `makeEnvironmentVariables`).
 pub fn make_environment(
     pod: &Pod,
@@ -193,17 +244,20 @@ pub fn make_environment(
             let optional = cm.optional.unwrap_or(false);
             if let Some(data) = fetch_config_map(ctx, namespace, &cm.name, optional)? {
                 for (k, v) in data {
-                    env.set(format!("{prefix}{k}"), v);
+                    let name = format!("{prefix}{k}");
+                    if is_env_var_name(&name) {
+                        env.set(name, v);
+                    }
                 }
             }
         } else if let Some(s) = &from.secret_ref {
             let optional = s.optional.unwrap_or(false);
             if let Some(data) = fetch_secret(ctx, namespace, &s.name, optional)? {
                 for (k, v) in data {
-                    env.set(
-                        format!("{prefix}{k}"),
-                        String::from_utf8_lossy(&v).into_owned(),
-                    );
+                    let name = format!("{prefix}{k}");
+                    if is_env_var_name(&name) {
+                        env.set(name, String::from_utf8_lossy(&v).into_owned());
+                    }
                 }
             }
         }

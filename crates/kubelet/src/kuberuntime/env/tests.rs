@@ -589,3 +589,61 @@ fn pod_ip_sorting() {
         assert_eq!(got, ips(want), "{pod:?} on {node:?}");
     }
 }
+
+#[test]
+fn env_var_names_follow_the_relaxed_rule() {
+    for ok in ["A", "a.b-c", "1X", "with space", "~!@#"] {
+        assert!(is_env_var_name(ok), "{ok:?}");
+    }
+    for bad in ["", "A=B", "tab\there", "é"] {
+        assert!(!is_env_var_name(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn invalid_env_from_keys_are_skipped_and_reported() {
+    struct Odd;
+    impl EnvObjects for Odd {
+        fn config_map(
+            &self,
+            _namespace: &str,
+            _name: &str,
+        ) -> Result<Option<BTreeMap<String, String>>, String> {
+            Ok(Some(BTreeMap::from([
+                ("good".to_owned(), "1".to_owned()),
+                ("b=ad".to_owned(), "2".to_owned()),
+                ("a=lso".to_owned(), "3".to_owned()),
+            ])))
+        }
+        fn secret(
+            &self,
+            _namespace: &str,
+            _name: &str,
+        ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+            Ok(None)
+        }
+    }
+    let objects = Odd;
+    let mut ctx = EnvContext::new("n", &[], &[]);
+    ctx.objects = Some(&objects);
+    let mut c = with_env(vec![]);
+    c.env_from = Some(vec![EnvFromSource {
+        config_map_ref: Some(ConfigMapEnvSource {
+            name: "odd".into(),
+            optional: None,
+        }),
+        prefix: Some("P_".into()),
+        secret_ref: None,
+    }]);
+    let pod = test_pod(c.clone());
+    assert_eq!(
+        make_environment(&pod, &c, &ctx),
+        Ok(vec![("P_good".into(), "1".into())])
+    );
+    assert_eq!(
+        invalid_env_from_keys(&pod, &c, &ctx),
+        [
+            "Keys [P_a=lso, P_b=ad] from the EnvFrom configMap prod/odd were skipped since they are considered invalid environment variable names."
+        ]
+    );
+}
