@@ -6,16 +6,18 @@
 //! Usage: podstart --endpoint unix:///tmp/rkubelet-dev/containerd.sock \
 //!                 --kubelet target/release/rkubelet [--counts 1,10,30] [--rounds 5] [--out FILE]
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use common::{ChildGuard, parse_counts, proc_status_kib, summary};
 use rkubelet_cri::api::{
     ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig,
-    ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter, PodSandboxMetadata,
-    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
+    PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest, StartContainerRequest,
 };
 use rkubelet_cri::{RemoteRuntime, RuntimeService};
 use serde_json::{Value, json};
@@ -46,16 +48,7 @@ fn parse_args() -> Result<Args> {
         match a.as_str() {
             "--endpoint" => args.endpoint = val()?,
             "--kubelet" => args.kubelet = PathBuf::from(val()?),
-            "--counts" => {
-                args.counts = val()?
-                    .split(',')
-                    .map(|s| {
-                        s.trim()
-                            .parse()
-                            .context("--counts: expected numbers like 1,10,30")
-                    })
-                    .collect::<Result<_>>()?
-            }
+            "--counts" => args.counts = parse_counts(&val()?)?,
             "--rounds" => args.rounds = val()?.parse().context("--rounds: expected a number")?,
             "--out" => args.out = Some(PathBuf::from(val()?)),
             other => bail!("unknown argument {other:?}"),
@@ -65,19 +58,6 @@ fn parse_args() -> Result<Args> {
         bail!("--endpoint (or RKUBELET_CRI_ENDPOINT) is required");
     }
     Ok(args)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-fn summary(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(|a, b| a.total_cmp(b));
-    (percentile(&v, 50.0), percentile(&v, 99.0))
 }
 
 // ---------- raw CRI ----------
@@ -132,31 +112,6 @@ async fn raw_pod(rt: &RemoteRuntime, logs: &Path, round: usize, i: usize) -> Res
     Ok(start.elapsed().as_secs_f64())
 }
 
-async fn raw_cleanup(rt: &RemoteRuntime) -> Result<()> {
-    let list = rt
-        .list_pod_sandbox(ListPodSandboxRequest {
-            filter: Some(PodSandboxFilter {
-                label_selector: HashMap::from([(BENCH_LABEL.to_owned(), "raw".to_owned())]),
-                ..Default::default()
-            }),
-        })
-        .await?;
-    let jobs = list.items.into_iter().map(|sb| async move {
-        let _ = rt
-            .stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: sb.id.clone(),
-            })
-            .await;
-        let _ = rt
-            .remove_pod_sandbox(RemovePodSandboxRequest {
-                pod_sandbox_id: sb.id,
-            })
-            .await;
-    });
-    futures::future::join_all(jobs).await;
-    Ok(())
-}
-
 /// Returns (per-pod seconds, all-started seconds).
 async fn raw_round(
     rt: &RemoteRuntime,
@@ -168,25 +123,16 @@ async fn raw_round(
     let results = futures::future::join_all((0..n).map(|i| raw_pod(rt, logs, round, i))).await;
     let all = start.elapsed().as_secs_f64();
     let per = results.into_iter().collect::<Result<Vec<_>>>()?;
-    raw_cleanup(rt).await?;
+    common::remove_sandboxes(rt, BENCH_LABEL, "raw").await?;
     Ok((per, all))
 }
 
 // ---------- rkubelet ----------
 
 struct Kubelet {
-    child: Child,
+    child: ChildGuard,
     port: u16,
     manifests: PathBuf,
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
@@ -285,35 +231,14 @@ async fn kubelet_round(
     }
     wait_empty(k.port, Duration::from_secs(60)).await?;
     // Wait for the runtime to be clean too, so rounds do not overlap.
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(60) {
-        let left = rt
-            .list_pod_sandbox(ListPodSandboxRequest {
-                filter: Some(PodSandboxFilter {
-                    label_selector: HashMap::from([(
-                        "io.kubernetes.pod.namespace".to_owned(),
-                        "bench".to_owned(),
-                    )]),
-                    ..Default::default()
-                }),
-            })
-            .await?;
-        if left.items.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    common::wait_sandboxes_gone(
+        rt,
+        "io.kubernetes.pod.namespace",
+        "bench",
+        Duration::from_secs(60),
+    )
+    .await?;
     Ok((seen.into_values().collect(), all))
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -349,7 +274,7 @@ async fn main() -> Result<()> {
         .spawn()
         .with_context(|| format!("starting {}", args.kubelet.display()))?;
     let k = Kubelet {
-        child,
+        child: ChildGuard(child),
         port,
         manifests,
     };
@@ -395,7 +320,7 @@ async fn main() -> Result<()> {
             "raw_per_pod_p50_s": rp50, "rkubelet_per_pod_p50_s": kp50,
         }));
     }
-    let hwm = vm_hwm_kib(k.child.id());
+    let hwm = proc_status_kib(k.child.pid(), "VmHWM");
     println!(
         "\nrkubelet peak RSS (VmHWM): {} KiB",
         hwm.map_or("?".into(), |v| v.to_string())

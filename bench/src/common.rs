@@ -1,0 +1,119 @@
+//! Helpers shared by the `podstart` and `apistart` benchmarks: percentiles, `/proc` readers,
+//! a child-process guard and CRI sandbox clean-up by label.
+
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rkubelet_cri::api::{
+    ListPodSandboxRequest, PodSandboxFilter, RemovePodSandboxRequest, StopPodSandboxRequest,
+};
+use rkubelet_cri::{RemoteRuntime, RuntimeService};
+
+/// Parses `--counts 1,10,30`.
+pub fn parse_counts(s: &str) -> Result<Vec<usize>> {
+    s.split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .context("--counts: expected numbers like 1,10,30")
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// (p50, p99) of the samples (nearest rank).
+pub fn summary(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (percentile(&v, 50.0), percentile(&v, 99.0))
+}
+
+/// A `kB` field of `/proc/<pid>/status`, e.g. `VmHWM` or `VmRSS`.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A child process that gets SIGTERM (and is waited for) when dropped.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
+}
+
+async fn sandboxes_with_label(
+    rt: &RemoteRuntime,
+    key: &str,
+    value: &str,
+) -> Result<Vec<rkubelet_cri::api::PodSandbox>> {
+    Ok(rt
+        .list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(PodSandboxFilter {
+                label_selector: HashMap::from([(key.to_owned(), value.to_owned())]),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .items)
+}
+
+/// Stops and removes every sandbox labelled `key=value`; returns how many there were.
+pub async fn remove_sandboxes(rt: &RemoteRuntime, key: &str, value: &str) -> Result<usize> {
+    let list = sandboxes_with_label(rt, key, value).await?;
+    let n = list.len();
+    let jobs = list.into_iter().map(|sb| async move {
+        let _ = rt
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: sb.id.clone(),
+            })
+            .await;
+        let _ = rt
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: sb.id,
+            })
+            .await;
+    });
+    futures::future::join_all(jobs).await;
+    Ok(n)
+}
+
+/// Waits up to `timeout` until no sandbox is labelled `key=value`; false if some are left.
+pub async fn wait_sandboxes_gone(
+    rt: &RemoteRuntime,
+    key: &str,
+    value: &str,
+    timeout: Duration,
+) -> Result<bool> {
+    let t = Instant::now();
+    loop {
+        if sandboxes_with_label(rt, key, value).await?.is_empty() {
+            return Ok(true);
+        }
+        if t.elapsed() >= timeout {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
