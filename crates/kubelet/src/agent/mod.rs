@@ -208,7 +208,7 @@ impl Agent {
         });
         let cache = PodCache::new();
         let status = StatusManager::new();
-        let memory_bytes = host_memory_bytes().unwrap_or(0);
+        let memory_bytes = i64::try_from(host.memory_capacity).unwrap_or(0);
         let volumes = VolumeManager::new(
             VolumeConfig {
                 root_dir: cfg.root_dir.clone(),
@@ -450,17 +450,4 @@ impl Agent {
         self.prober.shutdown().await;
         info!("kubelet stopped");
     }
-}
-
-/// `MemTotal` from `/proc/meminfo`, in bytes.
-fn host_memory_bytes() -> Option<i64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: i64 = info
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
 }

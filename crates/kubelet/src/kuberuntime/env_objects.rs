@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::env::EnvObjects;
-use crate::objects::{ObjectError, PodObjects};
+use crate::objects::PodObjects;
 
 type Key = (String, String);
 type Lookup<T> = Result<Option<T>, String>;
@@ -62,7 +62,7 @@ impl EnvObjectsSnapshot {
                 .config_map(namespace, &name)
                 .await
                 .map(|cm| cm.map(|cm| cm.data.unwrap_or_default()))
-                .map_err(|e| lookup_message(&e));
+                .map_err(|e| e.to_string());
             snapshot
                 .config_maps
                 .insert((namespace.to_owned(), name), got);
@@ -80,15 +80,11 @@ impl EnvObjectsSnapshot {
                             .collect()
                     })
                 })
-                .map_err(|e| lookup_message(&e));
+                .map_err(|e| e.to_string());
             snapshot.secrets.insert((namespace.to_owned(), name), got);
         }
         snapshot
     }
-}
-
-fn lookup_message(e: &ObjectError) -> String {
-    e.to_string()
 }
 
 fn answer<T: Clone>(map: &HashMap<Key, Lookup<T>>, namespace: &str, name: &str) -> Lookup<T> {
