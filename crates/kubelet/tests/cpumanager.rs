@@ -109,9 +109,11 @@ impl Harness {
     /// The cpuset the runtime holds for the (only) container of `pod`.
     fn cpuset(&self, pod: &Pod) -> Option<String> {
         let uid = pod.metadata.uid.as_deref().unwrap();
-        let c = self.fake.containers().into_iter().find(|c| {
-            c.labels.get("io.kubernetes.pod.uid").map(String::as_str) == Some(uid)
-        })?;
+        let c = self
+            .fake
+            .containers()
+            .into_iter()
+            .find(|c| c.labels.get("io.kubernetes.pod.uid").map(String::as_str) == Some(uid))?;
         let status = self.fake.container(&c.id)?;
         Some(status.resources?.linux?.cpuset_cpus)
     }
@@ -181,15 +183,20 @@ async fn static_policy_pins_guaranteed_and_moves_the_shared_pool() {
     .await;
     assert_eq!(h.cpuset(&g).as_deref(), Some("1"));
     // Within a reconcile period the BestEffort container is moved to the shrunken pool.
-    wait_until("pool pushed to the BestEffort container", Duration::from_secs(15), || {
-        h.cpuset(&be).as_deref() == Some("0")
-    })
+    wait_until(
+        "pool pushed to the BestEffort container",
+        Duration::from_secs(15),
+        || h.cpuset(&be).as_deref() == Some("0"),
+    )
     .await;
     assert!(h.fake.call_count("UpdateContainerResources") >= 1);
     let state = h.state_file();
     assert_eq!(state["policyName"], "static");
     assert_eq!(state["defaultCpuSet"], "0");
-    assert_eq!(state["entries"][g.metadata.uid.as_deref().unwrap()]["c"], "1");
+    assert_eq!(
+        state["entries"][g.metadata.uid.as_deref().unwrap()]["c"],
+        "1"
+    );
 
     // No CPU is left for a second Guaranteed pod: refused at admission as upstream.
     set(&agent, vec![be.clone(), g.clone(), g2.clone()]).await;
@@ -229,9 +236,11 @@ async fn restarted_kubelet_keeps_assignments_and_containers() {
     let g = pod("g", Some("1"));
     let agent = h.start().await;
     set(&agent, vec![be.clone(), g.clone()]).await;
-    wait_until("both running with their cpusets", Duration::from_secs(40), || {
-        h.cpuset(&g).as_deref() == Some("1") && h.cpuset(&be).as_deref() == Some("0")
-    })
+    wait_until(
+        "both running with their cpusets",
+        Duration::from_secs(40),
+        || h.cpuset(&g).as_deref() == Some("1") && h.cpuset(&be).as_deref() == Some("0"),
+    )
     .await;
     let ids = (h.container_id(&be), h.container_id(&g));
     let starts = h.fake.call_count("StartContainer");

@@ -244,9 +244,16 @@ fn cpu_reservations(c: &KubeletConfiguration) -> Result<Reservations> {
 }
 
 /// `cpuManagerPolicy`, its reconcile period and the CPU reservation it needs.
-fn cpu_manager_config(c: &KubeletConfiguration, root_dir: &std::path::Path) -> Result<CpuManagerConfig> {
-    let policy = CpuManagerPolicy::parse(&c.cpu_manager_policy)
-        .with_context(|| format!("cpuManagerPolicy: unknown policy {:?}", c.cpu_manager_policy))?;
+fn cpu_manager_config(
+    c: &KubeletConfiguration,
+    root_dir: &std::path::Path,
+) -> Result<CpuManagerConfig> {
+    let policy = CpuManagerPolicy::parse(&c.cpu_manager_policy).with_context(|| {
+        format!(
+            "cpuManagerPolicy: unknown policy {:?}",
+            c.cpu_manager_policy
+        )
+    })?;
     let r = cpu_reservations(c)?;
     let millis = |m: &std::collections::BTreeMap<String, kubelet::config::Quantity>| {
         m.get("cpu").map_or(0, |q| q.milli_value())
@@ -254,7 +261,8 @@ fn cpu_manager_config(c: &KubeletConfiguration, root_dir: &std::path::Path) -> R
     Ok(CpuManagerConfig {
         policy,
         reconcile_period: c.cpu_manager_reconcile_period.as_std(),
-        reserved_system_cpus: CpuSet::parse(&c.reserved_system_cpus).context("reservedSystemCPUs")?,
+        reserved_system_cpus: CpuSet::parse(&c.reserved_system_cpus)
+            .context("reservedSystemCPUs")?,
         reserved_cpu_millis: millis(&r.system_reserved) + millis(&r.kube_reserved),
         ..CpuManagerConfig::none(root_dir.to_path_buf())
     })

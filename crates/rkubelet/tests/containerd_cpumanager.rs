@@ -107,7 +107,11 @@ async fn static_policy_pins_cpus_and_survives_a_restart() {
     assert_eq!(state["policyName"], "static");
     assert_eq!(state["defaultCpuSet"], "0");
     assert_eq!(state["entries"][gu_uid]["c"], "1", "state: {state}");
-    assert_eq!(state["entries"].as_object().unwrap().len(), 1, "state: {state}");
+    assert_eq!(
+        state["entries"].as_object().unwrap().len(),
+        1,
+        "state: {state}"
+    );
     assert!(state["checksum"].as_u64().unwrap() > 0);
 
     // Restart: the containers keep running with the same cpusets.

@@ -126,7 +126,8 @@ fn each_bad_field_is_named() {
         (
             |c| {
                 c.cpu_manager_policy = "static".into();
-                c.cpu_manager_policy_options.insert("bogus".into(), "1".into());
+                c.cpu_manager_policy_options
+                    .insert("bogus".into(), "1".into());
             },
             "cpuManagerPolicyOptions (--cpu-manager-policy-options): unsupported cpumanager option: \"bogus\" (1)",
         ),

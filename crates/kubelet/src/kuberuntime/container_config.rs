@@ -580,7 +580,10 @@ mod tests {
             cpuset_cpus: Some("1,3"),
             ..inputs.ctx()
         };
-        assert_eq!(res(&generate_container_config(&pod, &c, &ctx).unwrap()), "1,3");
+        assert_eq!(
+            res(&generate_container_config(&pod, &c, &ctx).unwrap()),
+            "1,3"
+        );
     }
 
     fn generate(pod: &Pod, c: &Container, inputs: &Inputs) -> ContainerConfig {

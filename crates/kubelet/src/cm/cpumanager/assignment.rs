@@ -67,7 +67,9 @@ impl<'a> Accumulator<'a> {
         if self.numa_first {
             self.sorted_sockets()
                 .into_iter()
-                .flat_map(|s| self.sorted(self.details.cores_in_socket(s), CpuDetails::cpus_in_core))
+                .flat_map(|s| {
+                    self.sorted(self.details.cores_in_socket(s), CpuDetails::cpus_in_core)
+                })
                 .collect()
         } else {
             self.sorted_numa_nodes()
@@ -185,7 +187,13 @@ mod tests {
             ("zero", &ht, "0-3", 0, Ok("")),
             ("one of two", &no_ht, "0-1", 1, Ok("0")),
             ("last free", &no_ht, "1", 1, Ok("1")),
-            ("too many", &no_ht, "1", 2, Err("not enough cpus available to satisfy request: requested=2, available=1")),
+            (
+                "too many",
+                &no_ht,
+                "1",
+                2,
+                Err("not enough cpus available to satisfy request: requested=2, available=1"),
+            ),
             ("whole core first", &ht, "0-3", 2, Ok("0,2")),
             ("thread of the least free core", &ht, "1-3", 1, Ok("2")),
             ("partial core then whole core", &ht, "1-3", 3, Ok("1-3")),

@@ -165,8 +165,8 @@ impl CpuManager {
                 if cfg.reserved_cpu_millis <= 0 {
                     return Err(CpuManagerError::ZeroReservation);
                 }
-                let num_reserved = usize::try_from((cfg.reserved_cpu_millis + 999) / 1000)
-                    .unwrap_or(usize::MAX);
+                let num_reserved =
+                    usize::try_from((cfg.reserved_cpu_millis + 999) / 1000).unwrap_or(usize::MAX);
                 info!(cpus = %topo.cpus(), cores = topo.num_cores, sockets = topo.num_sockets, numa_nodes = topo.num_numa_nodes, "CPU topology");
                 let policy = StaticPolicy::new(topo, num_reserved, &cfg.reserved_system_cpus)
                     .map_err(CpuManagerError::Policy)?;
@@ -174,13 +174,15 @@ impl CpuManager {
                 Some(policy)
             }
         };
-        let mut state = checkpoint.restore().map_err(|e| CpuManagerError::Checkpoint {
-            reason: match e {
-                CheckpointError::Invalid(r) => r,
-                other => other.to_string(),
-            },
-            path: path.clone(),
-        })?;
+        let mut state = checkpoint
+            .restore()
+            .map_err(|e| CpuManagerError::Checkpoint {
+                reason: match e {
+                    CheckpointError::Invalid(r) => r,
+                    other => other.to_string(),
+                },
+                path: path.clone(),
+            })?;
         if let Some(p) = &policy {
             let initialized = p
                 .start(&mut state)
@@ -353,8 +355,9 @@ impl CpuManager {
         let plan = {
             let mut inner = self.lock();
             if sources_ready {
-                let stale: BTreeSet<ContainerKey> =
-                    stale_assignments(&inner.state, &names).into_iter().collect();
+                let stale: BTreeSet<ContainerKey> = stale_assignments(&inner.state, &names)
+                    .into_iter()
+                    .collect();
                 let mut changed = false;
                 for (pod, container) in stale.intersection(&inner.stale_once.clone()) {
                     info!(uid = %pod, container = %container, "CPU manager removing stale assignment");

@@ -12,7 +12,9 @@ use super::assignment::take_by_topology;
 use super::cpuset::CpuSet;
 use super::state::State;
 use super::topology::CpuTopology;
-use crate::status::qos::{GUARANTEED, nanos_to_milli, nanos_to_units, parse_quantity_nanos, pod_qos_class};
+use crate::status::qos::{
+    GUARANTEED, nanos_to_milli, nanos_to_units, parse_quantity_nanos, pod_qos_class,
+};
 use crate::types::PodExt;
 
 /// The static policy with its reserved CPUs and the pod whose init CPUs may be reused.
@@ -128,7 +130,11 @@ impl StaticPolicy {
             self.update_cpus_to_reuse(pod, container, &cpus);
             return Ok(false);
         }
-        let reusable = self.cpus_to_reuse.get(pod.uid()).cloned().unwrap_or_default();
+        let reusable = self
+            .cpus_to_reuse
+            .get(pod.uid())
+            .cloned()
+            .unwrap_or_default();
         let allocatable = state
             .default_cpu_set
             .difference(&self.reserved)
@@ -240,11 +246,27 @@ mod tests {
             (CpuTopology::uniform(2, 2, 1), 2, "", Ok("0-1")),
             (ht.clone(), 1, "3", Ok("3")),
             (ht.clone(), 2, "1,3", Ok("1,3")),
-            (ht.clone(), 5, "", Err("unable to reserve the required amount of CPUs (size of  did not equal 5)")),
-            (ht.clone(), 1, "7", Err("reservedSystemCPUs \"7\" are not all online CPUs of this node (online: \"0-3\")")),
+            (
+                ht.clone(),
+                5,
+                "",
+                Err("unable to reserve the required amount of CPUs (size of  did not equal 5)"),
+            ),
+            (
+                ht.clone(),
+                1,
+                "7",
+                Err(
+                    "reservedSystemCPUs \"7\" are not all online CPUs of this node (online: \"0-3\")",
+                ),
+            ),
         ] {
             let got = StaticPolicy::new(topo, n, &set(explicit)).map(|p| p.reserved().to_string());
-            assert_eq!(got.as_deref().map_err(String::as_str), want.map_err(|e| e), "{n} {explicit}");
+            assert_eq!(
+                got.as_deref().map_err(String::as_str),
+                want,
+                "{n} {explicit}"
+            );
         }
     }
 
@@ -254,20 +276,65 @@ mod tests {
         let no_ht = CpuTopology::uniform(1, 2, 1);
         let ht = CpuTopology::uniform(1, 2, 2);
         let dual = CpuTopology::uniform(2, 2, 1);
-        type Case<'a> = (&'a str, &'a CpuTopology, usize, Vec<(&'a str, &'a str, Result<&'a str, &'a str>)>, &'a str);
+        type Case<'a> = (
+            &'a str,
+            &'a CpuTopology,
+            usize,
+            Vec<(&'a str, &'a str, Result<&'a str, &'a str>)>,
+            &'a str,
+        );
         let cases: Vec<Case> = vec![
-            ("2 cpus no HT: one exclusive", &no_ht, 1, vec![("g1", "c", Ok("1"))], "0"),
+            (
+                "2 cpus no HT: one exclusive",
+                &no_ht,
+                1,
+                vec![("g1", "c", Ok("1"))],
+                "0",
+            ),
             (
                 "2 cpus no HT: second pod does not fit",
                 &no_ht,
                 1,
-                vec![("g1", "c", Ok("1")), ("g2", "c", Err("not enough cpus available to satisfy request: requested=1, available=0"))],
+                vec![
+                    ("g1", "c", Ok("1")),
+                    (
+                        "g2",
+                        "c",
+                        Err(
+                            "not enough cpus available to satisfy request: requested=1, available=0",
+                        ),
+                    ),
+                ],
                 "0",
             ),
-            ("2 cpus no HT: burstable stays shared", &no_ht, 1, vec![("b", "c", Ok(""))], "0-1"),
-            ("2 cpus no HT: fractional stays shared", &no_ht, 1, vec![("f", "c", Ok(""))], "0-1"),
-            ("4 cpus HT: 2 cpus take a whole core", &ht, 1, vec![("g2cpu", "c", Ok("1,3"))], "0,2"),
-            ("4 cpus HT: 1 cpu shares the reserved core", &ht, 1, vec![("g1", "c", Ok("2"))], "0-1,3"),
+            (
+                "2 cpus no HT: burstable stays shared",
+                &no_ht,
+                1,
+                vec![("b", "c", Ok(""))],
+                "0-1",
+            ),
+            (
+                "2 cpus no HT: fractional stays shared",
+                &no_ht,
+                1,
+                vec![("f", "c", Ok(""))],
+                "0-1",
+            ),
+            (
+                "4 cpus HT: 2 cpus take a whole core",
+                &ht,
+                1,
+                vec![("g2cpu", "c", Ok("1,3"))],
+                "0,2",
+            ),
+            (
+                "4 cpus HT: 1 cpu shares the reserved core",
+                &ht,
+                1,
+                vec![("g1", "c", Ok("2"))],
+                "0-1,3",
+            ),
             (
                 "4 cpus HT: then a second single fills the free core",
                 &ht,
@@ -275,7 +342,13 @@ mod tests {
                 vec![("g1", "c", Ok("2")), ("g1b", "c", Ok("1"))],
                 "0,3",
             ),
-            ("2 sockets: 2 cpus from the free socket", &dual, 1, vec![("g2cpu", "c", Ok("2-3"))], "0-1"),
+            (
+                "2 sockets: 2 cpus from the free socket",
+                &dual,
+                1,
+                vec![("g2cpu", "c", Ok("2-3"))],
+                "0-1",
+            ),
         ];
         for (name, topo, reserved, steps, pool) in cases {
             let mut policy = StaticPolicy::new(topo.clone(), reserved, &CpuSet::new()).unwrap();
@@ -287,20 +360,29 @@ mod tests {
                     "g2" => pod("g2", &[("c", Some("1"), false, false)]),
                     "g2cpu" => pod("g2cpu", &[("c", Some("2"), false, false)]),
                     "f" => pod("f", &[("c", Some("500m"), false, false)]),
-                    _ => pod("b", &[("c", None, false, false), ("d", Some("1"), false, false)]),
+                    _ => pod(
+                        "b",
+                        &[("c", None, false, false), ("d", Some("1"), false, false)],
+                    ),
                 };
                 let got = policy.allocate(&mut state, &p, container(&p, cname));
                 match want {
                     Ok(cpus) => {
                         got.unwrap();
-                        let assigned = state.get(p.uid(), cname).map(|s| s.to_string()).unwrap_or_default();
+                        let assigned = state
+                            .get(p.uid(), cname)
+                            .map(|s| s.to_string())
+                            .unwrap_or_default();
                         assert_eq!(assigned, cpus, "{name}: {which}");
                     }
                     Err(e) => assert_eq!(got.unwrap_err(), e, "{name}: {which}"),
                 }
             }
             assert_eq!(state.default_cpu_set.to_string(), pool, "{name}: pool");
-            assert!(policy.start(&mut state.clone()).is_ok(), "{name}: state stays valid");
+            assert!(
+                policy.start(&mut state.clone()).is_ok(),
+                "{name}: state stays valid"
+            );
         }
     }
 
@@ -346,7 +428,8 @@ mod tests {
 
     #[test]
     fn allocate_is_idempotent_and_release_returns_cpus() {
-        let mut policy = StaticPolicy::new(CpuTopology::uniform(1, 2, 1), 1, &CpuSet::new()).unwrap();
+        let mut policy =
+            StaticPolicy::new(CpuTopology::uniform(1, 2, 1), 1, &CpuSet::new()).unwrap();
         let mut state = started(&policy);
         let p = pod("g", &[("c", Some("1"), false, false)]);
         assert!(policy.allocate(&mut state, &p, container(&p, "c")).unwrap());
@@ -360,16 +443,34 @@ mod tests {
     #[test]
     fn start_validates_a_restored_state() {
         let policy = StaticPolicy::new(CpuTopology::uniform(1, 4, 1), 1, &CpuSet::new()).unwrap();
-        let mut ok = State { default_cpu_set: set("0,3"), ..Default::default() };
+        let mut ok = State {
+            default_cpu_set: set("0,3"),
+            ..Default::default()
+        };
         ok.set("p", "c", set("1-2"));
         assert!(!policy.start(&mut ok).unwrap());
         for (default, assigned, want) in [
-            ("1-3", "", "not all reserved cpus: \"0\" are present in defaultCpuSet: \"1-3\""),
-            ("0-2", "2-3", "pod: p, container: c cpuset: \"2-3\" overlaps with default cpuset \"0-2\""),
-            ("0-1", "", "current set of available CPUs \"0-3\" doesn't match with CPUs in state \"0-1\""),
+            (
+                "1-3",
+                "",
+                "not all reserved cpus: \"0\" are present in defaultCpuSet: \"1-3\"",
+            ),
+            (
+                "0-2",
+                "2-3",
+                "pod: p, container: c cpuset: \"2-3\" overlaps with default cpuset \"0-2\"",
+            ),
+            (
+                "0-1",
+                "",
+                "current set of available CPUs \"0-3\" doesn't match with CPUs in state \"0-1\"",
+            ),
             ("", "1", "default cpuset cannot be empty"),
         ] {
-            let mut state = State { default_cpu_set: set(default), ..Default::default() };
+            let mut state = State {
+                default_cpu_set: set(default),
+                ..Default::default()
+            };
             if !assigned.is_empty() {
                 state.set("p", "c", set(assigned));
             }
@@ -379,7 +480,12 @@ mod tests {
 
     #[test]
     fn guaranteed_cpus_needs_guaranteed_integer_requests() {
-        for (cpu, want) in [(Some("1"), 1), (Some("2000m"), 2), (Some("1500m"), 0), (None, 0)] {
+        for (cpu, want) in [
+            (Some("1"), 1),
+            (Some("2000m"), 2),
+            (Some("1500m"), 0),
+            (None, 0),
+        ] {
             let p = pod("x", &[("c", cpu, false, false)]);
             assert_eq!(guaranteed_cpus(&p, container(&p, "c")), want, "{cpu:?}");
         }

@@ -81,8 +81,10 @@ impl CheckpointFile {
             .entries
             .iter()
             .map(|(pod, containers)| {
-                let inner: Vec<String> =
-                    containers.iter().map(|(c, cpus)| format!("{c}:{cpus}")).collect();
+                let inner: Vec<String> = containers
+                    .iter()
+                    .map(|(c, cpus)| format!("{c}:{cpus}"))
+                    .collect();
                 format!("{pod}:map[{}]", inner.join(" "))
             })
             .collect();
@@ -150,10 +152,12 @@ impl Checkpoint {
                 });
             }
         };
-        let file: CheckpointFile = serde_json::from_slice(&blob)
-            .map_err(|e| CheckpointError::Invalid(e.to_string()))?;
+        let file: CheckpointFile =
+            serde_json::from_slice(&blob).map_err(|e| CheckpointError::Invalid(e.to_string()))?;
         if file.checksum != 0 && file.checksum != file.compute_checksum() {
-            return Err(CheckpointError::Invalid("checkpoint is corrupted".to_owned()));
+            return Err(CheckpointError::Invalid(
+                "checkpoint is corrupted".to_owned(),
+            ));
         }
         if file.policy_name != self.policy_name {
             return Err(CheckpointError::Invalid(format!(
@@ -206,8 +210,8 @@ impl Checkpoint {
             path: self.path.clone(),
             source,
         };
-        let blob = serde_json::to_vec(&file)
-            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+        let blob =
+            serde_json::to_vec(&file).map_err(|e| err(std::io::Error::other(e.to_string())))?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(err)?;
         let tmp = dir.join(format!(".{CHECKPOINT_FILE}.tmp"));

@@ -57,7 +57,7 @@ fn static_allocates_refuses_and_releases() {
         rejection.message,
         "Allocate failed due to not enough cpus available to satisfy request: requested=1, available=0, which is unexpected"
     );
-    assert!(m.state().assignments.get("g2").is_none());
+    assert!(!m.state().assignments.contains_key("g2"));
     m.release_pod("g1");
     assert_eq!(m.state().default_cpu_set.to_string(), "0-1");
     admit.admit(&pod("g2", Some("1")), &[]).unwrap();
@@ -72,7 +72,10 @@ fn restart_keeps_assignments() {
     m.allocate_pod(&pod("g1", Some("1"))).unwrap();
     drop(m);
     let m = CpuManager::new(&cfg).unwrap();
-    assert_eq!(m.state().get("g1", "c").map(ToString::to_string).as_deref(), Some("1"));
+    assert_eq!(
+        m.state().get("g1", "c").map(ToString::to_string).as_deref(),
+        Some("1")
+    );
     assert_eq!(m.state().default_cpu_set.to_string(), "0");
     // Re-admission after the restart keeps the same CPUs.
     m.allocate_pod(&pod("g1", Some("1"))).unwrap();
@@ -88,32 +91,56 @@ fn start_up_errors_name_the_file_and_the_fix() {
 
     std::fs::write(&path, "{not json").unwrap();
     let err = CpuManager::new(&cfg).err().unwrap().to_string();
-    assert!(err.starts_with("could not restore state from checkpoint: "), "{err}");
+    assert!(
+        err.starts_with("could not restore state from checkpoint: "),
+        "{err}"
+    );
     assert!(err.ends_with(&format!("please drain this node and delete the CPU manager checkpoint file {path:?} before restarting Kubelet")), "{err}");
 
-    std::fs::write(&path, r#"{"policyName":"static","defaultCpuSet":"0-1","checksum":12345}"#).unwrap();
+    std::fs::write(
+        &path,
+        r#"{"policyName":"static","defaultCpuSet":"0-1","checksum":12345}"#,
+    )
+    .unwrap();
     let err = CpuManager::new(&cfg).err().unwrap().to_string();
     assert!(err.contains("checkpoint is corrupted"), "{err}");
 
     std::fs::write(&path, r#"{"policyName":"none","defaultCpuSet":""}"#).unwrap();
     let err = CpuManager::new(&cfg).err().unwrap().to_string();
-    assert!(err.contains(r#"configured policy "static" differs from state checkpoint policy "none""#), "{err}");
+    assert!(
+        err.contains(r#"configured policy "static" differs from state checkpoint policy "none""#),
+        "{err}"
+    );
 
     // A state that does not fit the node (CPU 2 does not exist here).
     std::fs::write(&path, r#"{"policyName":"static","defaultCpuSet":"0-2"}"#).unwrap();
     let err = CpuManager::new(&cfg).err().unwrap().to_string();
-    assert!(err.contains("static policy invalid state: current set of available CPUs \"0-1\" doesn't match"), "{err}");
-    assert!(err.contains("please drain node and remove policy state file"), "{err}");
+    assert!(
+        err.contains(
+            "static policy invalid state: current set of available CPUs \"0-1\" doesn't match"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("please drain node and remove policy state file"),
+        "{err}"
+    );
 
     std::fs::remove_file(&path).unwrap();
     cfg.reserved_cpu_millis = 0;
     let err = CpuManager::new(&cfg).err().unwrap().to_string();
-    assert_eq!(err, "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero");
+    assert_eq!(
+        err,
+        "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"
+    );
 
     cfg.reserved_cpu_millis = 1000;
     cfg.reserved_system_cpus = CpuSet::parse("0-1").unwrap();
     let err = CpuManager::new(&cfg).err().unwrap().to_string();
-    assert!(err.contains("unable to reserve the required amount of CPUs"), "{err}");
+    assert!(
+        err.contains("unable to reserve the required amount of CPUs"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -127,43 +154,48 @@ async fn reconcile_pushes_the_pool_and_drops_stale_state() {
         uid: "be".into(),
         ..Default::default()
     };
-    status.container_statuses.push(crate::container::ContainerStatus {
-        id: "cid-be".into(),
-        name: "c".into(),
-        sandbox_id: String::new(),
-        state: crate::container::ContainerState::Running,
-        created_at: None,
-        started_at: None,
-        finished_at: None,
-        exit_code: 0,
-        image: String::new(),
-        image_ref: String::new(),
-        image_id: String::new(),
-        hash: 0,
-        restart_count: 0,
-        reason: String::new(),
-        message: String::new(),
-        termination_message_path: None,
-        termination_grace_period: None,
-    });
+    status
+        .container_statuses
+        .push(crate::container::ContainerStatus {
+            id: "cid-be".into(),
+            name: "c".into(),
+            sandbox_id: String::new(),
+            state: crate::container::ContainerState::Running,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            image: String::new(),
+            image_ref: String::new(),
+            image_id: String::new(),
+            hash: 0,
+            restart_count: 0,
+            reason: String::new(),
+            message: String::new(),
+            termination_message_path: None,
+            termination_grace_period: None,
+        });
     cache.set("be", Ok(status), tokio::time::Instant::now());
     // The BestEffort container was created with the whole pool.
     assert_eq!(m.container_cpuset("be", "c").as_deref(), Some("0-1"));
     m.allocate_pod(&pod("g", Some("1"))).unwrap();
     // The pool shrank to "0": the BestEffort container is updated (the fake does not know
     // it, so the push fails and stays due).
-    m.reconcile(&fake, std::slice::from_ref(&be), true, &cache).await;
+    m.reconcile(&fake, std::slice::from_ref(&be), true, &cache)
+        .await;
     assert_eq!(fake.call_count("UpdateContainerResources"), 1);
     assert_eq!(m.state().default_cpu_set.to_string(), "0");
     // The Guaranteed pod is not active: one period later its CPUs return to the pool, which
     // is again what the BestEffort container has, so nothing is pushed.
-    m.reconcile(&fake, std::slice::from_ref(&be), true, &cache).await;
+    m.reconcile(&fake, std::slice::from_ref(&be), true, &cache)
+        .await;
     assert_eq!(m.state().default_cpu_set.to_string(), "0-1");
     assert_eq!(fake.call_count("UpdateContainerResources"), 1);
     // Not before every source reported: nothing is dropped.
     m.allocate_pod(&pod("g", Some("1"))).unwrap();
     for _ in 0..3 {
-        m.reconcile(&fake, std::slice::from_ref(&be), false, &cache).await;
+        m.reconcile(&fake, std::slice::from_ref(&be), false, &cache)
+            .await;
     }
     assert_eq!(m.state().default_cpu_set.to_string(), "0");
 }

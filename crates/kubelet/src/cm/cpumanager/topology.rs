@@ -211,7 +211,10 @@ pub fn discover(root: &Path) -> Result<CpuTopology, TopologyError> {
     let details = raw
         .into_iter()
         .map(|(cpu, (numa, socket, core_id))| {
-            let core = first_of_core.get(&(socket, core_id)).copied().unwrap_or(cpu);
+            let core = first_of_core
+                .get(&(socket, core_id))
+                .copied()
+                .unwrap_or(cpu);
             (cpu, CpuInfo { numa, socket, core })
         })
         .collect();
