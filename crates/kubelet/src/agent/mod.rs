@@ -353,6 +353,8 @@ impl Agent {
         )
         .with_admission(
             Admission::new(vec![
+                // Upstream allocates resources (topology/CPU manager) before the predicates.
+                Box::new(cpu_manager.admit_handler()),
                 Box::new(MaxPods(cfg.max_pods)),
                 Box::new(NodePredicates::new(admission_node)),
                 Box::new(crate::security::sysctl::SysctlAllowlist::from_config(
@@ -362,7 +364,6 @@ impl Agent {
                 Box::new(crate::security::groups::SupplementalGroupsPolicyAdmit {
                     runtime_supports_strict: false,
                 }),
-                Box::new(cpu_manager.admit_handler()),
             ]),
             events.clone(),
         )
