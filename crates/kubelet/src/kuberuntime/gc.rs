@@ -368,7 +368,12 @@ impl ContainerGc {
 
     /// Runs `garbage_collect` every `period` (the first run right away) until cancelled;
     /// failures become a `ContainerGCFailed` node event.
-    pub async fn run(self, period: Duration, events: Arc<dyn EventRecorder>, cancel: CancellationToken) {
+    pub async fn run(
+        self,
+        period: Duration,
+        events: Arc<dyn EventRecorder>,
+        cancel: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -378,7 +383,12 @@ impl ContainerGc {
             }
             match self.garbage_collect().await {
                 Ok(r) if r != GcReport::default() => {
-                    info!(containers = r.containers.len(), sandboxes = r.sandboxes.len(), log_dirs = r.log_dirs.len(), "container garbage collection removed dead content");
+                    info!(
+                        containers = r.containers.len(),
+                        sandboxes = r.sandboxes.len(),
+                        log_dirs = r.log_dirs.len(),
+                        "container garbage collection removed dead content"
+                    );
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -397,7 +407,12 @@ impl ContainerGc {
         let mut report = GcReport::default();
 
         let containers = self.list_containers().await?;
-        let now = self.inner.clock.now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let now = self
+            .inner
+            .clock
+            .now()
+            .timestamp_nanos_opt()
+            .unwrap_or(i64::MAX);
         for c in select_containers(
             &containers,
             &policy,

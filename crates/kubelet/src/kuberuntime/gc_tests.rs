@@ -7,7 +7,14 @@ use std::collections::HashMap;
 
 const SEC: i64 = 1_000_000_000;
 
-fn c(id: &str, uid: &str, name: &str, created_s: i64, attempt: u32, state: ContainerState) -> GcContainer {
+fn c(
+    id: &str,
+    uid: &str,
+    name: &str,
+    created_s: i64,
+    attempt: u32,
+    state: ContainerState,
+) -> GcContainer {
     GcContainer {
         id: id.to_owned(),
         pod_uid: uid.to_owned(),
@@ -75,7 +82,12 @@ fn container_selection_table() {
     let cases = vec![
         base(
             "keeps the newest dead container per container, removes older ones oldest first",
-            vec![dead("a1", "p", "a", 10), dead("a3", "p", "a", 30), dead("a2", "p", "a", 20), dead("b1", "p", "b", 5)],
+            vec![
+                dead("a1", "p", "a", 10),
+                dead("a3", "p", "a", 30),
+                dead("a2", "p", "a", 20),
+                dead("b1", "p", "b", 5),
+            ],
             policy(0, 1, -1),
             vec!["a1", "a2"],
         ),
@@ -100,7 +112,11 @@ fn container_selection_table() {
         ),
         base(
             "containers younger than minimum age are kept",
-            vec![dead("old", "p", "a", 100), dead("mid", "p", "a", 900), dead("young", "p", "a", 990)],
+            vec![
+                dead("old", "p", "a", 100),
+                dead("mid", "p", "a", 900),
+                dead("young", "p", "a", 990),
+            ],
             policy(60, 0, -1),
             vec!["old", "mid"],
         ),
@@ -113,8 +129,11 @@ fn container_selection_table() {
         base(
             "global cap: equal share per unit first, then the oldest overall",
             vec![
-                dead("a1", "p", "a", 10), dead("a2", "p", "a", 20), dead("a3", "p", "a", 30),
-                dead("b1", "q", "b", 15), dead("b2", "q", "b", 25),
+                dead("a1", "p", "a", 10),
+                dead("a2", "p", "a", 20),
+                dead("a3", "p", "a", 30),
+                dead("b1", "q", "b", 15),
+                dead("b2", "q", "b", 25),
                 dead("c1", "r", "c", 5),
             ],
             policy(0, -1, 2),
@@ -132,7 +151,11 @@ fn container_selection_table() {
             removed_pods: vec!["gone"],
             ..base(
                 "deleted pods lose every dead container once sources are ready",
-                vec![dead("g1", "gone", "a", 10), dead("g2", "gone", "a", 20), dead("k1", "p", "a", 10)],
+                vec![
+                    dead("g1", "gone", "a", 10),
+                    dead("g2", "gone", "a", 20),
+                    dead("k1", "p", "a", 10),
+                ],
                 policy(0, 1, -1),
                 vec!["g1", "g2"],
             )
@@ -283,7 +306,8 @@ impl Env {
             })
             .await
             .unwrap();
-        self.sandboxes.insert(uid.to_owned(), resp.pod_sandbox_id.clone());
+        self.sandboxes
+            .insert(uid.to_owned(), resp.pod_sandbox_id.clone());
         resp.pod_sandbox_id
     }
 
@@ -412,7 +436,11 @@ async fn gc_run_removes_old_dead_containers_sandboxes_and_log_dirs() {
     let mut want = vec![old_sb, gone_sb];
     want.sort();
     assert_eq!(sbs, want);
-    assert_eq!(env.rt.sandboxes().len(), 1, "the live pod's newest sandbox stays");
+    assert_eq!(
+        env.rt.sandboxes().len(),
+        1,
+        "the live pod's newest sandbox stays"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -428,8 +456,10 @@ async fn periodic_loop_collects_and_reports_failures() {
         true,
     );
     let cancel = CancellationToken::new();
-    env.rt
-        .fail_next("ListContainers", CriError::unknown("ListContainers", "boom"));
+    env.rt.fail_next(
+        "ListContainers",
+        CriError::unknown("ListContainers", "boom"),
+    );
     let task = tokio::spawn(gc.run(
         CONTAINER_GC_PERIOD,
         Arc::new(events.clone()),

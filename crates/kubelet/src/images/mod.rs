@@ -3,7 +3,11 @@
 //! `<pod uid>_<image>`), the last pull error of each key, and the pull concurrency limit
 //! (serial by default). Receives a pod and container; talks to the CRI `ImageService`; emits
 //! the upstream events (Pulling, Pulled, Failed, BackOff, ErrImageNeverPull, InspectFailed) and
-//! an `ImageError` whose reason is the container's waiting reason.
+//! an `ImageError` whose reason is the container's waiting reason. Submodules: `gc` (image
+//! garbage collection) and `pull_limits` (`registryPullQPS`/`registryBurst`).
+
+pub mod gc;
+pub mod pull_limits;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -304,6 +308,8 @@ pub struct ImageManager {
     events: Arc<dyn EventRecorder>,
     /// `None`: unlimited parallel pulls.
     pull_slots: Option<Semaphore>,
+    /// `registryPullQPS`/`registryBurst`; `None`: no limit.
+    pull_limiter: Option<pull_limits::PullLimiter>,
     state: Mutex<PullState>,
 }
 
@@ -341,11 +347,20 @@ impl ImageManager {
             images,
             events,
             pull_slots,
+            pull_limiter: None,
             state: Mutex::new(PullState {
                 backoff: Backoff::for_image_pulls(),
                 prev_errors: HashMap::new(),
             }),
         }
+    }
+
+    /// Limits pulls to `registry_pull_qps` per second with bursts of `registry_burst`
+    /// (0 QPS: no limit). A pull over the limit fails with "pull QPS exceeded", as upstream.
+    pub fn with_pull_limit(mut self, registry_pull_qps: i32, registry_burst: i32) -> Self {
+        self.pull_limiter =
+            pull_limits::PullLimiter::from_config(registry_pull_qps, registry_burst);
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, PullState> {
@@ -495,6 +510,14 @@ impl ImageManager {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
         };
+        if let Some(limiter) = &self.pull_limiter
+            && !limiter.try_accept()
+        {
+            return Err(CriError::unknown(
+                "PullImage",
+                pull_limits::PULL_QPS_EXCEEDED,
+            ));
+        }
         let started = Instant::now();
         let resp = self
             .images
@@ -951,6 +974,50 @@ mod tests {
             pulled[1].contains("in 1s (2s including waiting)"),
             "{pulled:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registry_qps_refuses_pulls_over_the_limit() {
+        let rt = Arc::new(FakeRuntime::new());
+        let events = CollectingRecorder::default();
+        let manager = ImageManager::new(rt.clone(), Arc::new(events.clone()), false, None)
+            .with_pull_limit(1, 2);
+        let p = pod();
+        let pull = |image: &'static str| {
+            let c = container(image, Some("Always"));
+            let (m, p) = (&manager, p.clone());
+            async move { m.ensure_image_exists(&p, &c, None).await }
+        };
+        assert!(pull("a:1").await.is_ok());
+        assert!(pull("b:1").await.is_ok());
+        let err = pull("c:1").await.unwrap_err();
+        assert_eq!(
+            err,
+            ImageError::new(ImageErrorReason::ErrImagePull, "pull QPS exceeded")
+        );
+        assert_eq!(
+            messages(&events).last(),
+            Some(&pair(
+                "Failed",
+                "Failed to pull image \"c:1\": pull QPS exceeded"
+            ))
+        );
+        assert_eq!(
+            rt.call_count("PullImage"),
+            2,
+            "a refused pull never reaches the runtime"
+        );
+        // One token per second: another image may be pulled after a second.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(pull("d:1").await.is_ok());
+        assert_eq!(rt.call_count("PullImage"), 3);
+        // Without a limit nothing is refused.
+        let unlimited = ImageManager::new(rt.clone(), Arc::new(events.clone()), false, None)
+            .with_pull_limit(0, 0);
+        for image in ["e:1", "f:1", "g:1", "h:1"] {
+            let c = container(image, Some("Always"));
+            assert!(unlimited.ensure_image_exists(&p, &c, None).await.is_ok());
+        }
     }
 
     #[tokio::test(start_paused = true)]
