@@ -28,9 +28,15 @@ use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
 use crate::images::ImageManager;
+use crate::images::gc::{ImageGc, ImageGcConfig, statvfs_usage};
 use crate::kuberuntime::container_config::RuntimeOptions;
+use crate::kuberuntime::gc::{
+    CONTAINER_GC_PERIOD, ContainerGc, ContainerGcConfig, ContainerGcPolicy, PodGcState, PodStateFn,
+    SourcesReadyFn,
+};
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
+use crate::logs::{ContainerLogManager, LogManagerConfig};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
@@ -38,7 +44,7 @@ use crate::nodestatus::setters::StatusInputs;
 use crate::objects::PodObjects;
 use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
-use crate::pod_workers::{PodWorkers, WorkerTimings};
+use crate::pod_workers::{PodWorkers, WorkerPhase, WorkerTimings};
 use crate::prober::ProbeManager;
 use crate::server::{self, Endpoints, HealthCheck, ServerState};
 use crate::sources::file::FileSource;
@@ -84,6 +90,23 @@ pub struct AgentConfig {
     pub node_status: NodeStatusSettings,
     /// Settings of the API-server mode tasks (used when `AgentDeps::api` is set).
     pub api: ApiModeConfig,
+    /// Garbage collection and log rotation (`None`: that task does not run).
+    pub gc: GcSettings,
+}
+
+/// Container GC, image GC, pull rate limit and container log rotation settings.
+#[derive(Debug, Clone, Default)]
+pub struct GcSettings {
+    /// `--minimum-container-ttl-duration` & co; runs every minute.
+    pub container_gc: Option<ContainerGcPolicy>,
+    /// `imageGC*`; runs every `image_gc_period` (5 min upstream).
+    pub image_gc: Option<ImageGcConfig>,
+    pub image_gc_period: Duration,
+    /// `containerLogMaxSize`/`MaxFiles`/`MaxWorkers`/`MonitorInterval`.
+    pub container_logs: Option<LogManagerConfig>,
+    /// `registryPullQPS` (0: no limit) and `registryBurst`.
+    pub registry_pull_qps: i32,
+    pub registry_burst: i32,
 }
 
 impl AgentConfig {
@@ -119,6 +142,8 @@ impl AgentConfig {
                 ..NodeStatusSettings::new(node_name)
             },
             api: ApiModeConfig::default(),
+            // No GC or rotation in tests unless a test asks for it.
+            gc: GcSettings::default(),
         }
     }
 }
@@ -147,6 +172,62 @@ pub enum AgentError {
     },
     #[error("static pod source: {0}")]
     Source(String),
+    #[error(transparent)]
+    ImageGc(#[from] crate::images::gc::ImageGcError),
+}
+
+/// Starts the container GC, image GC and log rotation tasks that `cfg.gc` enables.
+fn start_gc(
+    cfg: &AgentConfig,
+    deps: &AgentDeps,
+    events: &Arc<dyn EventRecorder>,
+    workers: &PodWorkers,
+    sources_ready: SourcesReadyFn,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Result<(Option<ImageGc>, Option<ContainerGc>), AgentError> {
+    let container_gc = cfg.gc.container_gc.map(|policy| {
+        let workers = workers.clone();
+        let pod_state: PodStateFn = Arc::new(move |uid: &str| match workers.phase(uid) {
+            None => PodGcState::Removed,
+            Some(WorkerPhase::Terminated | WorkerPhase::Finished) => PodGcState::Terminated,
+            Some(_) => PodGcState::Active,
+        });
+        let gc = ContainerGc::new(
+            deps.runtime.clone(),
+            ContainerGcConfig {
+                policy,
+                pod_logs_dir: cfg.pod_logs_dir.clone(),
+                container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
+            },
+            pod_state,
+            sources_ready,
+        );
+        tracker.spawn(
+            gc.clone()
+                .run(CONTAINER_GC_PERIOD, events.clone(), cancel.child_token()),
+        );
+        gc
+    });
+    let image_gc = match &cfg.gc.image_gc {
+        Some(config) => {
+            let gc = ImageGc::new(
+                deps.images.clone(),
+                deps.runtime.clone(),
+                config.clone(),
+                Arc::new(statvfs_usage),
+                events.clone(),
+            )?;
+            tracker.spawn(gc.clone().run(cfg.gc.image_gc_period, cancel.child_token()));
+            Some(gc)
+        }
+        None => None,
+    };
+    if let Some(config) = cfg.gc.container_logs {
+        let manager = ContainerLogManager::new(deps.runtime.clone(), config);
+        tracker.spawn(manager.run(cancel.child_token()));
+    }
+    Ok((image_gc, container_gc))
 }
 
 /// A running kubelet.
@@ -162,6 +243,10 @@ pub struct Agent {
     pub healthz_addr: Option<SocketAddr>,
     /// Sends pod updates as if from a source (tests, and the API source later).
     pub source_tx: mpsc::Sender<crate::types::PodUpdate>,
+    /// Image GC (`delete_unused_images` for the eviction manager), when enabled.
+    pub image_gc: Option<ImageGc>,
+    /// Container GC (`delete_all_unused_containers` for the eviction manager), when enabled.
+    pub container_gc: Option<ContainerGc>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -245,7 +330,8 @@ impl Agent {
             events.clone(),
             cfg.serialize_image_pulls,
             cfg.max_parallel_image_pulls,
-        );
+        )
+        .with_pull_limit(cfg.gc.registry_pull_qps, cfg.gc.registry_burst);
         let syncer = Syncer::new(
             deps.runtime.clone(),
             images,
@@ -328,6 +414,10 @@ impl Agent {
             let (seen, expected) = (seen.clone(), expected.clone());
             Box::new(move || seen.seen_all(&expected))
         };
+        let gc_sources_ready: SourcesReadyFn = {
+            let (seen, expected) = (seen.clone(), expected.clone());
+            Arc::new(move || seen.seen_all(&expected))
+        };
 
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
@@ -391,6 +481,17 @@ impl Agent {
             );
         }
 
+        // Garbage collection and log rotation.
+        let (image_gc, container_gc) = start_gc(
+            &cfg,
+            &deps,
+            &events,
+            &workers,
+            gc_sources_ready,
+            &tracker,
+            &cancel,
+        )?;
+
         // HTTP.
         let health: Vec<(String, HealthCheck)> = vec![
             (
@@ -436,6 +537,8 @@ impl Agent {
             read_only_addr: bound[0],
             healthz_addr: bound[1],
             source_tx,
+            image_gc,
+            container_gc,
             cancel,
             tracker,
         })
