@@ -117,12 +117,12 @@ pub fn eviction_order(
 
 /// The candidates unused for longer than `max_age` (upstream `freeOldImages`); nothing until
 /// the GC has been running for longer than `max_age`.
-pub fn select_old<'a>(
-    candidates: &'a [Candidate],
+pub fn select_old(
+    candidates: &[Candidate],
     now: Instant,
     began: Instant,
     max_age: Duration,
-) -> Vec<&'a Candidate> {
+) -> Vec<&Candidate> {
     if max_age.is_zero() || now.saturating_duration_since(began) <= max_age {
         return Vec::new();
     }
@@ -138,12 +138,12 @@ pub fn select_old<'a>(
 /// The candidates to remove to free `bytes_to_free`, in order (upstream `freeSpace`): skips
 /// images used at or after `now` and those detected less than `min_age` ago; stops once enough
 /// would be freed.
-pub fn select_for_space<'a>(
-    candidates: &'a [Candidate],
+pub fn select_for_space(
+    candidates: &[Candidate],
     bytes_to_free: u64,
     now: Instant,
     min_age: Duration,
-) -> Vec<&'a Candidate> {
+) -> Vec<&Candidate> {
     let mut out = Vec::new();
     let mut freed = 0u64;
     for c in candidates
@@ -162,7 +162,7 @@ pub fn select_for_space<'a>(
 /// Not used at or after `now` and detected at least `min_age` ago (a freshly pulled image is
 /// probably about to be used).
 fn eligible_for_space(c: &Candidate, now: Instant, min_age: Duration) -> bool {
-    !c.record.last_used.is_some_and(|t| t >= now)
+    c.record.last_used.is_none_or(|t| t < now)
         && now.saturating_duration_since(c.record.first_detected) >= min_age
 }
 

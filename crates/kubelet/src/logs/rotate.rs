@@ -208,10 +208,20 @@ mod tests {
         );
     }
 
+    /// (case, existing files, max files, unused, excess, to compress)
+    type PlanCase = (
+        &'static str,
+        Vec<&'static str>,
+        usize,
+        Vec<&'static str>,
+        Vec<&'static str>,
+        Vec<&'static str>,
+    );
+
     #[test]
     fn plan_table() {
         #[rustfmt::skip]
-        let cases: Vec<(&str, Vec<&str>, usize, Vec<&str>, Vec<&str>, Vec<&str>)> = vec![
+        let cases: Vec<PlanCase> = vec![
             ("first rotation: nothing to do", vec![], 5, vec![], vec![], vec![]),
             ("the previous rotated file is compressed",
              vec!["0.log.20260101-000001"], 5, vec![], vec![], vec!["0.log.20260101-000001"]),
