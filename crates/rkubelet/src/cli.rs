@@ -578,6 +578,45 @@ mod tests {
     }
 
     #[test]
+    fn container_gc_flags_and_pod_infra_image() {
+        let (_, node) = resolve_ok(&parse(&[]));
+        assert_eq!(node.container_gc, ContainerGcPolicy::default());
+        assert_eq!(node.container_gc.max_per_pod_container, 1);
+        assert_eq!(node.container_gc.max_containers, -1);
+        assert_eq!(node.pod_infra_container_image, "registry.k8s.io/pause:3.10");
+        assert!(!node.warnings.iter().any(|w| w.contains("dead-containers")));
+
+        let (_, node) = resolve_ok(&parse(&[
+            "--minimum-container-ttl-duration",
+            "1m30s",
+            "--maximum-dead-containers-per-container",
+            "2",
+            "--maximum-dead-containers",
+            "-1",
+            "--pod-infra-container-image",
+            "example.com/pause:1",
+        ]));
+        assert_eq!(
+            node.container_gc,
+            ContainerGcPolicy {
+                min_age: std::time::Duration::from_secs(90),
+                max_per_pod_container: 2,
+                max_containers: -1,
+            }
+        );
+        assert_eq!(node.pod_infra_container_image, "example.com/pause:1");
+        assert!(node.warnings.contains(&"Flag --maximum-dead-containers has been deprecated, Use --eviction-hard or --eviction-soft instead. Will be removed in a future version.".to_owned()));
+        assert_eq!(
+            node.warnings
+                .iter()
+                .filter(|w| w.starts_with("Flag --m"))
+                .count(),
+            3
+        );
+        assert!(parse_err(&["--maximum-dead-containers", "x"]).contains("is not a 32-bit integer"));
+    }
+
+    #[test]
     fn no_flags_means_defaults_and_nothing_overridden() {
         let f = parse(&[]);
         assert_eq!(f.root_dir, Path::new("/var/lib/kubelet"));
