@@ -5,8 +5,10 @@
 //! waits for every task. Shutting down never stops pods: a restarted kubelet adopts them.
 
 pub mod api;
+pub mod gc;
 
 pub use api::ApiModeConfig;
+pub use gc::GcSettings;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,15 +30,11 @@ use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
 use crate::images::ImageManager;
-use crate::images::gc::{ImageGc, ImageGcConfig, statvfs_usage};
+use crate::images::gc::ImageGc;
 use crate::kuberuntime::container_config::RuntimeOptions;
-use crate::kuberuntime::gc::{
-    CONTAINER_GC_PERIOD, ContainerGc, ContainerGcConfig, ContainerGcPolicy, PodGcState, PodStateFn,
-    SourcesReadyFn,
-};
+use crate::kuberuntime::gc::{ContainerGc, SourcesReadyFn};
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
-use crate::logs::{ContainerLogManager, LogManagerConfig};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
@@ -44,7 +42,7 @@ use crate::nodestatus::setters::StatusInputs;
 use crate::objects::PodObjects;
 use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
-use crate::pod_workers::{PodWorkers, WorkerPhase, WorkerTimings};
+use crate::pod_workers::{PodWorkers, WorkerTimings};
 use crate::prober::ProbeManager;
 use crate::server::{self, Endpoints, HealthCheck, ServerState};
 use crate::sources::file::FileSource;
@@ -92,21 +90,6 @@ pub struct AgentConfig {
     pub api: ApiModeConfig,
     /// Garbage collection and log rotation (`None`: that task does not run).
     pub gc: GcSettings,
-}
-
-/// Container GC, image GC, pull rate limit and container log rotation settings.
-#[derive(Debug, Clone, Default)]
-pub struct GcSettings {
-    /// `--minimum-container-ttl-duration` & co; runs every minute.
-    pub container_gc: Option<ContainerGcPolicy>,
-    /// `imageGC*`; runs every `image_gc_period` (5 min upstream).
-    pub image_gc: Option<ImageGcConfig>,
-    pub image_gc_period: Duration,
-    /// `containerLogMaxSize`/`MaxFiles`/`MaxWorkers`/`MonitorInterval`.
-    pub container_logs: Option<LogManagerConfig>,
-    /// `registryPullQPS` (0: no limit) and `registryBurst`.
-    pub registry_pull_qps: i32,
-    pub registry_burst: i32,
 }
 
 impl AgentConfig {
@@ -174,60 +157,6 @@ pub enum AgentError {
     Source(String),
     #[error(transparent)]
     ImageGc(#[from] crate::images::gc::ImageGcError),
-}
-
-/// Starts the container GC, image GC and log rotation tasks that `cfg.gc` enables.
-fn start_gc(
-    cfg: &AgentConfig,
-    deps: &AgentDeps,
-    events: &Arc<dyn EventRecorder>,
-    workers: &PodWorkers,
-    sources_ready: SourcesReadyFn,
-    tracker: &TaskTracker,
-    cancel: &CancellationToken,
-) -> Result<(Option<ImageGc>, Option<ContainerGc>), AgentError> {
-    let container_gc = cfg.gc.container_gc.map(|policy| {
-        let workers = workers.clone();
-        let pod_state: PodStateFn = Arc::new(move |uid: &str| match workers.phase(uid) {
-            None => PodGcState::Removed,
-            Some(WorkerPhase::Terminated | WorkerPhase::Finished) => PodGcState::Terminated,
-            Some(_) => PodGcState::Active,
-        });
-        let gc = ContainerGc::new(
-            deps.runtime.clone(),
-            ContainerGcConfig {
-                policy,
-                pod_logs_dir: cfg.pod_logs_dir.clone(),
-                container_log_symlink_dir: cfg.container_log_symlink_dir.clone(),
-            },
-            pod_state,
-            sources_ready,
-        );
-        tracker.spawn(
-            gc.clone()
-                .run(CONTAINER_GC_PERIOD, events.clone(), cancel.child_token()),
-        );
-        gc
-    });
-    let image_gc = match &cfg.gc.image_gc {
-        Some(config) => {
-            let gc = ImageGc::new(
-                deps.images.clone(),
-                deps.runtime.clone(),
-                config.clone(),
-                Arc::new(statvfs_usage),
-                events.clone(),
-            )?;
-            tracker.spawn(gc.clone().run(cfg.gc.image_gc_period, cancel.child_token()));
-            Some(gc)
-        }
-        None => None,
-    };
-    if let Some(config) = cfg.gc.container_logs {
-        let manager = ContainerLogManager::new(deps.runtime.clone(), config);
-        tracker.spawn(manager.run(cancel.child_token()));
-    }
-    Ok((image_gc, container_gc))
 }
 
 /// A running kubelet.
@@ -482,7 +411,7 @@ impl Agent {
         }
 
         // Garbage collection and log rotation.
-        let (image_gc, container_gc) = start_gc(
+        let (image_gc, container_gc) = gc::start(
             &cfg,
             &deps,
             &events,

@@ -528,7 +528,7 @@ impl ImageGc {
             );
             return;
         }
-        let mut tick = tokio::time::interval(period);
+        let mut tick = tokio::time::interval(period.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut prev_failed = false;
         loop {

@@ -374,7 +374,7 @@ impl ContainerGc {
         events: Arc<dyn EventRecorder>,
         cancel: CancellationToken,
     ) {
-        let mut tick = tokio::time::interval(period);
+        let mut tick = tokio::time::interval(period.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

@@ -156,7 +156,8 @@ impl ContainerLogManager {
             monitor_period = ?self.config.monitor_interval,
             "initializing container log rotate workers"
         );
-        let mut tick = tokio::time::interval(self.config.monitor_interval);
+        let mut tick =
+            tokio::time::interval(self.config.monitor_interval.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
