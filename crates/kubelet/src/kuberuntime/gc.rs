@@ -464,7 +464,49 @@ impl ContainerGc {
                 }
             }
         }
+        self.remove_dead_symlinks().await;
         Ok(report)
+    }
+
+    /// Removes legacy `/var/log/containers` symlinks whose target is gone, unless their
+    /// container still runs (its log may be mid-rotation), as upstream.
+    async fn remove_dead_symlinks(&self) {
+        let Some(dir) = &self.inner.config.container_log_symlink_dir else {
+            return;
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            // `exists` follows the link: false for a dangling one.
+            if !name.ends_with(".log") || path.exists() || !path.is_symlink() {
+                continue;
+            }
+            if let Some(id) = container_id_of_legacy_symlink(&name) {
+                let status = self
+                    .inner
+                    .runtime
+                    .container_status(ContainerStatusRequest {
+                        container_id: id.to_owned(),
+                        verbose: false,
+                    })
+                    .await;
+                if let Ok(resp) = status
+                    && resp
+                        .status
+                        .is_some_and(|st| st.state != ContainerState::ContainerExited as i32)
+                {
+                    continue;
+                }
+            }
+            if let Err(err) = std::fs::remove_file(&path)
+                && err.kind() != std::io::ErrorKind::NotFound
+            {
+                warn!(path = %path.display(), error = %err, "failed to remove dead container log symlink");
+            }
+        }
     }
 
     async fn list_containers(&self) -> Result<Vec<GcContainer>, ContainerGcError> {
@@ -568,6 +610,16 @@ impl ContainerGc {
             }
         }
     }
+}
+
+/// The container ID of a legacy symlink name `<pod>_<ns>_<container>-<id>.log` (upstream
+/// `getContainerIDFromLegacyLogSymlink`): the 64 characters before `.log`.
+pub fn container_id_of_legacy_symlink(name: &str) -> Option<&str> {
+    const ID_LEN: usize = 64;
+    let base = name.strip_suffix(".log")?;
+    let start = base.len().checked_sub(ID_LEN)?;
+    let id = base.get(start..)?;
+    (start > 0 && base.as_bytes()[start - 1] == b'-').then_some(id)
 }
 
 /// Removes a container's log file and every file starting with its name (rotated, compressed

@@ -262,6 +262,83 @@ fn log_dir_selection() {
     assert!(select_log_dirs(&names, false, &st).is_empty());
 }
 
+#[test]
+fn legacy_symlink_names() {
+    let id = "a".repeat(64);
+    assert_eq!(
+        container_id_of_legacy_symlink(&format!("web_default_app-{id}.log")),
+        Some(id.as_str())
+    );
+    assert_eq!(container_id_of_legacy_symlink("short-abc.log"), None);
+    assert_eq!(container_id_of_legacy_symlink(&format!("{id}.log")), None);
+    assert_eq!(container_id_of_legacy_symlink(&format!("x-{id}.txt")), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dead_legacy_symlinks_are_removed_unless_the_container_runs() {
+    let mut env = Env::new();
+    env.sandbox("p", 0).await;
+    let dead_id = env.dead_container("p", "app", 0).await;
+    let links = tempfile::tempdir().unwrap();
+    let dangling = |name: &str| {
+        let link = links.path().join(name);
+        std::os::unix::fs::symlink(links.path().join("missing"), &link).unwrap();
+        link
+    };
+    let unknown = dangling(&format!("x_ns_gone-{}.log", "c".repeat(64)));
+    let exited = dangling(&format!("pod-p_ns_app-{dead_id}.log"));
+    let live_target = links.path().join("target.log");
+    std::fs::write(&live_target, "x").unwrap();
+    let healthy = links.path().join("ok.log");
+    std::os::unix::fs::symlink(&live_target, &healthy).unwrap();
+    // A running container whose log is mid-rotation keeps its link.
+    let sid = env.sandboxes["p"].clone();
+    let running = env
+        .rt
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: sid,
+            config: Some(api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "run".to_owned(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: "busybox:1.36".to_owned(),
+                    ..Default::default()
+                }),
+                labels: [(POD_UID_LABEL.to_owned(), "p".to_owned())].into(),
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .unwrap()
+        .container_id;
+    env.rt
+        .start_container(api::StartContainerRequest {
+            container_id: running.clone(),
+        })
+        .await
+        .unwrap();
+    let mid_rotation = dangling(&format!("pod-p_ns_run-{running}.log"));
+    let gc = ContainerGc::new(
+        env.rt.clone(),
+        ContainerGcConfig {
+            policy: ContainerGcPolicy::default(),
+            pod_logs_dir: env.logs.path().to_owned(),
+            container_log_symlink_dir: Some(links.path().to_owned()),
+        },
+        Arc::new(|_: &str| PodGcState::Active),
+        Arc::new(|| true),
+    )
+    .with_clock(env.clock);
+    gc.garbage_collect().await.unwrap();
+    assert!(!unknown.is_symlink(), "container unknown to the runtime");
+    assert!(!exited.is_symlink(), "exited container");
+    assert!(mid_rotation.is_symlink(), "running container");
+    assert!(healthy.is_symlink(), "target exists");
+}
+
 /// A fake runtime with one sandbox per pod UID and helpers to add exited containers.
 struct Env {
     rt: Arc<FakeRuntime>,
