@@ -137,11 +137,11 @@ impl GcSandbox {
     }
 }
 
-/// Newest first: higher attempt, then later creation (upstream `byAttempt`/`byCreated`).
+/// Newest first by creation time (upstream `byCreated`); the attempt only breaks ties.
 fn newest_first(a: &GcContainer, b: &GcContainer) -> std::cmp::Ordering {
-    b.attempt
-        .cmp(&a.attempt)
-        .then(b.created_at.cmp(&a.created_at))
+    b.created_at
+        .cmp(&a.created_at)
+        .then(b.attempt.cmp(&a.attempt))
 }
 
 /// The dead containers to remove, in removal order (upstream `evictContainers`). `now` is Unix
@@ -227,9 +227,9 @@ pub fn select_sandboxes<'a>(
     let mut out = Vec::new();
     for (uid, mut list) in by_pod {
         list.sort_by(|a, b| {
-            b.attempt
-                .cmp(&a.attempt)
-                .then(b.created_at.cmp(&a.created_at))
+            b.created_at
+                .cmp(&a.created_at)
+                .then(b.attempt.cmp(&a.attempt))
         });
         let state = pod_state(uid);
         let keep = if state.content_removable() || (evict_non_deleted && state.runtime_removable())

@@ -102,13 +102,14 @@ fn container_selection_table() {
             vec!["a1"],
         ),
         base(
-            "higher attempt is newer even when created earlier",
+            "newest by creation time whatever the attempt (a restarted kubelet may reset it)",
             vec![
                 c("x", "p", "a", 50, 1, ContainerState::ContainerExited),
                 c("y", "p", "a", 10, 2, ContainerState::ContainerExited),
+                c("z", "p", "a", 10, 1, ContainerState::ContainerExited),
             ],
             policy(0, 1, -1),
-            vec!["x"],
+            vec!["z", "y"],
         ),
         base(
             "containers younger than minimum age are kept",
