@@ -16,6 +16,7 @@ pub mod events;
 pub mod events_api;
 pub mod images;
 pub mod kuberuntime;
+pub mod logs;
 pub mod mirror;
 pub mod nodelease;
 pub mod nodestatus;

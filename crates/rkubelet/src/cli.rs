@@ -13,6 +13,7 @@ use kubelet::config::{
     ConfigError, Duration, KubeletConfiguration, LoadOptions, load_config_with, parse_go_duration,
     validate,
 };
+use kubelet::kuberuntime::gc::ContainerGcPolicy;
 
 const DEPRECATED: &str = "This parameter should be set via the config file specified by the Kubelet's --config flag. See https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/ for more information.";
 
@@ -148,6 +149,20 @@ pub struct Flags {
     pub fail_swap_on: Option<bool>,
     #[arg(long = "register-node", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Register the node with the apiserver. If --kubeconfig is not provided, this flag is irrelevant, as the Kubelet won't have an apiserver to register with. (default true)"))]
     pub register_node: Option<bool>,
+
+    // Container GC (flags only, deprecated upstream in favour of eviction).
+    #[arg(long = "minimum-container-ttl-duration", value_name = "duration", value_parser = parse_duration, help = "Minimum age for a finished container before it is garbage collected.  Examples: '300ms', '10s' or '2h45m' (DEPRECATED: Use --eviction-hard or --eviction-soft instead. Will be removed in a future version.)")]
+    pub minimum_container_ttl_duration: Option<Duration>,
+    #[arg(long = "maximum-dead-containers-per-container", value_name = "int32", value_parser = parse_int32, help = "Maximum number of old instances to retain per container.  Each container takes up some disk space. (default 1) (DEPRECATED: Use --eviction-hard or --eviction-soft instead. Will be removed in a future version.)")]
+    pub maximum_dead_containers_per_container: Option<i32>,
+    #[arg(long = "maximum-dead-containers", value_name = "int32", value_parser = parse_int32, help = "Maximum number of old instances of containers to retain globally.  Each container takes up some disk space. To disable, set to a negative number. (default -1) (DEPRECATED: Use --eviction-hard or --eviction-soft instead. Will be removed in a future version.)")]
+    pub maximum_dead_containers: Option<i32>,
+    #[arg(
+        long = "pod-infra-container-image",
+        value_name = "string",
+        help = "Specified image will not be pruned by the image garbage collector. CRI implementations have their own configuration to set this image. (default \"registry.k8s.io/pause:3.10\") (DEPRECATED: will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.)"
+    )]
+    pub pod_infra_container_image: Option<String>,
 }
 
 /// One `--manifest-url-header` occurrence: `key:value` pairs in order.
@@ -170,6 +185,47 @@ pub struct NodeOptions {
     pub node_name: String,
     /// Things to log once logging is up: deprecated flags used, unknown config fields ignored.
     pub warnings: Vec<String>,
+    /// `--minimum-container-ttl-duration`, `--maximum-dead-containers-per-container`,
+    /// `--maximum-dead-containers`.
+    pub container_gc: ContainerGcPolicy,
+    /// `--pod-infra-container-image`: kept by the image GC.
+    pub pod_infra_container_image: String,
+}
+
+/// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
+pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+/// The container GC policy from its (deprecated) flags, with a warning per flag given.
+fn container_gc_policy(flags: &Flags, warnings: &mut Vec<String>) -> ContainerGcPolicy {
+    let given = [
+        (
+            "minimum-container-ttl-duration",
+            flags.minimum_container_ttl_duration.is_some(),
+        ),
+        (
+            "maximum-dead-containers-per-container",
+            flags.maximum_dead_containers_per_container.is_some(),
+        ),
+        (
+            "maximum-dead-containers",
+            flags.maximum_dead_containers.is_some(),
+        ),
+    ];
+    for (name, _) in given.iter().filter(|(_, set)| *set) {
+        warnings.push(format!("Flag --{name} has been deprecated, Use --eviction-hard or --eviction-soft instead. Will be removed in a future version."));
+    }
+    let defaults = ContainerGcPolicy::default();
+    ContainerGcPolicy {
+        min_age: flags
+            .minimum_container_ttl_duration
+            .map_or(defaults.min_age, |d| d.as_std()),
+        max_per_pod_container: flags
+            .maximum_dead_containers_per_container
+            .unwrap_or(defaults.max_per_pod_container),
+        max_containers: flags
+            .maximum_dead_containers
+            .unwrap_or(defaults.max_containers),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -450,6 +506,7 @@ fn resolve_with(
         check_node_ip(ip)?;
     }
     let hostname_override = non_empty(&flags.hostname_override);
+    let container_gc = container_gc_policy(flags, &mut warnings);
     let node = NodeOptions {
         root_dir: flags.root_dir.clone(),
         cert_dir: flags.cert_dir.clone(),
@@ -463,6 +520,9 @@ fn resolve_with(
         node_labels: parse_node_labels(flags.node_labels.as_deref().unwrap_or(""))?,
         verbosity: config.verbosity(),
         warnings,
+        container_gc,
+        pod_infra_container_image: non_empty(&flags.pod_infra_container_image)
+            .unwrap_or_else(|| DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned()),
     };
     Ok((config, node))
 }
@@ -515,6 +575,45 @@ mod tests {
     fn clap_definition_is_consistent() {
         use clap::CommandFactory;
         Flags::command().debug_assert();
+    }
+
+    #[test]
+    fn container_gc_flags_and_pod_infra_image() {
+        let (_, node) = resolve_ok(&parse(&[]));
+        assert_eq!(node.container_gc, ContainerGcPolicy::default());
+        assert_eq!(node.container_gc.max_per_pod_container, 1);
+        assert_eq!(node.container_gc.max_containers, -1);
+        assert_eq!(node.pod_infra_container_image, "registry.k8s.io/pause:3.10");
+        assert!(!node.warnings.iter().any(|w| w.contains("dead-containers")));
+
+        let (_, node) = resolve_ok(&parse(&[
+            "--minimum-container-ttl-duration",
+            "1m30s",
+            "--maximum-dead-containers-per-container",
+            "2",
+            "--maximum-dead-containers",
+            "-1",
+            "--pod-infra-container-image",
+            "example.com/pause:1",
+        ]));
+        assert_eq!(
+            node.container_gc,
+            ContainerGcPolicy {
+                min_age: std::time::Duration::from_secs(90),
+                max_per_pod_container: 2,
+                max_containers: -1,
+            }
+        );
+        assert_eq!(node.pod_infra_container_image, "example.com/pause:1");
+        assert!(node.warnings.contains(&"Flag --maximum-dead-containers has been deprecated, Use --eviction-hard or --eviction-soft instead. Will be removed in a future version.".to_owned()));
+        assert_eq!(
+            node.warnings
+                .iter()
+                .filter(|w| w.starts_with("Flag --m"))
+                .count(),
+            3
+        );
+        assert!(parse_err(&["--maximum-dead-containers", "x"]).contains("is not a 32-bit integer"));
     }
 
     #[test]

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps, ApiModeConfig};
+use kubelet::agent::{Agent, AgentConfig, AgentDeps, ApiModeConfig, GcSettings};
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
 use kubelet::config::KubeletConfiguration;
 use kubelet::events::LoggingRecorder;
+use kubelet::images::gc::{IMAGE_GC_PERIOD, ImageGcConfig, ImageGcPolicy};
+use kubelet::logs::LogManagerConfig;
 use kubelet::nodestatus::{NodeStatusSettings, Reservations};
 use kubelet::sync_loop::LoopTimings;
 use rkubelet_cri::RemoteRuntime;
@@ -221,6 +223,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         node_status,
         api,
         cpu_manager: cpu_manager_config(c, &node.root_dir)?,
+        gc: gc_settings(c, node)?,
     })
 }
 
@@ -265,6 +268,33 @@ fn cpu_manager_config(
             .context("reservedSystemCPUs")?,
         reserved_cpu_millis: millis(&r.system_reserved) + millis(&r.kube_reserved),
         ..CpuManagerConfig::none(root_dir.to_path_buf())
+    })
+}
+
+/// Container GC (flags), image GC, pull limits and log rotation (config file).
+fn gc_settings(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<GcSettings> {
+    let container_logs = LogManagerConfig::from_config(
+        c.container_log_max_size.value(),
+        c.container_log_max_files,
+        c.container_log_max_workers,
+        c.container_log_monitor_interval.as_std(),
+    )
+    .context("container log rotation")?;
+    Ok(GcSettings {
+        container_gc: Some(node.container_gc),
+        image_gc: Some(ImageGcConfig {
+            policy: ImageGcPolicy {
+                high_threshold_percent: c.image_gc_high_threshold_percent,
+                low_threshold_percent: c.image_gc_low_threshold_percent,
+                min_age: c.image_minimum_gc_age.as_std(),
+                max_age: c.image_maximum_gc_age.as_std(),
+            },
+            pinned_images: vec![node.pod_infra_container_image.clone()],
+        }),
+        image_gc_period: IMAGE_GC_PERIOD,
+        container_logs,
+        registry_pull_qps: c.registry_pull_qps,
+        registry_burst: c.registry_burst,
     })
 }
 

@@ -5,8 +5,10 @@
 //! waits for every task. Shutting down never stops pods: a restarted kubelet adopts them.
 
 pub mod api;
+pub mod gc;
 
 pub use api::ApiModeConfig;
+pub use gc::GcSettings;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,7 +31,9 @@ use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
 use crate::images::ImageManager;
+use crate::images::gc::ImageGc;
 use crate::kuberuntime::container_config::RuntimeOptions;
+use crate::kuberuntime::gc::{ContainerGc, SourcesReadyFn};
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
 use crate::nodestatus::NodeStatusSettings;
@@ -87,6 +91,8 @@ pub struct AgentConfig {
     pub api: ApiModeConfig,
     /// `cpuManagerPolicy` and friends (the checkpoint goes to `root_dir`).
     pub cpu_manager: CpuManagerConfig,
+    /// Garbage collection and log rotation (`None`: that task does not run).
+    pub gc: GcSettings,
 }
 
 impl AgentConfig {
@@ -123,6 +129,8 @@ impl AgentConfig {
             },
             api: ApiModeConfig::default(),
             cpu_manager: CpuManagerConfig::none(root.join("kubelet")),
+            // No GC or rotation in tests unless a test asks for it.
+            gc: GcSettings::default(),
         }
     }
 }
@@ -153,6 +161,8 @@ pub enum AgentError {
     Source(String),
     #[error(transparent)]
     CpuManager(#[from] CpuManagerError),
+    #[error(transparent)]
+    ImageGc(#[from] crate::images::gc::ImageGcError),
 }
 
 /// A running kubelet.
@@ -168,6 +178,10 @@ pub struct Agent {
     pub healthz_addr: Option<SocketAddr>,
     /// Sends pod updates as if from a source (tests, and the API source later).
     pub source_tx: mpsc::Sender<crate::types::PodUpdate>,
+    /// Image GC (`delete_unused_images` for the eviction manager), when enabled.
+    pub image_gc: Option<ImageGc>,
+    /// Container GC (`delete_all_unused_containers` for the eviction manager), when enabled.
+    pub container_gc: Option<ContainerGc>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -256,7 +270,8 @@ impl Agent {
             events.clone(),
             cfg.serialize_image_pulls,
             cfg.max_parallel_image_pulls,
-        );
+        )
+        .with_pull_limit(cfg.gc.registry_pull_qps, cfg.gc.registry_burst);
         let syncer = Syncer::new(
             deps.runtime.clone(),
             images,
@@ -339,6 +354,10 @@ impl Agent {
         let sources_ready = {
             let (seen, expected) = (seen.clone(), expected.clone());
             Box::new(move || seen.seen_all(&expected))
+        };
+        let gc_sources_ready: SourcesReadyFn = {
+            let (seen, expected) = (seen.clone(), expected.clone());
+            Arc::new(move || seen.seen_all(&expected))
         };
 
         // Sync loop.
@@ -429,6 +448,17 @@ impl Agent {
             );
         }
 
+        // Garbage collection and log rotation.
+        let (image_gc, container_gc) = gc::start(
+            &cfg,
+            &deps,
+            &events,
+            &workers,
+            gc_sources_ready,
+            &tracker,
+            &cancel,
+        )?;
+
         // HTTP.
         let health: Vec<(String, HealthCheck)> = vec![
             (
@@ -474,6 +504,8 @@ impl Agent {
             read_only_addr: bound[0],
             healthz_addr: bound[1],
             source_tx,
+            image_gc,
+            container_gc,
             cancel,
             tracker,
         })

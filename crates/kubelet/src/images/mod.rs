@@ -3,7 +3,11 @@
 //! `<pod uid>_<image>`), the last pull error of each key, and the pull concurrency limit
 //! (serial by default). Receives a pod and container; talks to the CRI `ImageService`; emits
 //! the upstream events (Pulling, Pulled, Failed, BackOff, ErrImageNeverPull, InspectFailed) and
-//! an `ImageError` whose reason is the container's waiting reason.
+//! an `ImageError` whose reason is the container's waiting reason. Submodules: `gc` (image
+//! garbage collection) and `pull_limits` (`registryPullQPS`/`registryBurst`).
+
+pub mod gc;
+pub mod pull_limits;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -304,6 +308,8 @@ pub struct ImageManager {
     events: Arc<dyn EventRecorder>,
     /// `None`: unlimited parallel pulls.
     pull_slots: Option<Semaphore>,
+    /// `registryPullQPS`/`registryBurst`; `None`: no limit.
+    pull_limiter: Option<pull_limits::PullLimiter>,
     state: Mutex<PullState>,
 }
 
@@ -341,11 +347,20 @@ impl ImageManager {
             images,
             events,
             pull_slots,
+            pull_limiter: None,
             state: Mutex::new(PullState {
                 backoff: Backoff::for_image_pulls(),
                 prev_errors: HashMap::new(),
             }),
         }
+    }
+
+    /// Limits pulls to `registry_pull_qps` per second with bursts of `registry_burst`
+    /// (0 QPS: no limit). A pull over the limit fails with "pull QPS exceeded", as upstream.
+    pub fn with_pull_limit(mut self, registry_pull_qps: i32, registry_burst: i32) -> Self {
+        self.pull_limiter =
+            pull_limits::PullLimiter::from_config(registry_pull_qps, registry_burst);
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, PullState> {
@@ -495,6 +510,14 @@ impl ImageManager {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
         };
+        if let Some(limiter) = &self.pull_limiter
+            && !limiter.try_accept()
+        {
+            return Err(CriError::unknown(
+                "PullImage",
+                pull_limits::PULL_QPS_EXCEEDED,
+            ));
+        }
         let started = Instant::now();
         let resp = self
             .images
@@ -577,389 +600,4 @@ fn truncate_to_millis(d: Duration) -> Duration {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use crate::events::CollectingRecorder;
-    use rkubelet_cri::fake::FakeRuntime;
-    use serde_json::json;
-
-    fn pod() -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": "prod", "uid": "uid-1"},
-            "spec": {"containers": [{"name": "c"}]},
-        }))
-        .expect("valid pod")
-    }
-
-    fn container(image: &str, policy: Option<&str>) -> Container {
-        Container {
-            name: "c".to_owned(),
-            image: Some(image.to_owned()),
-            image_pull_policy: policy.map(str::to_owned),
-            ..Default::default()
-        }
-    }
-
-    struct Env {
-        rt: Arc<FakeRuntime>,
-        events: CollectingRecorder,
-        manager: ImageManager,
-    }
-
-    fn env(rt: FakeRuntime, serialize: bool, max_parallel: Option<u32>) -> Env {
-        let rt = Arc::new(rt);
-        let events = CollectingRecorder::default();
-        let manager = ImageManager::new(
-            rt.clone(),
-            Arc::new(events.clone()),
-            serialize,
-            max_parallel,
-        );
-        Env {
-            rt,
-            events,
-            manager,
-        }
-    }
-
-    fn messages(events: &CollectingRecorder) -> Vec<(String, String)> {
-        events
-            .events()
-            .into_iter()
-            .map(|e| (e.reason, e.message))
-            .collect()
-    }
-
-    fn pair(reason: &str, message: &str) -> (String, String) {
-        (reason.to_owned(), message.to_owned())
-    }
-
-    #[test]
-    fn reference_parsing_and_default_policy() {
-        #[rustfmt::skip]
-        let cases: Vec<(&str, Result<&str, &str>, PullPolicy)> = vec![
-            ("busybox", Ok("busybox:latest"), PullPolicy::Always),
-            ("busybox:latest", Ok("busybox:latest"), PullPolicy::Always),
-            ("busybox:1.0", Ok("busybox:1.0"), PullPolicy::IfNotPresent),
-            ("localhost:5000/team/app", Ok("localhost:5000/team/app:latest"), PullPolicy::Always),
-            ("registry.example.com:5000/a/b:v1.2_3", Ok("registry.example.com:5000/a/b:v1.2_3"), PullPolicy::IfNotPresent),
-            ("[fd00::1]:5000/app:1", Ok("[fd00::1]:5000/app:1"), PullPolicy::IfNotPresent),
-            ("my__app.x-y---z", Ok("my__app.x-y---z:latest"), PullPolicy::Always),
-            (concat!("busybox@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
-             Ok(concat!("busybox@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")),
-             PullPolicy::IfNotPresent),
-            (concat!("busybox:latest@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
-             Ok(concat!("busybox:latest@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")),
-             PullPolicy::Always),
-            ("", Err("couldn't parse image reference \"\": invalid reference format"), PullPolicy::IfNotPresent),
-            ("busybox:", Err("couldn't parse image reference \"busybox:\": invalid reference format"), PullPolicy::IfNotPresent),
-            ("Busybox", Err("couldn't parse image reference \"Busybox\": invalid reference format: repository name (Busybox) must be lowercase"), PullPolicy::IfNotPresent),
-            ("a//b", Err("couldn't parse image reference \"a//b\": invalid reference format"), PullPolicy::IfNotPresent),
-            ("app-:1", Err("couldn't parse image reference \"app-:1\": invalid reference format"), PullPolicy::IfNotPresent),
-            ("busybox@sha256:abc", Err("couldn't parse image reference \"busybox@sha256:abc\": invalid reference format"), PullPolicy::IfNotPresent),
-            ("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-             Err("couldn't parse image reference \"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\": invalid repository name (0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef), cannot specify 64-byte hexadecimal strings"),
-             PullPolicy::IfNotPresent),
-        ];
-        for (image, want, policy) in cases {
-            assert_eq!(
-                apply_default_image_tag(image).as_deref(),
-                want.map_err(str::to_owned).as_deref(),
-                "{image}"
-            );
-            assert_eq!(pull_policy(&container(image, None)), policy, "{image}");
-        }
-        assert_eq!(
-            pull_policy(&container("busybox", Some("Never"))),
-            PullPolicy::Never
-        );
-        assert_eq!(
-            pull_policy(&container("busybox", Some("IfNotPresent"))),
-            PullPolicy::IfNotPresent
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn present_image_with_if_not_present_is_not_pulled() {
-        let e = env(FakeRuntime::with_images(&["busybox:1.0"]), true, None);
-        let id = e.rt.add_image("busybox:1.0");
-        let got = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
-            .await;
-        assert_eq!(got, Ok(id));
-        assert_eq!(e.rt.call_count("PullImage"), 0);
-        assert_eq!(
-            messages(&e.events),
-            vec![pair(
-                "Pulled",
-                "Container image \"busybox:1.0\" already present on machine"
-            )]
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn always_pulls_and_reports_size() {
-        let e = env(FakeRuntime::with_images(&["busybox:1.0"]), true, None);
-        let id = e.rt.add_image("busybox:1.0");
-        let got = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Always")), None)
-            .await;
-        assert_eq!(got, Ok(id));
-        assert_eq!(e.rt.call_count("PullImage"), 1);
-        let size =
-            e.rt.image_status(ImageStatusRequest {
-                image: Some(ImageSpec {
-                    image: "busybox:1.0".to_owned(),
-                    ..Default::default()
-                }),
-                verbose: false,
-            })
-            .await
-            .unwrap()
-            .image
-            .unwrap()
-            .size;
-        assert_eq!(
-            messages(&e.events),
-            vec![
-                pair("Pulling", "Pulling image \"busybox:1.0\""),
-                pair(
-                    "Pulled",
-                    &format!(
-                        "Successfully pulled image \"busybox:1.0\" in 0s (0s including waiting). Image size: {size} bytes."
-                    )
-                ),
-            ]
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn untagged_image_defaults_to_always_and_latest() {
-        let e = env(FakeRuntime::new(), true, None);
-        let got = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox", None), None)
-            .await
-            .unwrap();
-        assert!(got.starts_with("sha256:"), "{got}");
-        assert!(e.rt.has_image("busybox:latest"));
-        assert_eq!(e.rt.call_count("ImageStatus"), 1, "only the size lookup");
-        let status = e.manager.image_status("busybox").await.unwrap();
-        assert_eq!(status.map(|i| i.id), Some(got));
-        assert_eq!(e.manager.image_status("nginx:1").await.unwrap(), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn never_policy_with_missing_image() {
-        let e = env(FakeRuntime::new(), true, None);
-        let got = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Never")), None)
-            .await;
-        let msg = "Container image \"busybox:1.0\" is not present with pull policy of Never";
-        assert_eq!(
-            got,
-            Err(ImageError::new(ImageErrorReason::ErrImageNeverPull, msg))
-        );
-        assert_eq!(got.unwrap_err().reason.as_str(), "ErrImageNeverPull");
-        assert_eq!(messages(&e.events), vec![pair("ErrImageNeverPull", msg)]);
-        assert_eq!(e.rt.call_count("PullImage"), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn invalid_name_and_inspect_failures() {
-        let e = env(FakeRuntime::new(), true, None);
-        let err = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:", None), None)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason, ImageErrorReason::InvalidImageName);
-        assert_eq!(
-            err.message,
-            "Failed to apply default image tag \"busybox:\": couldn't parse image reference \"busybox:\": invalid reference format"
-        );
-
-        e.rt.fail_next("ImageStatus", CriError::unknown("ImageStatus", "boom"));
-        let err = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason, ImageErrorReason::ImageInspectError);
-        assert_eq!(err.message, "Failed to inspect image \"busybox:1.0\": boom");
-        let reasons: Vec<String> = e.events.events().into_iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, vec!["InspectFailed", "InspectFailed"]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn pull_failures_back_off_then_retry() {
-        let e = env(FakeRuntime::new(), true, None);
-        e.rt.fail_pull("busybox:1.0", "not found");
-        let p = pod();
-        let c = container("busybox:1.0", None);
-        let pull_err =
-            "failed to pull and unpack image \"docker.io/library/busybox:1.0\": not found";
-
-        let err = e
-            .manager
-            .ensure_image_exists(&p, &c, None)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            err,
-            ImageError::new(ImageErrorReason::ErrImagePull, pull_err)
-        );
-        assert_eq!(
-            messages(&e.events)[1..],
-            [pair(
-                "Failed",
-                &format!("Failed to pull image \"busybox:1.0\": {pull_err}")
-            )]
-        );
-
-        // Inside the 10s window: back-off, carrying the last pull error, no pull.
-        tokio::time::advance(Duration::from_secs(9)).await;
-        let err = e
-            .manager
-            .ensure_image_exists(&p, &c, None)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason, ImageErrorReason::ImagePullBackOff);
-        assert_eq!(
-            err.message,
-            format!("Back-off pulling image \"busybox:1.0\": ErrImagePull: {pull_err}")
-        );
-        assert_eq!(
-            messages(&e.events).last(),
-            Some(&pair("BackOff", "Back-off pulling image \"busybox:1.0\""))
-        );
-        assert_eq!(e.rt.call_count("PullImage"), 1);
-
-        // After 10s: pulled again; it fails again and the delay doubles to 20s.
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let err = e
-            .manager
-            .ensure_image_exists(&p, &c, None)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason, ImageErrorReason::ErrImagePull);
-        assert_eq!(e.rt.call_count("PullImage"), 2);
-        tokio::time::advance(Duration::from_secs(19)).await;
-        let err = e
-            .manager
-            .ensure_image_exists(&p, &c, None)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason, ImageErrorReason::ImagePullBackOff);
-        assert_eq!(e.rt.call_count("PullImage"), 2);
-
-        // The registry recovers: the next attempt after the window succeeds.
-        e.rt.clear_pull_failure("busybox:1.0");
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let id = e.manager.ensure_image_exists(&p, &c, None).await.unwrap();
-        assert!(id.starts_with("sha256:"));
-        assert_eq!(e.rt.call_count("PullImage"), 3);
-
-        // Success leaves no back-off behind: an Always pull goes straight to the runtime.
-        let always = container("busybox:1.0", Some("Always"));
-        e.manager
-            .ensure_image_exists(&p, &always, None)
-            .await
-            .unwrap();
-        assert_eq!(e.rt.call_count("PullImage"), 4);
-
-        // Other pods are not affected by this pod's back-off.
-        assert_eq!(e.manager.backoff_len(), 1);
-        tokio::time::advance(Duration::from_secs(601)).await;
-        e.manager
-            .ensure_image_exists(&p, &always, None)
-            .await
-            .unwrap();
-        assert_eq!(
-            e.manager.backoff_len(),
-            0,
-            "idle entries are collected after a pull"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn non_unknown_errors_keep_the_grpc_code() {
-        let e = env(FakeRuntime::new(), true, None);
-        e.rt.fail_next(
-            "PullImage",
-            CriError::not_found("PullImage", "manifest unknown"),
-        );
-        let err = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            err.message,
-            "rpc error: code = NotFound desc = manifest unknown"
-        );
-
-        let e = env(FakeRuntime::new(), true, None);
-        e.rt.fail_next(
-            "PullImage",
-            CriError::unknown("PullImage", "RegistryUnavailable: connection refused"),
-        );
-        let err = e
-            .manager
-            .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
-            .await
-            .unwrap_err();
-        assert_eq!(err.reason, ImageErrorReason::RegistryUnavailable);
-        assert_eq!(
-            err.message,
-            "image pull failed for busybox:1.0 because the registry is unavailable: connection refused"
-        );
-    }
-
-    async fn two_pulls(e: &Env) -> Duration {
-        e.rt.set_latency("PullImage", Duration::from_secs(1));
-        let start = Instant::now();
-        let p = pod();
-        let (a, b) = (container("a:1", None), container("b:1", None));
-        let (ra, rb) = tokio::join!(
-            e.manager.ensure_image_exists(&p, &a, None),
-            e.manager.ensure_image_exists(&p, &b, None)
-        );
-        assert!(ra.is_ok() && rb.is_ok());
-        start.elapsed()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn serialized_pulls_wait_for_each_other() {
-        let e = env(FakeRuntime::new(), true, None);
-        assert_eq!(two_pulls(&e).await, Duration::from_secs(2));
-        let pulled: Vec<String> = e
-            .events
-            .with_reason("Pulled")
-            .into_iter()
-            .map(|ev| ev.message)
-            .collect();
-        assert!(
-            pulled[0].contains("in 1s (1s including waiting)"),
-            "{pulled:?}"
-        );
-        assert!(
-            pulled[1].contains("in 1s (2s including waiting)"),
-            "{pulled:?}"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn parallel_pulls_run_together() {
-        let e = env(FakeRuntime::new(), false, None);
-        assert_eq!(two_pulls(&e).await, Duration::from_secs(1));
-        let e = env(FakeRuntime::new(), false, Some(1));
-        assert_eq!(two_pulls(&e).await, Duration::from_secs(2));
-        let e = env(FakeRuntime::new(), false, Some(2));
-        assert_eq!(two_pulls(&e).await, Duration::from_secs(1));
-    }
-}
+mod tests;
