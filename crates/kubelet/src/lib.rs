@@ -26,6 +26,7 @@ pub mod prober;
 pub mod security;
 pub mod server;
 pub mod sources;
+pub mod stats;
 pub mod status;
 pub mod sync_loop;
 pub mod types;
