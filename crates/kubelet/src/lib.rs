@@ -13,6 +13,7 @@ pub mod config_merge;
 pub mod container;
 pub mod events;
 pub mod events_api;
+pub mod eviction;
 pub mod images;
 pub mod kuberuntime;
 pub mod mirror;
