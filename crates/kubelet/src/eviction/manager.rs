@@ -66,8 +66,7 @@ pub struct WorkerEvictor {
 
 impl PodEvictor for WorkerEvictor {
     fn evict(&self, pod: &Pod, grace_period: i64, message: &str, disruption: bool) {
-        self.events
-            .event(pod, EventType::Warning, REASON, message);
+        self.events.event(pod, EventType::Warning, REASON, message);
         info!(pod = %pod.full_name(), uid = %pod.uid(), grace_period, message, "evicting pod");
         let mut st = self.status.get_pod_status(pod.uid()).unwrap_or_default();
         st.phase = Some("Failed".to_owned());
@@ -175,7 +174,12 @@ impl EvictionManager {
         self.pressure.send_if_modified(|old| {
             let changed = *old != p;
             if changed {
-                info!(memory = p.memory, disk = p.disk, pid = p.pid, "eviction manager: node pressure changed");
+                info!(
+                    memory = p.memory,
+                    disk = p.disk,
+                    pid = p.pid,
+                    "eviction manager: node pressure changed"
+                );
             }
             *old = p;
             changed
@@ -251,18 +255,29 @@ impl EvictionManager {
             return Vec::new();
         };
         let resource = to_reclaim.signal.resource();
-        info!(resource = resource.as_str(), "eviction manager: attempting to reclaim");
+        info!(
+            resource = resource.as_str(),
+            "eviction manager: attempting to reclaim"
+        );
         self.events.node_event(
             EventType::Warning,
             "EvictionThresholdMet",
             &format!("Attempting to reclaim {}", resource.as_str()),
         );
-        if self.reclaim_node_level(to_reclaim.signal, summary.dedicated_image_fs).await {
-            info!(resource = resource.as_str(), "eviction manager: able to reduce resource pressure without evicting pods");
+        if self
+            .reclaim_node_level(to_reclaim.signal, summary.dedicated_image_fs)
+            .await
+        {
+            info!(
+                resource = resource.as_str(),
+                "eviction manager: able to reduce resource pressure without evicting pods"
+            );
             return Vec::new();
         }
         if active.is_empty() {
-            warn!("eviction manager: eviction thresholds have been met, but no pods are active to evict");
+            warn!(
+                "eviction manager: eviction thresholds have been met, but no pods are active to evict"
+            );
             return Vec::new();
         }
         let mut ranked = active;

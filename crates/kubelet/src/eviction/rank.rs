@@ -6,9 +6,7 @@ use std::cmp::Ordering;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::thresholds::{
-    Observations, Resource, Signal, Threshold, format_binary, format_decimal,
-};
+use super::thresholds::{Observations, Resource, Signal, Threshold, format_binary, format_decimal};
 use crate::admission::resources::{RequestOptions, pod_requests};
 use crate::config::Quantity;
 use crate::mirror::is_mirror_pod;
@@ -123,10 +121,8 @@ pub fn rank_pods(pods: &mut [Pod], signal: Signal, summary: &Summary) {
                 .then(count(sb).cmp(&count(sa)))
         }),
         Resource::EphemeralStorage | Resource::Inodes => {
-            let image_signal = matches!(
-                signal,
-                Signal::ImageFsAvailable | Signal::ImageFsInodesFree
-            );
+            let image_signal =
+                matches!(signal, Signal::ImageFsAvailable | Signal::ImageFsInodesFree);
             let measure = match (dedicated, image_signal) {
                 (true, false) => DiskMeasure {
                     root: false,
@@ -269,11 +265,19 @@ fn limit_of(c: &Container, resource: &str) -> Option<Quantity> {
 
 /// Upstream `localStorageEviction` for one pod: the message of the first broken limit
 /// (emptyDir `sizeLimit`, then the pod's total ephemeral-storage limit, then a container's).
-pub fn local_storage_violation(pod: &Pod, stats: &PodStats, dedicated_image_fs: bool) -> Option<String> {
+pub fn local_storage_violation(
+    pod: &Pod,
+    stats: &PodStats,
+    dedicated_image_fs: bool,
+) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     for v in spec.volumes.iter().flatten() {
         let Some(ed) = &v.empty_dir else { continue };
-        let Some(size) = ed.size_limit.as_ref().and_then(|q| Quantity::parse(&q.0).ok()) else {
+        let Some(size) = ed
+            .size_limit
+            .as_ref()
+            .and_then(|q| Quantity::parse(&q.0).ok())
+        else {
             continue;
         };
         let Some(vs) = stats.volume_stats.iter().find(|s| s.name == v.name) else {

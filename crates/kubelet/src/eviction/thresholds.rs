@@ -293,33 +293,44 @@ pub fn observations(summary: &Summary) -> Observations {
             },
         );
     }
-    let fs_obs = |out: &mut Observations, fs: &crate::stats::FsStats, bytes: Signal, inodes: Signal| {
-        if let (Some(a), Some(c)) = (fs.available_bytes, fs.capacity_bytes) {
-            out.insert(
-                bytes,
-                Observation {
-                    available: to_i64(a),
-                    capacity: to_i64(c),
-                    time: fs.time,
-                },
-            );
-        }
-        if let (Some(a), Some(c)) = (fs.inodes_free, fs.inodes) {
-            out.insert(
-                inodes,
-                Observation {
-                    available: to_i64(a),
-                    capacity: to_i64(c),
-                    time: fs.time,
-                },
-            );
-        }
-    };
+    let fs_obs =
+        |out: &mut Observations, fs: &crate::stats::FsStats, bytes: Signal, inodes: Signal| {
+            if let (Some(a), Some(c)) = (fs.available_bytes, fs.capacity_bytes) {
+                out.insert(
+                    bytes,
+                    Observation {
+                        available: to_i64(a),
+                        capacity: to_i64(c),
+                        time: fs.time,
+                    },
+                );
+            }
+            if let (Some(a), Some(c)) = (fs.inodes_free, fs.inodes) {
+                out.insert(
+                    inodes,
+                    Observation {
+                        available: to_i64(a),
+                        capacity: to_i64(c),
+                        time: fs.time,
+                    },
+                );
+            }
+        };
     if let Some(fs) = &node.fs {
-        fs_obs(&mut out, fs, Signal::NodeFsAvailable, Signal::NodeFsInodesFree);
+        fs_obs(
+            &mut out,
+            fs,
+            Signal::NodeFsAvailable,
+            Signal::NodeFsInodesFree,
+        );
     }
     if let Some(fs) = node.runtime.as_ref().and_then(|r| r.image_fs.as_ref()) {
-        fs_obs(&mut out, fs, Signal::ImageFsAvailable, Signal::ImageFsInodesFree);
+        fs_obs(
+            &mut out,
+            fs,
+            Signal::ImageFsAvailable,
+            Signal::ImageFsInodesFree,
+        );
     }
     if let Some(r) = &node.rlimit
         && let (Some(max), Some(cur)) = (r.maxpid, r.curproc)
