@@ -27,6 +27,9 @@ use crate::clock::Clock;
 use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
+use crate::eviction::{
+    EvictionAdmit, EvictionManager, EvictionWiring, NodeReclaimer, StatsSource, WorkerEvictor,
+};
 use crate::images::ImageManager;
 use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::sandbox_config::SandboxContext;
@@ -34,7 +37,7 @@ use crate::kuberuntime::sync::{Syncer, SyncerConfig};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
-use crate::nodestatus::setters::StatusInputs;
+use crate::nodestatus::setters::{NodePressure, StatusInputs};
 use crate::objects::PodObjects;
 use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
@@ -84,6 +87,8 @@ pub struct AgentConfig {
     pub node_status: NodeStatusSettings,
     /// Settings of the API-server mode tasks (used when `AgentDeps::api` is set).
     pub api: ApiModeConfig,
+    /// Stats provider and eviction manager (disabled in `for_tests`).
+    pub eviction: crate::eviction::EvictionWiring,
 }
 
 impl AgentConfig {
@@ -119,6 +124,7 @@ impl AgentConfig {
                 ..NodeStatusSettings::new(node_name)
             },
             api: ApiModeConfig::default(),
+            eviction: crate::eviction::EvictionWiring::default(),
         }
     }
 }
@@ -162,6 +168,10 @@ pub struct Agent {
     pub healthz_addr: Option<SocketAddr>,
     /// Sends pod updates as if from a source (tests, and the API source later).
     pub source_tx: mpsc::Sender<crate::types::PodUpdate>,
+    /// The eviction manager's node pressure verdict.
+    pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
+    /// The stats snapshots (`None` when stats are disabled).
+    pub stats: Option<crate::stats::StatsHandle>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -329,6 +339,9 @@ impl Agent {
             Box::new(move || seen.seen_all(&expected))
         };
 
+        // Eviction: the pressure verdict admission and node status read.
+        let (pressure_tx, pressure) = watch::channel(NodePressure::default());
+
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
         let sync_loop = SyncLoop::new(
@@ -350,6 +363,9 @@ impl Agent {
                 Box::new(crate::security::groups::SupplementalGroupsPolicyAdmit {
                     runtime_supports_strict: false,
                 }),
+                Box::new(EvictionAdmit {
+                    pressure: pressure.clone(),
+                }),
             ]),
             events.clone(),
         )
@@ -362,6 +378,20 @@ impl Agent {
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
+
+        let stats = start_eviction(
+            &cfg.eviction,
+            &deps,
+            EvictionInputs {
+                pods: pods.clone(),
+                status: status.clone(),
+                workers: workers.clone(),
+                events: events.clone(),
+                pressure: pressure_tx,
+            },
+            &tracker,
+            &cancel,
+        );
 
         if let Some(client) = deps.api.clone() {
             api::start(
@@ -385,6 +415,7 @@ impl Agent {
                     expected_sources: expected,
                     status: status.clone(),
                     workers: workers.clone(),
+                    pressure: pressure.clone(),
                 },
                 &tracker,
                 &cancel,
@@ -436,6 +467,8 @@ impl Agent {
             read_only_addr: bound[0],
             healthz_addr: bound[1],
             source_tx,
+            pressure,
+            stats,
             cancel,
             tracker,
         })
@@ -450,4 +483,83 @@ impl Agent {
         self.prober.shutdown().await;
         info!("kubelet stopped");
     }
+}
+
+/// What the eviction manager reads and writes.
+struct EvictionInputs {
+    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    status: StatusManager,
+    workers: PodWorkers,
+    events: Arc<dyn EventRecorder>,
+    pressure: watch::Sender<NodePressure>,
+}
+
+/// Starts the stats provider (unless injected or disabled) and, with stats, the eviction
+/// manager. Returns the stats handle.
+fn start_eviction(
+    wiring: &EvictionWiring,
+    deps: &AgentDeps,
+    inputs: EvictionInputs,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Option<crate::stats::StatsHandle> {
+    let stats = match &wiring.stats {
+        StatsSource::Disabled => return None,
+        StatsSource::Injected(handle) => handle.clone(),
+        StatsSource::Host(settings) => {
+            let (provider, handle) = crate::stats::StatsProvider::new(
+                Arc::new(crate::stats::SystemFs),
+                deps.runtime.clone(),
+                deps.images.clone(),
+                settings.clone(),
+                inputs.pods.clone(),
+            );
+            tracker.spawn(provider.run(cancel.child_token()));
+            handle
+        }
+    };
+    // wired to GC at merge: the image and container garbage collectors go here.
+    let mut reclaimers: Vec<Arc<dyn NodeReclaimer>> = Vec::new();
+    reclaimers.extend(wiring.extra_reclaimers.iter().cloned());
+    let EvictionInputs {
+        pods,
+        status,
+        workers,
+        events,
+        pressure,
+    } = inputs;
+    let active_pods = {
+        let (status, workers) = (status.clone(), workers.clone());
+        Arc::new(move || {
+            pods.borrow()
+                .iter()
+                .filter(|p| {
+                    use crate::types::PodExt;
+                    workers.is_syncing(p.uid())
+                        && !crate::status::manager::is_terminal_phase(
+                            status
+                                .get_pod_status(p.uid())
+                                .and_then(|s| s.phase)
+                                .as_deref(),
+                        )
+                })
+                .cloned()
+                .collect()
+        })
+    };
+    let manager = EvictionManager::new(
+        wiring.settings.clone(),
+        stats.clone(),
+        reclaimers,
+        Arc::new(WorkerEvictor {
+            status,
+            workers,
+            events: events.clone(),
+        }),
+        active_pods,
+        events,
+        pressure,
+    );
+    tracker.spawn(manager.run(cancel.child_token()));
+    Some(stats)
 }

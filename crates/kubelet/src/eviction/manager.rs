@@ -123,21 +123,18 @@ impl EvictionManager {
         evictor: Arc<dyn PodEvictor>,
         active_pods: ActivePodsFn,
         events: Arc<dyn EventRecorder>,
-    ) -> (Self, watch::Receiver<NodePressure>) {
-        let (pressure, rx) = watch::channel(NodePressure::default());
-        (
-            Self {
-                settings,
-                stats,
-                reclaimers,
-                evictor,
-                active_pods,
-                events,
-                state: EvictionState::default(),
-                pressure,
-            },
-            rx,
-        )
+        pressure: watch::Sender<NodePressure>,
+    ) -> Self {
+        Self {
+            settings,
+            stats,
+            reclaimers,
+            evictor,
+            active_pods,
+            events,
+            state: EvictionState::default(),
+            pressure,
+        }
     }
 
     /// Evaluates every monitoring interval; after an eviction, waits (up to 30 s) for the

@@ -139,7 +139,8 @@ fn setup(
     let stats = stats.unwrap_or_else(|| watch::channel(Arc::new(Summary::default())).0);
     stats.send_replace(Arc::new(summary));
     let evictor = Arc::new(Recorder::default());
-    let (manager, pressure) = EvictionManager::new(
+    let (pressure_tx, pressure) = watch::channel(NodePressure::default());
+    let manager = EvictionManager::new(
         EvictionSettings {
             thresholds,
             max_pod_grace_period: 20,
@@ -153,6 +154,7 @@ fn setup(
         evictor.clone(),
         Arc::new(move || pods.clone()),
         Arc::new(CollectingRecorder::default()),
+        pressure_tx,
     );
     Setup {
         manager,

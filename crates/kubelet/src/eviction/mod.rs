@@ -95,3 +95,34 @@ impl EvictionSettings {
         })
     }
 }
+
+/// Where the stats come from.
+#[derive(Debug, Clone, Default)]
+pub enum StatsSource {
+    /// No stats: no eviction manager runs and the node never reports pressure.
+    #[default]
+    Disabled,
+    /// Collect from this host.
+    Host(crate::stats::StatsSettings),
+    /// Someone else publishes them (tests).
+    Injected(crate::stats::StatsHandle),
+}
+
+/// What the agent needs to run the stats provider and the eviction manager.
+#[derive(Clone, Default)]
+pub struct EvictionWiring {
+    pub stats: StatsSource,
+    pub settings: EvictionSettings,
+    /// Node-level reclaimers added to the agent's own (tests).
+    pub extra_reclaimers: Vec<std::sync::Arc<dyn NodeReclaimer>>,
+}
+
+impl std::fmt::Debug for EvictionWiring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvictionWiring")
+            .field("stats", &self.stats)
+            .field("settings", &self.settings)
+            .field("extra_reclaimers", &self.extra_reclaimers.len())
+            .finish()
+    }
+}
