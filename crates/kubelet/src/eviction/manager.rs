@@ -48,7 +48,7 @@ pub trait PodEvictor: Send + Sync {
     /// Marks the pod `Failed`/`Evicted` with `message` and kills it within `grace_period`
     /// seconds; with `disruption`, adds the `DisruptionTarget` condition.
     fn evict(&self, pod: &Pod, grace_period: i64, message: &str, disruption: bool);
-    /// The pod's containers are all stopped.
+    /// The pod's containers are stopped and its volumes gone.
     fn is_cleaned_up(&self, uid: &str) -> bool;
 }
 
@@ -95,11 +95,9 @@ impl PodEvictor for WorkerEvictor {
         ));
     }
 
+    /// Containers stopped and volumes torn down (the worker finished `syncTerminatedPod`).
     fn is_cleaned_up(&self, uid: &str) -> bool {
-        !matches!(
-            self.workers.phase(uid),
-            Some(WorkerPhase::Syncing | WorkerPhase::Terminating { .. })
-        )
+        matches!(self.workers.phase(uid), None | Some(WorkerPhase::Finished))
     }
 }
 
@@ -153,6 +151,9 @@ impl EvictionManager {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     }
                 }
+                // Judge the next pass on stats taken after the clean-up (upstream asks the
+                // summary provider for fresh stats on every pass).
+                self.stats.refresh().await;
                 continue;
             }
             tokio::select! {
