@@ -97,13 +97,15 @@ fn parses_upstream_defaults_soft_with_grace_and_min_reclaim() {
 #[test]
 fn rejects_bad_settings_naming_the_field_and_skips_disabled_signals() {
     let none = BTreeMap::new();
-    let cases: Vec<(
-        BTreeMap<String, ThresholdValue>,
-        BTreeMap<String, ThresholdValue>,
+    type Maps = BTreeMap<String, ThresholdValue>;
+    type Case = (
+        Maps,
+        Maps,
         BTreeMap<String, ConfigDuration>,
-        BTreeMap<String, ThresholdValue>,
-        &str,
-    )> = vec![
+        Maps,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
         (
             map(&[("memory.free", "1Mi")]),
             none.clone(),
