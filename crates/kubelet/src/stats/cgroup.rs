@@ -357,4 +357,20 @@ mod tests {
         write(dir.path(), "loadavg", "0.10 0.20 0.30 2/345 6789\n");
         assert_eq!(read_pid_stats(&SystemFs, dir.path()), Some((62_000, 345)));
     }
+
+    #[test]
+    fn this_host_yields_node_memory_cpu_and_pids() {
+        let mount = Path::new("/sys/fs/cgroup");
+        let layout = CgroupLayout::detect(&SystemFs, mount);
+        let proc = Path::new("/proc");
+        let (cap, m) = read_node_memory(&SystemFs, &layout, proc).unwrap();
+        assert!(
+            cap > 0 && m.working_set > 0 && m.working_set <= m.usage,
+            "{cap} {m:?}"
+        );
+        assert!(m.usage <= cap.saturating_mul(2), "{cap} {m:?}");
+        assert!(read_node_cpu_ns(&SystemFs, &layout, proc).unwrap() > 0);
+        let (max, cur) = read_pid_stats(&SystemFs, proc).unwrap();
+        assert!(cur > 0 && cur < max, "{cur} {max}");
+    }
 }
