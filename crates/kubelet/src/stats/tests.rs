@@ -212,3 +212,61 @@ fn pod_cgroup_paths_follow_the_qos_layout() {
         "/rk-x/kubepods/besteffort/podu3"
     );
 }
+
+#[tokio::test]
+async fn provider_task_publishes_and_answers_refresh_requests() {
+    let fake_fs = FakeFs::default();
+    fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1000000000");
+    fake_fs.set_fs(
+        "/",
+        1,
+        FsUsage {
+            capacity_bytes: 1000,
+            available_bytes: 500,
+            used_bytes: 500,
+            inodes: 10,
+            inodes_free: 5,
+        },
+    );
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let (_pods_tx, pods) = watch::channel(Arc::new(Vec::<Pod>::new()));
+    let settings = StatsSettings {
+        cgroup_mount: "/cg".into(),
+        interval: Duration::from_secs(3600),
+        ..StatsSettings::new(
+            "n1",
+            Path::new("/var/lib/kubelet"),
+            Path::new("/var/log/pods"),
+        )
+    };
+    let fs: Arc<dyn StatsFs> = Arc::new(fake_fs.clone());
+    let (provider, handle) =
+        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(provider.run(cancel.clone()));
+    let first = handle.refresh().await;
+    assert_eq!(first.node.node_name, "n1");
+    assert_eq!(first.node.fs.as_ref().unwrap().available_bytes, Some(500));
+    let image_fs = first
+        .node
+        .runtime
+        .as_ref()
+        .unwrap()
+        .image_fs
+        .as_ref()
+        .unwrap();
+    assert!(image_fs.used_bytes.unwrap() > 0, "{image_fs:?}");
+    assert_eq!(
+        first.node.cpu.as_ref().unwrap().usage_nano_cores,
+        None,
+        "no rate from a single reading"
+    );
+    // One more CPU second later: a rate appears.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1010000000");
+    let second = handle.refresh().await;
+    assert!(second.node.cpu.as_ref().unwrap().usage_nano_cores.unwrap() > 0);
+    assert_eq!(handle.latest(), second);
+    cancel.cancel();
+    task.await.unwrap();
+}
