@@ -15,6 +15,8 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use kubelet::agent::{Agent, AgentConfig, AgentDeps, ApiModeConfig};
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
+use kubelet::cm::cpumanager::cpuset::CpuSet;
+use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
 use kubelet::config::KubeletConfiguration;
 use kubelet::events::LoggingRecorder;
 use kubelet::nodestatus::{NodeStatusSettings, Reservations};
@@ -176,11 +178,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         port: c.port,
         node_status_max_images: c.node_status_max_images,
         local_storage_capacity_isolation: c.local_storage_capacity_isolation,
-        reservations: Reservations {
-            system_reserved: c.system_reserved.clone(),
-            kube_reserved: c.kube_reserved.clone(),
-            eviction_hard: c.effective_eviction_hard(),
-        },
+        reservations: cpu_reservations(c)?,
         update_frequency,
         report_frequency: c.node_status_report_frequency.as_std(),
         // Upstream bounds heartbeat calls by min(nodeStatusUpdateFrequency, lease duration).
@@ -254,7 +252,52 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         seccomp_default: c.seccomp_default,
         node_status,
         api,
+        cpu_manager: cpu_manager_config(c, &node.root_dir)?,
         eviction,
+    })
+}
+
+/// kube/system reservations; `reservedSystemCPUs` replaces their CPU part with its size, as
+/// upstream does (it is then what node allocatable and the CPU manager reserve).
+fn cpu_reservations(c: &KubeletConfiguration) -> Result<Reservations> {
+    let mut r = Reservations {
+        system_reserved: c.system_reserved.clone(),
+        kube_reserved: c.kube_reserved.clone(),
+        eviction_hard: c.effective_eviction_hard(),
+    };
+    let reserved = CpuSet::parse(&c.reserved_system_cpus).context("reservedSystemCPUs")?;
+    if !reserved.is_empty() {
+        r.kube_reserved.remove("cpu");
+        r.system_reserved.insert(
+            "cpu".to_owned(),
+            kubelet::config::Quantity::from_i64(i64::try_from(reserved.len()).unwrap_or(0)),
+        );
+    }
+    Ok(r)
+}
+
+/// `cpuManagerPolicy`, its reconcile period and the CPU reservation it needs.
+fn cpu_manager_config(
+    c: &KubeletConfiguration,
+    root_dir: &std::path::Path,
+) -> Result<CpuManagerConfig> {
+    let policy = CpuManagerPolicy::parse(&c.cpu_manager_policy).with_context(|| {
+        format!(
+            "cpuManagerPolicy: unknown policy {:?}",
+            c.cpu_manager_policy
+        )
+    })?;
+    let r = cpu_reservations(c)?;
+    let millis = |m: &std::collections::BTreeMap<String, kubelet::config::Quantity>| {
+        m.get("cpu").map_or(0, |q| q.milli_value())
+    };
+    Ok(CpuManagerConfig {
+        policy,
+        reconcile_period: c.cpu_manager_reconcile_period.as_std(),
+        reserved_system_cpus: CpuSet::parse(&c.reserved_system_cpus)
+            .context("reservedSystemCPUs")?,
+        reserved_cpu_millis: millis(&r.system_reserved) + millis(&r.kube_reserved),
+        ..CpuManagerConfig::none(root_dir.to_path_buf())
     })
 }
 

@@ -24,6 +24,7 @@ use tracing::info;
 use crate::admission::predicate::NodePredicates;
 use crate::admission::{Admission, MaxPods};
 use crate::clock::Clock;
+use crate::cm::cpumanager::{CpuManager, CpuManagerConfig, CpuManagerError, ReconcileInputs};
 use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
@@ -87,6 +88,8 @@ pub struct AgentConfig {
     pub node_status: NodeStatusSettings,
     /// Settings of the API-server mode tasks (used when `AgentDeps::api` is set).
     pub api: ApiModeConfig,
+    /// `cpuManagerPolicy` and friends (the checkpoint goes to `root_dir`).
+    pub cpu_manager: CpuManagerConfig,
     /// Stats provider and eviction manager (disabled in `for_tests`).
     pub eviction: crate::eviction::EvictionWiring,
 }
@@ -124,6 +127,7 @@ impl AgentConfig {
                 ..NodeStatusSettings::new(node_name)
             },
             api: ApiModeConfig::default(),
+            cpu_manager: CpuManagerConfig::none(root.join("kubelet")),
             eviction: crate::eviction::EvictionWiring::default(),
         }
     }
@@ -153,6 +157,8 @@ pub enum AgentError {
     },
     #[error("static pod source: {0}")]
     Source(String),
+    #[error(transparent)]
+    CpuManager(#[from] CpuManagerError),
 }
 
 /// A running kubelet.
@@ -193,6 +199,10 @@ impl Agent {
                 source,
             })?;
         }
+        let cpu_manager = CpuManager::new(&CpuManagerConfig {
+            state_dir: cfg.root_dir.clone(),
+            ..cfg.cpu_manager.clone()
+        })?;
         let tracker = TaskTracker::new();
         let events = match &deps.api {
             Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &tracker, &cancel),
@@ -217,6 +227,7 @@ impl Agent {
             Arc::new(objects) as Arc<dyn PodObjects>
         });
         let cache = PodCache::new();
+        let cpu_cache = cache.clone();
         let status = StatusManager::new();
         let memory_bytes = i64::try_from(host.memory_capacity).unwrap_or(0);
         let volumes = VolumeManager::new(
@@ -289,7 +300,8 @@ impl Agent {
             volumes.clone(),
         )
         .with_relist_trigger(relist_trigger)
-        .with_prober(prober.clone());
+        .with_prober(prober.clone())
+        .with_cpu_manager(cpu_manager.clone());
         let syncer = Arc::new(match &objects {
             Some(objects) => syncer.with_objects(objects.clone()),
             None => syncer,
@@ -354,6 +366,12 @@ impl Agent {
         )
         .with_admission(
             Admission::new(vec![
+                // Upstream registers the eviction manager's handler first.
+                Box::new(EvictionAdmit {
+                    pressure: pressure.clone(),
+                }),
+                // Upstream allocates resources (topology/CPU manager) before the predicates.
+                Box::new(cpu_manager.admit_handler()),
                 Box::new(MaxPods(cfg.max_pods)),
                 Box::new(NodePredicates::new(admission_node)),
                 Box::new(crate::security::sysctl::SysctlAllowlist::from_config(
@@ -362,9 +380,6 @@ impl Agent {
                 Box::new(crate::security::apparmor::AppArmorAdmit::detect()),
                 Box::new(crate::security::groups::SupplementalGroupsPolicyAdmit {
                     runtime_supports_strict: false,
-                }),
-                Box::new(EvictionAdmit {
-                    pressure: pressure.clone(),
                 }),
             ]),
             events.clone(),
@@ -378,6 +393,30 @@ impl Agent {
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
+
+        // CPU manager reconcile loop: admitted, non-terminal pods and the PLEG's view.
+        {
+            let (pods, status) = (pods.clone(), status.clone());
+            let (seen, expected) = (seen.clone(), expected.clone());
+            let inputs = ReconcileInputs {
+                active_pods: Box::new(move || {
+                    pods.borrow()
+                        .iter()
+                        .filter(|p| {
+                            !crate::admission::is_terminal(
+                                status
+                                    .get_pod_status(crate::types::PodExt::uid(*p))
+                                    .as_ref(),
+                            )
+                        })
+                        .cloned()
+                        .collect()
+                }),
+                sources_ready: Box::new(move || seen.seen_all(&expected)),
+                cache: cpu_cache,
+            };
+            tracker.spawn(cpu_manager.run(deps.runtime.clone(), inputs, cancel.child_token()));
+        }
 
         let stats = start_eviction(
             &cfg.eviction,

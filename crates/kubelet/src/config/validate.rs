@@ -418,6 +418,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         ),
     );
     validate_eviction(kc, &mut errs);
+    validate_resource_managers(kc, &mut errs);
 
     // rkubelet: periods that drive loops must be positive (upstream would panic creating a ticker).
     for (d, name) in [
@@ -449,6 +450,63 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         Ok(())
     } else {
         Err(ConfigError::Invalid(errs))
+    }
+}
+
+/// CPU, memory and topology manager settings: upstream's values, minus what rkubelet does not
+/// implement yet (refused by name instead of silently ignored).
+fn validate_resource_managers(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    let topology = kc.topology_manager_policy.as_str();
+    if matches!(topology, "best-effort" | "restricted" | "single-numa-node") {
+        errs.push(format!(
+            "topologyManagerPolicy (--topology-manager-policy) {topology:?} is not implemented yet by rkubelet: only \"none\" is supported"
+        ));
+    }
+    if let Some(name) = kc.topology_manager_policy_options.keys().next() {
+        errs.push(format!(
+            "topologyManagerPolicyOptions (--topology-manager-policy-options): option {name:?} is not implemented yet by rkubelet"
+        ));
+    }
+    match kc.memory_manager_policy.as_str() {
+        "" | "None" => {}
+        "Static" => errs.push(
+            "memoryManagerPolicy (--memory-manager-policy) \"Static\" is not implemented yet by rkubelet: only \"None\" is supported".into(),
+        ),
+        other => errs.push(format!(
+            "memoryManagerPolicy (--memory-manager-policy) {other:?} must be one of: \"None\", \"Static\""
+        )),
+    }
+    let cpu = kc.cpu_manager_policy.as_str();
+    if !matches!(cpu, "" | "none" | "static") {
+        errs.push(format!(
+            "cpuManagerPolicy (--cpu-manager-policy) {cpu:?} must be one of: \"none\", \"static\""
+        ));
+    }
+    // Upstream's static policy options; none of them is implemented yet.
+    const UPSTREAM_CPU_OPTIONS: &[&str] = &[
+        "full-pcpus-only",
+        "distribute-cpus-across-numa",
+        "align-by-socket",
+        "distribute-cpus-across-cores",
+        "strict-cpu-reservation",
+        "prefer-align-cpus-by-uncorecache",
+    ];
+    for (name, value) in &kc.cpu_manager_policy_options {
+        if matches!(cpu, "" | "none") {
+            errs.push("cpuManagerPolicyOptions (--cpu-manager-policy-options): None policy: cannot set policy options".into());
+            break;
+        }
+        errs.push(if UPSTREAM_CPU_OPTIONS.contains(&name.as_str()) {
+            format!("cpuManagerPolicyOptions (--cpu-manager-policy-options): option {name:?} is not implemented yet by rkubelet")
+        } else {
+            format!("cpuManagerPolicyOptions (--cpu-manager-policy-options): unsupported cpumanager option: {name:?} ({value})")
+        });
+    }
+    if kc.cpu_manager_reconcile_period <= Duration::ZERO && cpu == "static" {
+        errs.push(format!(
+            "cpuManagerReconcilePeriod (--cpu-manager-reconcile-period) {} must be greater than 0",
+            kc.cpu_manager_reconcile_period
+        ));
     }
 }
 

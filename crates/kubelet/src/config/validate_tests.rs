@@ -86,6 +86,52 @@ fn each_bad_field_is_named() {
             "topologyManagerPolicy (--topology-manager-policy) \"best\" must be one of",
         ),
         (
+            |c| c.topology_manager_policy = "single-numa-node".into(),
+            "topologyManagerPolicy (--topology-manager-policy) \"single-numa-node\" is not implemented yet by rkubelet: only \"none\" is supported",
+        ),
+        (
+            |c| {
+                c.topology_manager_policy_options
+                    .insert("prefer-closest-numa-nodes".into(), "true".into());
+            },
+            "topologyManagerPolicyOptions (--topology-manager-policy-options): option \"prefer-closest-numa-nodes\" is not implemented yet by rkubelet",
+        ),
+        (
+            |c| c.memory_manager_policy = "Static".into(),
+            "memoryManagerPolicy (--memory-manager-policy) \"Static\" is not implemented yet by rkubelet: only \"None\" is supported",
+        ),
+        (
+            |c| c.memory_manager_policy = "static".into(),
+            "memoryManagerPolicy (--memory-manager-policy) \"static\" must be one of: \"None\", \"Static\"",
+        ),
+        (
+            |c| c.cpu_manager_policy = "dynamic".into(),
+            "cpuManagerPolicy (--cpu-manager-policy) \"dynamic\" must be one of: \"none\", \"static\"",
+        ),
+        (
+            |c| {
+                c.cpu_manager_policy_options
+                    .insert("full-pcpus-only".into(), "true".into());
+            },
+            "cpuManagerPolicyOptions (--cpu-manager-policy-options): None policy: cannot set policy options",
+        ),
+        (
+            |c| {
+                c.cpu_manager_policy = "static".into();
+                c.cpu_manager_policy_options
+                    .insert("full-pcpus-only".into(), "true".into());
+            },
+            "cpuManagerPolicyOptions (--cpu-manager-policy-options): option \"full-pcpus-only\" is not implemented yet by rkubelet",
+        ),
+        (
+            |c| {
+                c.cpu_manager_policy = "static".into();
+                c.cpu_manager_policy_options
+                    .insert("bogus".into(), "1".into());
+            },
+            "cpuManagerPolicyOptions (--cpu-manager-policy-options): unsupported cpumanager option: \"bogus\" (1)",
+        ),
+        (
             |c| c.topology_manager_scope = "node".into(),
             "topologyManagerScope (--topology-manager-scope) \"node\" must be one of",
         ),

@@ -147,6 +147,8 @@ pub struct ContainerContext<'a> {
     /// Mounts prepared by the volume manager (termination-log, volumes); passed through.
     pub mounts: &'a [Mount],
     pub options: &'a RuntimeOptions,
+    /// `cpuset_cpus` from the CPU manager (`None`: the runtime's default, all CPUs).
+    pub cpuset_cpus: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -426,6 +428,9 @@ fn linux_resources(
         r.cpu_period = period;
         r.cpu_quota = milli_cpu_to_quota(cpu_limit.map_or(0, milli), period);
     }
+    if let Some(cpus) = ctx.cpuset_cpus {
+        r.cpuset_cpus = cpus.to_owned();
+    }
     if ctx.options.cgroup_v2 && !ctx.options.single_process_oom_kill {
         r.unified
             .insert("memory.oom.group".to_owned(), "1".to_owned());
@@ -559,8 +564,26 @@ mod tests {
                 image_user: &self.image_user,
                 mounts: &self.mounts,
                 options: &self.options,
+                cpuset_cpus: None,
             }
         }
+    }
+
+    #[test]
+    fn cpuset_from_the_cpu_manager() {
+        let pod = pod_with(serde_json::json!({"containers": [{"name": "c", "image": "busybox"}]}));
+        let c = container(serde_json::json!({"name": "c", "image": "busybox"}));
+        let inputs = Inputs::new();
+        let res = |cfg: &ContainerConfig| linux(cfg).resources.clone().unwrap().cpuset_cpus;
+        assert_eq!(res(&generate(&pod, &c, &inputs)), "");
+        let ctx = ContainerContext {
+            cpuset_cpus: Some("1,3"),
+            ..inputs.ctx()
+        };
+        assert_eq!(
+            res(&generate_container_config(&pod, &c, &ctx).unwrap()),
+            "1,3"
+        );
     }
 
     fn generate(pod: &Pod, c: &Container, inputs: &Inputs) -> ContainerConfig {

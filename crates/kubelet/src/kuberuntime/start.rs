@@ -333,6 +333,10 @@ impl<'a> Starter<'a> {
             ),
             None => (None, Default::default()),
         };
+        let cpuset = syncer
+            .cpu_manager
+            .as_ref()
+            .and_then(|m| m.container_cpuset(pod.uid(), &container.name));
         let config = {
             // Scoped: the env context borrows trait objects that must not live across awaits.
             let mut env = EnvContext::new(
@@ -361,6 +365,7 @@ impl<'a> Starter<'a> {
                     image_user: &image_user,
                     mounts: &mounts,
                     options: &syncer.config.runtime_options,
+                    cpuset_cpus: cpuset.as_deref(),
                 },
             )
             .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::clock::Clock;
+use crate::cm::cpumanager::CpuManager;
 use crate::container::{PodStatus, RunningPod};
 use crate::events::{EventRecorder, EventType};
 use crate::images::ImageManager;
@@ -75,6 +76,8 @@ pub struct Syncer {
     pub(crate) volumes: VolumeManager,
     /// ConfigMaps, Secrets and service links for container environments (API-server mode).
     pub(crate) objects: Option<Arc<dyn PodObjects>>,
+    /// Cpusets for new containers; releases a terminated pod's CPUs.
+    pub(crate) cpu_manager: Option<CpuManager>,
 }
 
 impl Syncer {
@@ -100,6 +103,7 @@ impl Syncer {
             relist: None,
             prober: None,
             objects: None,
+            cpu_manager: None,
         }
     }
 
@@ -107,6 +111,12 @@ impl Syncer {
     /// (without, references to them fail as upstream's kubelet without a kube client).
     pub fn with_objects(mut self, objects: Arc<dyn PodObjects>) -> Self {
         self.objects = Some(objects);
+        self
+    }
+
+    /// Gives new containers the CPU manager's cpusets; terminated pods release their CPUs.
+    pub fn with_cpu_manager(mut self, cpu_manager: CpuManager) -> Self {
+        self.cpu_manager = Some(cpu_manager);
         self
     }
 
@@ -445,6 +455,10 @@ impl PodSyncer for Syncer {
         }
         // Volumes go once nothing runs (upstream unmounts in syncTerminatedPod).
         self.unmount(pod.uid()).await?;
+        // Nothing runs: the pod's exclusive CPUs go back to the shared pool.
+        if let Some(m) = &self.cpu_manager {
+            m.release_pod(pod.uid());
+        }
         if !removed {
             self.update_status(pod, status, true);
             return Ok(());

@@ -113,6 +113,7 @@ fn container_sc(p: &Pod, image_user: &ImageUser) -> Result<LinuxContainerSecurit
         image_user,
         mounts: &[],
         options: &options,
+        cpuset_cpus: None,
     };
     generate_container_config(p, c, &ctx)
         .map(|cfg| {
