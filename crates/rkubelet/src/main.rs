@@ -6,7 +6,7 @@
 mod cli;
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -193,6 +193,38 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         event_burst: u32::try_from(c.event_burst).unwrap_or(0),
         ..ApiModeConfig::default()
     };
+    // Stats provider + eviction manager (stats refreshed as often as they are evaluated).
+    let monitoring = c
+        .eviction_monitoring_interval
+        .map_or(Duration::from_secs(10), |d| d.as_std());
+    let eviction = kubelet::eviction::EvictionWiring {
+        stats: kubelet::eviction::StatsSource::Host(kubelet::stats::StatsSettings {
+            cgroup_root: if c.cgroup_root.is_empty() {
+                "/".to_owned()
+            } else {
+                c.cgroup_root.clone()
+            },
+            cgroups_per_qos: c.cgroups_per_qos,
+            interval: monitoring.max(Duration::from_secs(1)),
+            ..kubelet::stats::StatsSettings::new(
+                &node.node_name,
+                &node.root_dir,
+                Path::new(&c.pod_logs_dir),
+            )
+        }),
+        settings: kubelet::eviction::EvictionSettings::from_config(
+            &c.effective_eviction_hard(),
+            &c.eviction_soft,
+            &c.eviction_soft_grace_period,
+            &c.eviction_minimum_reclaim,
+            c.eviction_pressure_transition_period,
+            c.eviction_max_pod_grace_period,
+            monitoring,
+            c.local_storage_capacity_isolation,
+        )
+        .context("eviction settings")?,
+        extra_reclaimers: Vec::new(),
+    };
     Ok(AgentConfig {
         node_name: node.node_name.clone(),
         root_dir: node.root_dir.clone(),
@@ -224,6 +256,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         api,
         cpu_manager: cpu_manager_config(c, &node.root_dir)?,
         gc: gc_settings(c, node)?,
+        eviction,
     })
 }
 

@@ -96,6 +96,8 @@ pub(super) struct ApiInputs {
     pub expected_sources: Vec<PodSource>,
     pub status: StatusManager,
     pub workers: PodWorkers,
+    /// The eviction manager's pressure verdict (node conditions).
+    pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
 }
 
 /// Spawns every API-mode task on `tracker`.
@@ -121,6 +123,7 @@ pub(super) fn start(
         expected_sources,
         status,
         workers,
+        pressure,
     } = inputs;
     let node_name = node_settings.node_name.clone();
     let request_timeout = node_settings.request_timeout;
@@ -133,7 +136,13 @@ pub(super) fn start(
         host,
         node_health,
     );
-    tracker.spawn(node_status.with_events(events).run(cancel.child_token()));
+    let pressure_fn: crate::nodestatus::manager::PressureFn = Arc::new(move || *pressure.borrow());
+    tracker.spawn(
+        node_status
+            .with_events(events)
+            .with_pressure(pressure_fn)
+            .run(cancel.child_token()),
+    );
     tracker.spawn(forward_node(
         node_rx.clone(),
         admission_node,

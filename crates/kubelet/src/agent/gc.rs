@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{AgentConfig, AgentDeps, AgentError};
 use crate::events::EventRecorder;
+use crate::eviction::NodeReclaimer;
 use crate::images::gc::{IMAGE_GC_PERIOD, ImageGc, ImageGcConfig, statvfs_usage};
 use crate::kuberuntime::gc::{
     CONTAINER_GC_PERIOD, ContainerGc, ContainerGcConfig, ContainerGcPolicy, PodGcState, PodStateFn,
@@ -100,4 +101,47 @@ pub(super) fn start(
         tracker.spawn(manager.run(cancel.child_token()));
     }
     Ok((image_gc, container_gc))
+}
+
+/// The garbage collectors as the eviction manager's node-level reclaimer (upstream hands
+/// `ContainerGC` and `ImageGC` to the eviction manager). A collector that is off frees nothing.
+struct GcReclaimer {
+    images: Option<ImageGc>,
+    containers: Option<ContainerGc>,
+}
+
+#[async_trait::async_trait]
+impl NodeReclaimer for GcReclaimer {
+    async fn delete_dead_containers(&self) -> Result<u64, String> {
+        let Some(gc) = &self.containers else {
+            return Ok(0);
+        };
+        // Container GC does not measure what it frees; the eviction manager re-reads the
+        // stats afterwards.
+        gc.delete_all_unused_containers()
+            .await
+            .map(|_| 0)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn delete_unused_images(&self) -> Result<u64, String> {
+        let Some(gc) = &self.images else {
+            return Ok(0);
+        };
+        gc.delete_unused_images().await.map_err(|e| e.to_string())
+    }
+}
+
+/// The reclaimers for the eviction manager: empty when neither collector runs.
+pub(super) fn reclaimers(
+    images: Option<&ImageGc>,
+    containers: Option<&ContainerGc>,
+) -> Vec<Arc<dyn NodeReclaimer>> {
+    if images.is_none() && containers.is_none() {
+        return Vec::new();
+    }
+    vec![Arc::new(GcReclaimer {
+        images: images.cloned(),
+        containers: containers.cloned(),
+    })]
 }

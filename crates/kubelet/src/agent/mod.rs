@@ -30,6 +30,9 @@ use crate::cm::cpumanager::{CpuManager, CpuManagerConfig, CpuManagerError, Recon
 use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
+use crate::eviction::{
+    EvictionAdmit, EvictionManager, EvictionWiring, NodeReclaimer, StatsSource, WorkerEvictor,
+};
 use crate::images::ImageManager;
 use crate::images::gc::ImageGc;
 use crate::kuberuntime::container_config::RuntimeOptions;
@@ -39,7 +42,7 @@ use crate::kuberuntime::sync::{Syncer, SyncerConfig};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
-use crate::nodestatus::setters::StatusInputs;
+use crate::nodestatus::setters::{NodePressure, StatusInputs};
 use crate::objects::PodObjects;
 use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
@@ -93,6 +96,8 @@ pub struct AgentConfig {
     pub cpu_manager: CpuManagerConfig,
     /// Garbage collection and log rotation (`None`: that task does not run).
     pub gc: GcSettings,
+    /// Stats provider and eviction manager (disabled in `for_tests`).
+    pub eviction: crate::eviction::EvictionWiring,
 }
 
 impl AgentConfig {
@@ -131,6 +136,7 @@ impl AgentConfig {
             cpu_manager: CpuManagerConfig::none(root.join("kubelet")),
             // No GC or rotation in tests unless a test asks for it.
             gc: GcSettings::default(),
+            eviction: crate::eviction::EvictionWiring::default(),
         }
     }
 }
@@ -182,6 +188,10 @@ pub struct Agent {
     pub image_gc: Option<ImageGc>,
     /// Container GC (`delete_all_unused_containers` for the eviction manager), when enabled.
     pub container_gc: Option<ContainerGc>,
+    /// The eviction manager's node pressure verdict.
+    pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
+    /// The stats snapshots (`None` when stats are disabled).
+    pub stats: Option<crate::stats::StatsHandle>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -360,6 +370,9 @@ impl Agent {
             Arc::new(move || seen.seen_all(&expected))
         };
 
+        // Eviction: the pressure verdict admission and node status read.
+        let (pressure_tx, pressure) = watch::channel(NodePressure::default());
+
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
         let sync_loop = SyncLoop::new(
@@ -372,6 +385,10 @@ impl Agent {
         )
         .with_admission(
             Admission::new(vec![
+                // Upstream registers the eviction manager's handler first.
+                Box::new(EvictionAdmit {
+                    pressure: pressure.clone(),
+                }),
                 // Upstream allocates resources (topology/CPU manager) before the predicates.
                 Box::new(cpu_manager.admit_handler()),
                 Box::new(MaxPods(cfg.max_pods)),
@@ -420,6 +437,32 @@ impl Agent {
             tracker.spawn(cpu_manager.run(deps.runtime.clone(), inputs, cancel.child_token()));
         }
 
+        // Garbage collection and log rotation.
+        let (image_gc, container_gc) = gc::start(
+            &cfg,
+            &deps,
+            &events,
+            &workers,
+            gc_sources_ready,
+            &tracker,
+            &cancel,
+        )?;
+
+        let stats = start_eviction(
+            &cfg.eviction,
+            &deps,
+            gc::reclaimers(image_gc.as_ref(), container_gc.as_ref()),
+            EvictionInputs {
+                pods: pods.clone(),
+                status: status.clone(),
+                workers: workers.clone(),
+                events: events.clone(),
+                pressure: pressure_tx,
+            },
+            &tracker,
+            &cancel,
+        );
+
         if let Some(client) = deps.api.clone() {
             api::start(
                 &cfg.api,
@@ -442,22 +485,12 @@ impl Agent {
                     expected_sources: expected,
                     status: status.clone(),
                     workers: workers.clone(),
+                    pressure: pressure.clone(),
                 },
                 &tracker,
                 &cancel,
             );
         }
-
-        // Garbage collection and log rotation.
-        let (image_gc, container_gc) = gc::start(
-            &cfg,
-            &deps,
-            &events,
-            &workers,
-            gc_sources_ready,
-            &tracker,
-            &cancel,
-        )?;
 
         // HTTP.
         let health: Vec<(String, HealthCheck)> = vec![
@@ -506,6 +539,8 @@ impl Agent {
             source_tx,
             image_gc,
             container_gc,
+            pressure,
+            stats,
             cancel,
             tracker,
         })
@@ -520,4 +555,82 @@ impl Agent {
         self.prober.shutdown().await;
         info!("kubelet stopped");
     }
+}
+
+/// What the eviction manager reads and writes.
+struct EvictionInputs {
+    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    status: StatusManager,
+    workers: PodWorkers,
+    events: Arc<dyn EventRecorder>,
+    pressure: watch::Sender<NodePressure>,
+}
+
+/// Starts the stats provider (unless injected or disabled) and, with stats, the eviction
+/// manager. Returns the stats handle.
+fn start_eviction(
+    wiring: &EvictionWiring,
+    deps: &AgentDeps,
+    mut reclaimers: Vec<Arc<dyn NodeReclaimer>>,
+    inputs: EvictionInputs,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) -> Option<crate::stats::StatsHandle> {
+    let stats = match &wiring.stats {
+        StatsSource::Disabled => return None,
+        StatsSource::Injected(handle) => handle.clone(),
+        StatsSource::Host(settings) => {
+            let (provider, handle) = crate::stats::StatsProvider::new(
+                Arc::new(crate::stats::SystemFs),
+                deps.runtime.clone(),
+                deps.images.clone(),
+                settings.clone(),
+                inputs.pods.clone(),
+            );
+            tracker.spawn(provider.run(cancel.child_token()));
+            handle
+        }
+    };
+    reclaimers.extend(wiring.extra_reclaimers.iter().cloned());
+    let EvictionInputs {
+        pods,
+        status,
+        workers,
+        events,
+        pressure,
+    } = inputs;
+    let active_pods = {
+        let (status, workers) = (status.clone(), workers.clone());
+        Arc::new(move || {
+            pods.borrow()
+                .iter()
+                .filter(|p| {
+                    use crate::types::PodExt;
+                    workers.is_syncing(p.uid())
+                        && !crate::status::manager::is_terminal_phase(
+                            status
+                                .get_pod_status(p.uid())
+                                .and_then(|s| s.phase)
+                                .as_deref(),
+                        )
+                })
+                .cloned()
+                .collect()
+        })
+    };
+    let manager = EvictionManager::new(
+        wiring.settings.clone(),
+        stats.clone(),
+        reclaimers,
+        Arc::new(WorkerEvictor {
+            status,
+            workers,
+            events: events.clone(),
+        }),
+        active_pods,
+        events,
+        pressure,
+    );
+    tracker.spawn(manager.run(cancel.child_token()));
+    Some(stats)
 }

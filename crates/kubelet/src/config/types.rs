@@ -183,6 +183,10 @@ pub struct KubeletConfiguration {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub eviction_minimum_reclaim: BTreeMap<String, ThresholdValue>,
     pub merge_default_eviction_settings: bool,
+    /// rkubelet extension: how often the eviction manager evaluates its thresholds (upstream
+    /// hard-codes 10s). Unset means 10s; it is not written out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eviction_monitoring_interval: Option<Duration>,
     #[serde(skip_serializing_if = "is_zero_i32")]
     pub pods_per_core: i32,
     pub enable_controller_attach_detach: bool,

@@ -103,6 +103,15 @@ impl StatusManager {
                 debug!(pod = %pod.full_name(), %uid, old = ?old.status.phase, new = ?status.phase, reason = "terminal phase is final", "refusing to move a terminal pod back to a running phase");
                 status.phase.clone_from(&old.status.phase);
             }
+            // An eviction's verdict is final (upstream applies the evictor's status on every
+            // later generation): a pod killed for eviction never turns Succeeded.
+            if old.status.phase.as_deref() == Some("Failed")
+                && old.status.reason.as_deref() == Some(crate::eviction::REASON)
+            {
+                status.phase.clone_from(&old.status.phase);
+                status.reason.clone_from(&old.status.reason);
+                status.message.clone_from(&old.status.message);
+            }
             if old.status == status {
                 return;
             }

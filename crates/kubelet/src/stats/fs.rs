@@ -1,0 +1,223 @@
+//! The filesystem edge of the stats provider: owns nothing; receives paths and answers file
+//! contents, `statvfs(2)` figures, device numbers and `du`-style directory usage. [`SystemFs`]
+//! reads the host; tests point the readers at temp-dir trees or use [`FakeFs`].
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// `statvfs(2)` of one filesystem, in bytes and inodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsUsage {
+    pub capacity_bytes: u64,
+    /// Free to unprivileged users (`f_bavail`), as cadvisor reports `available`.
+    pub available_bytes: u64,
+    /// Capacity − free (`f_blocks − f_bfree`).
+    pub used_bytes: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+}
+
+/// Disk usage of a directory tree (`du`: allocated blocks, and how many inodes it holds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirUsage {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// Reads the stats provider needs from files and filesystems.
+pub trait StatsFs: Send + Sync {
+    fn read_to_string(&self, path: &Path) -> io::Result<String>;
+    fn exists(&self, path: &Path) -> bool;
+    fn statfs(&self, path: &Path) -> io::Result<FsUsage>;
+    /// The device a path lives on (to tell whether two paths share a filesystem).
+    fn device(&self, path: &Path) -> io::Result<u64>;
+    /// `du` of a tree; a missing directory is empty.
+    fn dir_usage(&self, path: &Path) -> io::Result<DirUsage>;
+}
+
+/// The host's filesystems.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemFs;
+
+impl StatsFs for SystemFs {
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn statfs(&self, path: &Path) -> io::Result<FsUsage> {
+        statvfs(path)
+    }
+    fn device(&self, path: &Path) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(path)?.dev())
+    }
+    fn dir_usage(&self, path: &Path) -> io::Result<DirUsage> {
+        du(path)
+    }
+}
+
+/// `du` semantics: allocated 512-byte blocks of every entry (hard links counted once), not
+/// following symlinks and not crossing into other filesystems.
+pub fn du(path: &Path) -> io::Result<DirUsage> {
+    use std::os::unix::fs::MetadataExt;
+    let root = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DirUsage::default()),
+        Err(e) => return Err(e),
+    };
+    let dev = root.dev();
+    let mut seen = std::collections::HashSet::new();
+    let mut usage = DirUsage::default();
+    let mut stack = vec![(path.to_path_buf(), root)];
+    while let Some((p, meta)) = stack.pop() {
+        if meta.nlink() > 1 && !meta.is_dir() && !seen.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
+        usage.bytes = usage
+            .bytes
+            .saturating_add(meta.blocks().saturating_mul(512));
+        usage.inodes += 1;
+        if meta.is_dir() && meta.dev() == dev {
+            let Ok(entries) = std::fs::read_dir(&p) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if let Ok(m) = entry.metadata() {
+                    stack.push((entry.path(), m));
+                }
+            }
+        }
+    }
+    Ok(usage)
+}
+
+/// `statvfs(2)`; the standard library has no safe wrapper.
+#[allow(unsafe_code)]
+fn statvfs(path: &Path) -> io::Result<FsUsage> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c_path` is NUL-terminated and outlives the call; `st` is writable memory of the
+    // right type that statvfs only writes into.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so the struct is filled (and was zeroed before anyway).
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // field types differ between libc targets
+    let (blocks, bfree, bavail, frsize, files, ffree) = (
+        st.f_blocks as u64,
+        st.f_bfree as u64,
+        st.f_bavail as u64,
+        st.f_frsize as u64,
+        st.f_files as u64,
+        st.f_ffree as u64,
+    );
+    Ok(FsUsage {
+        capacity_bytes: blocks.saturating_mul(frsize),
+        available_bytes: bavail.saturating_mul(frsize),
+        used_bytes: blocks.saturating_sub(bfree).saturating_mul(frsize),
+        inodes: files,
+        inodes_free: ffree,
+    })
+}
+
+/// An in-memory [`StatsFs`]: files, filesystems (by path prefix) and directory usages set by
+/// the test. Clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct FakeFs {
+    inner: Arc<Mutex<FakeInner>>,
+}
+
+#[derive(Debug, Default)]
+struct FakeInner {
+    files: HashMap<PathBuf, String>,
+    filesystems: Vec<(PathBuf, u64, FsUsage)>,
+    dirs: HashMap<PathBuf, DirUsage>,
+}
+
+impl FakeFs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub fn set_file(&self, path: impl Into<PathBuf>, content: &str) {
+        self.lock().files.insert(path.into(), content.to_owned());
+    }
+    /// A filesystem mounted at `mount` (device `dev`); the longest matching mount wins.
+    pub fn set_fs(&self, mount: impl Into<PathBuf>, dev: u64, usage: FsUsage) {
+        let mount = mount.into();
+        let mut inner = self.lock();
+        inner.filesystems.retain(|(m, _, _)| *m != mount);
+        inner.filesystems.push((mount, dev, usage));
+    }
+    pub fn set_dir(&self, path: impl Into<PathBuf>, usage: DirUsage) {
+        self.lock().dirs.insert(path.into(), usage);
+    }
+    fn fs_of(&self, path: &Path) -> io::Result<(u64, FsUsage)> {
+        self.lock()
+            .filesystems
+            .iter()
+            .filter(|(m, _, _)| path.starts_with(m))
+            .max_by_key(|(m, _, _)| m.as_os_str().len())
+            .map(|(_, d, u)| (*d, *u))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no fake filesystem"))
+    }
+}
+
+impl StatsFs for FakeFs {
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        self.lock()
+            .files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        let inner = self.lock();
+        inner.files.keys().any(|p| p.starts_with(path)) || inner.dirs.contains_key(path)
+    }
+    fn statfs(&self, path: &Path) -> io::Result<FsUsage> {
+        self.fs_of(path).map(|(_, u)| u)
+    }
+    fn device(&self, path: &Path) -> io::Result<u64> {
+        self.fs_of(path).map(|(d, _)| d)
+    }
+    fn dir_usage(&self, path: &Path) -> io::Result<DirUsage> {
+        Ok(self.lock().dirs.get(path).copied().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn du_counts_allocated_blocks_and_inodes_and_a_missing_dir_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a"), vec![1u8; 64 * 1024]).unwrap();
+        std::fs::write(dir.path().join("b"), b"x").unwrap();
+        let u = du(dir.path()).unwrap();
+        assert_eq!(u.inodes, 4, "root, sub, a, b");
+        assert!(u.bytes >= 64 * 1024, "{u:?}");
+        assert_eq!(
+            du(&dir.path().join("missing")).unwrap(),
+            DirUsage::default()
+        );
+    }
+
+    #[test]
+    fn statvfs_of_a_real_directory_is_consistent() {
+        let dir = tempfile::tempdir().unwrap();
+        let u = SystemFs.statfs(dir.path()).unwrap();
+        assert!(u.capacity_bytes > 0 && u.available_bytes <= u.capacity_bytes);
+        assert!(u.used_bytes <= u.capacity_bytes);
+    }
+}

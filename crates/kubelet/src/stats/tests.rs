@@ -1,0 +1,272 @@
+//! Summary building from a fake filesystem and CRI stats.
+
+use super::*;
+use rkubelet_cri::api as cri;
+
+fn pod(uid: &str, name: &str, spec: serde_json::Value) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn cri_stat(uid: &str, name: &str, ws: u64, cpu: u64, layer: u64) -> cri::ContainerStats {
+    cri::ContainerStats {
+        attributes: Some(cri::ContainerAttributes {
+            id: format!("{uid}-{name}"),
+            metadata: Some(cri::ContainerMetadata {
+                name: name.to_owned(),
+                attempt: 0,
+            }),
+            labels: [
+                (POD_UID_LABEL.to_owned(), uid.to_owned()),
+                (CONTAINER_NAME_LABEL.to_owned(), name.to_owned()),
+            ]
+            .into(),
+            annotations: Default::default(),
+        }),
+        cpu: Some(cri::CpuUsage {
+            timestamp: 1,
+            usage_core_nano_seconds: Some(cri::UInt64Value { value: cpu }),
+            usage_nano_cores: None,
+        }),
+        memory: Some(cri::MemoryUsage {
+            timestamp: 1,
+            working_set_bytes: Some(cri::UInt64Value { value: ws }),
+            ..Default::default()
+        }),
+        writable_layer: Some(cri::FilesystemUsage {
+            timestamp: 1,
+            fs_id: None,
+            used_bytes: Some(cri::UInt64Value { value: layer }),
+            inodes_used: Some(cri::UInt64Value { value: 3 }),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
+    let fake = FakeFs::default();
+    // Node: v1 root memory cgroup + meminfo + pids.
+    fake.set_file("/cg/memory/memory.usage_in_bytes", "1000");
+    fake.set_file("/cg/memory/memory.stat", "total_inactive_file 400\n");
+    fake.set_file("/proc/meminfo", "MemTotal: 10 kB\n");
+    fake.set_file("/proc/sys/kernel/pid_max", "1000");
+    fake.set_file("/proc/loadavg", "0 0 0 1/120 5");
+    let root_fs = FsUsage {
+        capacity_bytes: 100_000,
+        available_bytes: 40_000,
+        used_bytes: 55_000,
+        inodes: 1000,
+        inodes_free: 900,
+    };
+    fake.set_fs("/", 1, root_fs);
+    fake.set_fs(
+        "/images",
+        2,
+        FsUsage {
+            capacity_bytes: 5_000,
+            ..root_fs
+        },
+    );
+    // Guaranteed pod with its own cgroup; BestEffort pod without one (CRI sums).
+    let guaranteed = pod(
+        "g1",
+        "gpod",
+        serde_json::json!({"containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]}),
+    );
+    fake.set_file("/cg/memory/kubepods/podg1/memory.usage_in_bytes", "700");
+    fake.set_file(
+        "/cg/memory/kubepods/podg1/memory.stat",
+        "total_inactive_file 100\n",
+    );
+    fake.set_file("/cg/cpuacct/kubepods/podg1/cpuacct.usage", "42");
+    let best = pod(
+        "b1",
+        "bpod",
+        serde_json::json!({
+            "containers": [{"name": "a"}, {"name": "b"}],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "ram", "emptyDir": {"medium": "Memory"}}
+            ]
+        }),
+    );
+    fake.set_dir(
+        "/var/lib/kubelet/pods/b1/volumes/kubernetes.io~empty-dir/scratch",
+        DirUsage {
+            bytes: 5000,
+            inodes: 2,
+        },
+    );
+    fake.set_dir(
+        "/var/log/pods/default_bpod_b1/a",
+        DirUsage {
+            bytes: 100,
+            inodes: 1,
+        },
+    );
+    let settings = StatsSettings {
+        cgroup_mount: "/cg".into(),
+        ..StatsSettings::new(
+            "n1",
+            Path::new("/var/lib/kubelet"),
+            Path::new("/var/log/pods"),
+        )
+    };
+    let layout = CgroupLayout::detect(&fake, &settings.cgroup_mount);
+    let now = Utc::now();
+    let s = build_summary(&CollectInput {
+        fs: Arc::new(fake),
+        settings,
+        layout,
+        pods: Arc::new(vec![guaranteed, best]),
+        cri_stats: vec![
+            cri_stat("b1", "a", 10, 5, 1000),
+            cri_stat("b1", "b", 20, 6, 2000),
+            cri_stat("g1", "c", 999, 999, 1),
+        ],
+        image_fs: Some(cri::FilesystemUsage {
+            timestamp: 1,
+            fs_id: Some(cri::FilesystemIdentifier {
+                mountpoint: "/images".into(),
+            }),
+            used_bytes: Some(cri::UInt64Value { value: 77 }),
+            inodes_used: Some(cri::UInt64Value { value: 7 }),
+        }),
+        now,
+    });
+    let mem = s.node.memory.as_ref().unwrap();
+    assert_eq!(mem.working_set_bytes, Some(600));
+    assert_eq!(mem.available_bytes, Some(10 * 1024 - 600));
+    let nodefs = s.node.fs.as_ref().unwrap();
+    assert_eq!(nodefs.available_bytes, Some(40_000));
+    assert_eq!(nodefs.inodes_free, Some(900));
+    let imagefs = s.node.runtime.as_ref().unwrap().image_fs.as_ref().unwrap();
+    assert_eq!(imagefs.capacity_bytes, Some(5_000));
+    assert_eq!(imagefs.used_bytes, Some(77));
+    assert!(s.dedicated_image_fs);
+    let rl = s.node.rlimit.as_ref().unwrap();
+    assert_eq!((rl.maxpid, rl.curproc), (Some(1000), Some(120)));
+
+    let g = s.pod("g1").unwrap();
+    assert_eq!(
+        g.memory.as_ref().unwrap().working_set_bytes,
+        Some(600),
+        "from the pod cgroup"
+    );
+    assert_eq!(g.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(42));
+
+    let b = s.pod("b1").unwrap();
+    assert_eq!(
+        b.memory.as_ref().unwrap().working_set_bytes,
+        Some(30),
+        "sum of CRI containers"
+    );
+    assert_eq!(b.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(11));
+    assert_eq!(
+        b.volume_stats.len(),
+        1,
+        "memory-backed emptyDirs are not disk"
+    );
+    assert_eq!(b.volume_stats[0].fs.used_bytes, Some(5000));
+    // layers 1000 + 2000, logs of a 100, emptyDir 5000.
+    assert_eq!(b.ephemeral_storage.as_ref().unwrap().used_bytes, Some(8100));
+    assert_eq!(b.containers[0].logs.as_ref().unwrap().used_bytes, Some(100));
+    assert_eq!(
+        b.containers[1].rootfs.as_ref().unwrap().used_bytes,
+        Some(2000)
+    );
+
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["node"]["nodeName"], "n1");
+    assert_eq!(json["node"]["rlimit"]["maxpid"], 1000);
+    assert_eq!(json["pods"][1]["podRef"]["uid"], "b1");
+    assert_eq!(json["pods"][1]["volume"][0]["usedBytes"], 5000);
+    assert_eq!(json["pods"][1]["ephemeral-storage"]["usedBytes"], 8100);
+}
+
+#[test]
+fn pod_cgroup_paths_follow_the_qos_layout() {
+    let g = pod(
+        "u1",
+        "p",
+        serde_json::json!({"containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]}),
+    );
+    let b = pod(
+        "u2",
+        "p",
+        serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}),
+    );
+    let e = pod(
+        "u3",
+        "p",
+        serde_json::json!({"containers": [{"name": "c"}]}),
+    );
+    assert_eq!(pod_cgroup_path("/", &g), "/kubepods/podu1");
+    assert_eq!(pod_cgroup_path("/", &b), "/kubepods/burstable/podu2");
+    assert_eq!(
+        pod_cgroup_path("/rk-x", &e),
+        "/rk-x/kubepods/besteffort/podu3"
+    );
+}
+
+#[tokio::test]
+async fn provider_task_publishes_and_answers_refresh_requests() {
+    let fake_fs = FakeFs::default();
+    fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1000000000");
+    fake_fs.set_fs(
+        "/",
+        1,
+        FsUsage {
+            capacity_bytes: 1000,
+            available_bytes: 500,
+            used_bytes: 500,
+            inodes: 10,
+            inodes_free: 5,
+        },
+    );
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let (_pods_tx, pods) = watch::channel(Arc::new(Vec::<Pod>::new()));
+    let settings = StatsSettings {
+        cgroup_mount: "/cg".into(),
+        interval: Duration::from_secs(3600),
+        ..StatsSettings::new(
+            "n1",
+            Path::new("/var/lib/kubelet"),
+            Path::new("/var/log/pods"),
+        )
+    };
+    let fs: Arc<dyn StatsFs> = Arc::new(fake_fs.clone());
+    let (provider, handle) =
+        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(provider.run(cancel.clone()));
+    let first = handle.refresh().await;
+    assert_eq!(first.node.node_name, "n1");
+    assert_eq!(first.node.fs.as_ref().unwrap().available_bytes, Some(500));
+    let image_fs = first
+        .node
+        .runtime
+        .as_ref()
+        .unwrap()
+        .image_fs
+        .as_ref()
+        .unwrap();
+    assert!(image_fs.used_bytes.unwrap() > 0, "{image_fs:?}");
+    assert_eq!(
+        first.node.cpu.as_ref().unwrap().usage_nano_cores,
+        None,
+        "no rate from a single reading"
+    );
+    // One more CPU second later: a rate appears.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1010000000");
+    let second = handle.refresh().await;
+    assert!(second.node.cpu.as_ref().unwrap().usage_nano_cores.unwrap() > 0);
+    assert_eq!(handle.latest(), second);
+    cancel.cancel();
+    task.await.unwrap();
+}
