@@ -8,6 +8,7 @@ pub mod agent;
 pub mod apiclient;
 pub mod backoff;
 pub mod clock;
+pub mod cm;
 pub mod config;
 pub mod config_merge;
 pub mod container;
