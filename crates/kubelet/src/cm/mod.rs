@@ -115,6 +115,19 @@ pub fn read_pid_max() -> Option<i64> {
         .and_then(|s| s.trim().parse().ok())
 }
 
+/// Upstream `swapControllerAvailable`: v1 has `memory.memsw.limit_in_bytes` in the memory
+/// hierarchy; v2 has `memory.swap.max` in the cgroups below the root.
+pub fn swap_controller_available(mount_root: &std::path::Path, v2: bool) -> bool {
+    if v2 {
+        std::fs::read_to_string(mount_root.join("cgroup.subtree_control"))
+            .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"))
+    } else {
+        mount_root
+            .join("memory/memory.memsw.limit_in_bytes")
+            .exists()
+    }
+}
+
 struct Inner {
     fs: Arc<dyn CgroupFs>,
     cfg: CmConfig,
