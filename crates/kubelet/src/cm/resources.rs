@@ -180,8 +180,8 @@ pub fn units(list: &ResourceList, name: &str) -> i64 {
 /// Upstream `HugePageLimits`: page size in bytes → limit in bytes, from `hugepages-<size>`
 /// entries (sizes that do not parse are skipped).
 pub fn hugepage_limits(list: &ResourceList) -> BTreeMap<u64, i64> {
-    list.iter()
-        .filter_map(|(k, _)| {
+    list.keys()
+        .filter_map(|k| {
             let size = k.strip_prefix(HUGEPAGES_PREFIX)?;
             let bytes = parse_quantity_nanos(size).map(nanos_to_units)?;
             let bytes = u64::try_from(bytes).ok().filter(|b| *b > 0)?;

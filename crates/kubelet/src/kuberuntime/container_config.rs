@@ -847,14 +847,63 @@ mod tests {
 
         // (qos, requests, limits, v2, behavior) → (memsw, memory.swap.max)
         #[rustfmt::skip]
-        let cases: Vec<(&str, serde_json::Value, serde_json::Value, bool, &str, i64, Option<&str>)> = vec![
-            ("Burstable", json!({"memory": "1Gi"}), json!({"memory": "2Gi"}), false, "", 2 * GI, None),
-            ("Burstable", json!({"memory": "1Gi"}), json!({"memory": "2Gi"}), true, "NoSwap", 0, Some("0")),
+        type Case<'a> = (&'a str, serde_json::Value, serde_json::Value, bool, &'a str, i64, Option<&'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                false,
+                "",
+                2 * GI,
+                None,
+            ),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                true,
+                "NoSwap",
+                0,
+                Some("0"),
+            ),
             // 1Gi of 4Gi memory → a quarter of the 2Gi swap.
-            ("Burstable", json!({"memory": "1Gi"}), json!({"memory": "2Gi"}), true, "LimitedSwap", 0, Some("536870912")),
-            ("Guaranteed", json!({"memory": "1Gi"}), json!({"memory": "1Gi"}), true, "LimitedSwap", 0, Some("0")),
-            ("Burstable", json!({"memory": "1Gi"}), json!({"memory": "1Gi"}), true, "LimitedSwap", 0, Some("0")),
-            ("Burstable", json!({"memory": "1Gi"}), json!({"memory": "2Gi"}), false, "LimitedSwap", 0, None),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                true,
+                "LimitedSwap",
+                0,
+                Some("536870912"),
+            ),
+            (
+                "Guaranteed",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "1Gi"}),
+                true,
+                "LimitedSwap",
+                0,
+                Some("0"),
+            ),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "1Gi"}),
+                true,
+                "LimitedSwap",
+                0,
+                Some("0"),
+            ),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                false,
+                "LimitedSwap",
+                0,
+                None,
+            ),
         ];
         for (i, (qos, req, lim, v2, behavior, memsw, swap_max)) in cases.into_iter().enumerate() {
             let c = container(json!({"name": "c", "resources": {"requests": req, "limits": lim}}));

@@ -169,7 +169,7 @@ pub fn hugepage_size_name(bytes: u64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB", "PB"];
     let mut size = bytes;
     let mut i = 0;
-    while size >= 1024 && size % 1024 == 0 && i < units.len() - 1 {
+    while size >= 1024 && size.is_multiple_of(1024) && i < units.len() - 1 {
         size /= 1024;
         i += 1;
     }
