@@ -308,8 +308,15 @@ impl ContainerManager {
             .map(|rx| rx.borrow().clone())
             .unwrap_or_default();
         let extra = extra.filter(|p| !snapshot.iter().any(|s| s.metadata.uid == p.metadata.uid));
+        // Upstream counts active pods only: finished ones no longer hold cpu.
+        let active = snapshot.iter().filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        });
         let (burstable, best_effort) = qos_containers::qos_settings(
-            snapshot.iter().chain(extra),
+            active.chain(extra),
             &self.inner.cfg.hugepage_sizes,
         );
         for (name, rc) in [

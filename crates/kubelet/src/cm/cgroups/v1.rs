@@ -226,6 +226,7 @@ mod tests {
         std::fs::write(dir.path().join("hugetlb/hugetlb.1GB.limit_in_bytes"), "").unwrap();
         // The hybrid host's empty unified mount is just another directory to v1.
         std::fs::create_dir(dir.path().join("unified")).unwrap();
+        std::fs::write(dir.path().join("unified/cgroup.controllers"), "").unwrap();
         dir
     }
 
