@@ -315,10 +315,8 @@ impl ContainerManager {
                 Some("Succeeded" | "Failed")
             )
         });
-        let (burstable, best_effort) = qos_containers::qos_settings(
-            active.chain(extra),
-            &self.inner.cfg.hugepage_sizes,
-        );
+        let (burstable, best_effort) =
+            qos_containers::qos_settings(active.chain(extra), &self.inner.cfg.hugepage_sizes);
         for (name, rc) in [
             (&self.inner.qos.burstable, burstable),
             (&self.inner.qos.best_effort, best_effort),

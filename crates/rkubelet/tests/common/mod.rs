@@ -89,6 +89,7 @@ impl Kubelet {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        sweep_stale_cgroup_roots();
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let k = Self {
@@ -263,6 +264,39 @@ impl Drop for Kubelet {
             self.stop();
         }
         remove_cgroup_root(&self.cgroup_root);
+    }
+}
+
+/// Removes the (empty) cgroup roots of test processes that are gone: a kubelet whose pods
+/// were still running when it stopped (API-mode tests) leaves its pod cgroups until the next
+/// kubelet kills those pods as orphans.
+fn sweep_stale_cgroup_roots() {
+    let mut roots = std::collections::BTreeSet::new();
+    let base = Path::new("/sys/fs/cgroup");
+    let mut dirs = vec![base.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(base) {
+        dirs.extend(entries.flatten().map(|e| e.path()));
+    }
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("rkt-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                roots.insert(format!("/{name}"));
+            }
+        }
+    }
+    for root in roots {
+        remove_cgroup_root(&root);
     }
 }
 
