@@ -602,6 +602,11 @@ remove_empty_pod_cgroups() {
 		[[ -d $top ]] || continue
 		find "$top" -depth -type d -exec rmdir {} + 2>/dev/null || true
 	done
+	# Per-test cgroup roots of the binary's containerd tests (cgroupRoot /rkt-<pid>-<n>).
+	for top in /sys/fs/cgroup/*/rkt-* /sys/fs/cgroup/rkt-*; do
+		[[ -d $top ]] || continue
+		find "$top" -depth -type d -exec rmdir {} + 2>/dev/null || true
+	done
 }
 
 # ---------------------------------------------------------------------------------------------

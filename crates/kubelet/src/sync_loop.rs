@@ -6,6 +6,7 @@
 
 use crate::objects::PodObjects;
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::admission::{Admission, is_terminal, rejected_status};
 use crate::clock::Clock;
+use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
 use crate::kuberuntime::runtime_status::list_pods;
 use crate::pleg::PodLifecycleEvent;
@@ -101,6 +103,8 @@ pub struct SyncLoop {
     volumes: Option<VolumeManager>,
     /// Told which pods need which ConfigMaps/Secrets (upstream Register/UnregisterPod).
     objects: Option<Arc<dyn PodObjects>>,
+    /// Pod cgroups to clean up, with the kubelet root dir (to see whose volumes remain).
+    cgroups: Option<(ContainerManager, PathBuf)>,
 }
 
 impl SyncLoop {
@@ -127,7 +131,15 @@ impl SyncLoop {
             probe_updates: None,
             volumes: None,
             objects: None,
+            cgroups: None,
         }
+    }
+
+    /// Lets housekeeping destroy the cgroups of pods nobody knows any more (upstream
+    /// `cleanupOrphanedPodCgroups`); `root_dir` holds `pods/<uid>/volumes`.
+    pub fn with_cgroups(mut self, cm: ContainerManager, root_dir: PathBuf) -> Self {
+        self.cgroups = Some((cm, root_dir));
+        self
     }
 
     /// Registers every desired pod with the object managers and unregisters removed ones.
@@ -413,8 +425,10 @@ impl SyncLoop {
             }
         }
 
+        let mut possibly_running = keep;
         match list_pods(self.runtime.as_ref(), false).await {
             Ok(running) => {
+                possibly_running.extend(running.iter().map(|rp| rp.uid.clone()));
                 for rp in running {
                     if !known.contains(&rp.uid) && !desired.contains(&rp.uid) {
                         info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "killing orphaned runtime pod");
@@ -422,7 +436,23 @@ impl SyncLoop {
                     }
                 }
             }
-            Err(e) => warn!(error = %e, "housekeeping: listing runtime pods failed"),
+            Err(e) => {
+                warn!(error = %e, "housekeeping: listing runtime pods failed");
+                return;
+            }
+        }
+        if let Some((cm, root_dir)) = &self.cgroups {
+            let (cm, root_dir) = (cm.clone(), root_dir.clone());
+            let cleanup = tokio::task::spawn_blocking(move || {
+                let volumes_exist = |uid: &str| {
+                    std::fs::read_dir(root_dir.join("pods").join(uid).join("volumes"))
+                        .is_ok_and(|mut d| d.next().is_some())
+                };
+                cm.cleanup_orphaned_pod_cgroups(&possibly_running, &volumes_exist)
+            });
+            if let Err(e) = cleanup.await {
+                warn!(error = %e, "housekeeping: pod cgroup cleanup failed");
+            }
         }
     }
 }

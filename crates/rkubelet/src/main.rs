@@ -13,10 +13,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps, ApiModeConfig, GcSettings};
+use kubelet::agent::{
+    Agent, AgentConfig, AgentDeps, ApiModeConfig, CgroupSettings, CmConfig, GcSettings,
+};
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
+use kubelet::cm::resources::PodCgroupOptions;
 use kubelet::config::KubeletConfiguration;
 use kubelet::events::LoggingRecorder;
 use kubelet::images::gc::{IMAGE_GC_PERIOD, ImageGcConfig, ImageGcPolicy};
@@ -257,6 +260,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         cpu_manager: cpu_manager_config(c, &node.root_dir)?,
         gc: gc_settings(c, node)?,
         eviction,
+        cgroups: cgroup_settings(c),
     })
 }
 
@@ -329,6 +333,44 @@ fn gc_settings(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<GcSe
         registry_pull_qps: c.registry_pull_qps,
         registry_burst: c.registry_burst,
     })
+}
+
+/// The container manager's settings from the config (`cgroupsPerQOS`, `cgroupRoot`, node
+/// allocatable enforcement, CFS quota, pod pids limit, OOM and swap behaviour).
+fn cgroup_settings(c: &KubeletConfiguration) -> CgroupSettings {
+    let nanos = |m: &std::collections::BTreeMap<String, kubelet::config::Quantity>| {
+        m.iter().map(|(k, q)| (k.clone(), q.nanos())).collect()
+    };
+    let period_us = c.cpu_cfs_quota_period.as_std().as_micros();
+    CgroupSettings {
+        per_qos: c.cgroups_per_qos,
+        cm: CmConfig {
+            cgroup_root: if c.cgroup_root.is_empty() {
+                "/".to_owned()
+            } else {
+                c.cgroup_root.clone()
+            },
+            pod_options: PodCgroupOptions {
+                enforce_cpu_limits: c.cpu_cfs_quota,
+                cpu_period: u64::try_from(period_us).unwrap_or(100_000),
+                pod_pids_limit: c.pod_pids_limit,
+            },
+            enforce_node_allocatable: c
+                .enforce_node_allocatable
+                .iter()
+                .filter(|e| e.as_str() != "none")
+                .cloned()
+                .collect(),
+            system_reserved: nanos(&c.system_reserved),
+            kube_reserved: nanos(&c.kube_reserved),
+            system_reserved_cgroup: c.system_reserved_cgroup.clone(),
+            kube_reserved_cgroup: c.kube_reserved_cgroup.clone(),
+            ..CmConfig::default()
+        },
+        single_process_oom_kill: c.single_process_oom_kill,
+        swap_behavior: c.memory_swap.swap_behavior.clone(),
+        ..CgroupSettings::default()
+    }
 }
 
 /// The node's primary IP when `--node-ip` is not given: the source address of the default

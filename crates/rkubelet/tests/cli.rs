@@ -72,3 +72,27 @@ fn invalid_unsafe_sysctl_pattern_is_refused() {
     assert_ne!(code, 0);
     assert!(err.contains("allowedUnsafeSysctls"), "{err}");
 }
+
+#[test]
+fn cgroup_settings_are_validated_with_the_field_named() {
+    let (code, err) = run_with_config("cgroupDriver: systemd\n");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(
+            "cgroupDriver (--cgroup-driver) \"systemd\" is not implemented yet, use \"cgroupfs\""
+        ),
+        "{err}"
+    );
+    let (code, err) = run_with_config("enforceNodeAllocatable: [pods, system-reserved]\n");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("systemReservedCgroup (--system-reserved-cgroup) must be specified"),
+        "{err}"
+    );
+    let (code, err) = run_with_config("cgroupsPerQOS: false\n");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS"),
+        "{err}"
+    );
+}

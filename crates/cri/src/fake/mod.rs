@@ -274,6 +274,11 @@ impl FakeRuntime {
         self.lock().pod_sandbox_status(id).ok()
     }
 
+    /// The config sandbox `id` was created with (cgroup parent, resources…), if it exists.
+    pub fn sandbox_config(&self, id: &str) -> Option<api::PodSandboxConfig> {
+        self.lock().sandboxes.get(id).map(|sb| sb.config.clone())
+    }
+
     /// Images present (first tag, or ID if untagged), in the order they were added.
     pub fn images(&self) -> Vec<String> {
         self.lock()

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod gc;
 
+pub use crate::cm::CmConfig;
 pub use api::ApiModeConfig;
 pub use gc::GcSettings;
 
@@ -98,6 +99,39 @@ pub struct AgentConfig {
     pub gc: GcSettings,
     /// Stats provider and eviction manager (disabled in `for_tests`).
     pub eviction: crate::eviction::EvictionWiring,
+    /// The container manager (cgroups, QoS, node allocatable).
+    pub cgroups: CgroupSettings,
+}
+
+/// Container manager settings (`cgroupsPerQOS`, `cgroupRoot`, node allocatable, CFS quota…).
+#[derive(Debug, Clone)]
+pub struct CgroupSettings {
+    /// `cgroupsPerQOS`: create QoS and pod cgroups. Off: no cgroups, empty cgroup parent.
+    pub per_qos: bool,
+    /// Where the cgroup hierarchies are mounted (default `/sys/fs/cgroup`).
+    pub mount_root: PathBuf,
+    /// A cgroup filesystem to use instead of the real one (tests).
+    pub fs: Option<Arc<dyn crate::cm::cgroups::CgroupFs>>,
+    /// Everything but the capacity, which the agent reads from the host.
+    pub cm: crate::cm::CmConfig,
+    /// `singleProcessOOMKill` (unset: false on cgroup v2, as upstream).
+    pub single_process_oom_kill: Option<bool>,
+    /// `memorySwap.swapBehavior`.
+    pub swap_behavior: String,
+}
+
+impl Default for CgroupSettings {
+    /// Cgroups off: fake-runtime tests must never touch the host's cgroups.
+    fn default() -> Self {
+        Self {
+            per_qos: false,
+            mount_root: PathBuf::from("/sys/fs/cgroup"),
+            fs: None,
+            cm: crate::cm::CmConfig::default(),
+            single_process_oom_kill: None,
+            swap_behavior: String::new(),
+        }
+    }
 }
 
 impl AgentConfig {
@@ -137,6 +171,7 @@ impl AgentConfig {
             // No GC or rotation in tests unless a test asks for it.
             gc: GcSettings::default(),
             eviction: crate::eviction::EvictionWiring::default(),
+            cgroups: CgroupSettings::default(),
         }
     }
 }
@@ -169,6 +204,8 @@ pub enum AgentError {
     CpuManager(#[from] CpuManagerError),
     #[error(transparent)]
     ImageGc(#[from] crate::images::gc::ImageGcError),
+    #[error("container manager: {0}")]
+    ContainerManager(#[from] crate::cm::CmError),
 }
 
 /// A running kubelet.
@@ -275,6 +312,26 @@ impl Agent {
             Clock::new(),
             cancel.child_token(),
         );
+        // Container manager: kubepods, QoS cgroups, node allocatable (before any pod syncs).
+        let cgroup_fs = cfg
+            .cgroups
+            .fs
+            .clone()
+            .unwrap_or_else(|| crate::cm::cgroups::detect(&cfg.cgroups.mount_root));
+        let cgroup_v2 = cgroup_fs.version() == crate::cm::cgroups::CgroupVersion::V2;
+        let hugepage_sizes: Vec<u64> = host.huge_pages.iter().map(|h| h.page_size).collect();
+        let cm = if cfg.cgroups.per_qos {
+            let cm_cfg = crate::cm::CmConfig {
+                capacity: crate::cm::node_capacity(&host, crate::cm::read_pid_max()),
+                hugepage_sizes: hugepage_sizes.clone(),
+                ..cfg.cgroups.cm.clone()
+            };
+            let cm = crate::cm::ContainerManager::new(cm_cfg, cgroup_fs.clone());
+            cm.start()?;
+            Some(cm)
+        } else {
+            None
+        };
         let images = ImageManager::new(
             deps.images.clone(),
             events.clone(),
@@ -296,10 +353,23 @@ impl Agent {
                 runtime_name: cfg.runtime_name.clone(),
                 runtime_options: RuntimeOptions {
                     memory_capacity: memory_bytes,
-                    cgroup_v2: std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+                    cgroup_v2,
+                    cpu_cfs_quota: cfg.cgroups.cm.pod_options.enforce_cpu_limits,
+                    cpu_cfs_quota_period_us: i64::try_from(cfg.cgroups.cm.pod_options.cpu_period)
+                        .unwrap_or(100_000),
+                    single_process_oom_kill: cfg
+                        .cgroups
+                        .single_process_oom_kill
+                        .unwrap_or(!cgroup_v2),
                     seccomp_profile_root: cfg.root_dir.join("seccomp"),
                     seccomp_default: cfg.seccomp_default,
-                    ..RuntimeOptions::default()
+                    hugepage_sizes,
+                    swap_behavior: cfg.cgroups.swap_behavior.clone(),
+                    swap_controller_available: crate::cm::swap_controller_available(
+                        &cfg.cgroups.mount_root,
+                        cgroup_v2,
+                    ),
+                    swap_capacity: i64::try_from(host.swap_capacity).unwrap_or(0),
                 },
                 sandbox: SandboxContext {
                     node_name: cfg.node_name.clone(),
@@ -317,6 +387,10 @@ impl Agent {
         .with_relist_trigger(relist_trigger)
         .with_prober(prober.clone())
         .with_cpu_manager(cpu_manager.clone());
+        let syncer = match &cm {
+            Some(cm) => syncer.with_cgroups(cm.clone()),
+            None => syncer,
+        };
         let syncer = Arc::new(match &objects {
             Some(objects) => syncer.with_objects(objects.clone()),
             None => syncer,
@@ -409,8 +483,16 @@ impl Agent {
             Some(objects) => sync_loop.with_objects(objects),
             None => sync_loop,
         };
+        let sync_loop = match &cm {
+            Some(cm) => sync_loop.with_cgroups(cm.clone(), cfg.root_dir.clone()),
+            None => sync_loop,
+        };
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
+        if let Some(cm) = cm {
+            cm.set_active_pods(pods.clone());
+            tracker.spawn(cm.run(cancel.child_token()));
+        }
         tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
 
         // CPU manager reconcile loop: admitted, non-terminal pods and the PLEG's view.

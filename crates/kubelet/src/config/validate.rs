@@ -79,6 +79,20 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         !kc.cgroups_per_qos && !kc.enforce_node_allocatable.is_empty(),
         "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true".into(),
     );
+    match kc.cgroup_driver.as_str() {
+        "cgroupfs" => {}
+        "systemd" => err(
+            true,
+            "cgroupDriver (--cgroup-driver) \"systemd\" is not implemented yet, use \"cgroupfs\""
+                .into(),
+        ),
+        other => err(
+            true,
+            format!(
+                "cgroupDriver (--cgroup-driver) {other:?} is invalid: expected \"cgroupfs\" (or \"systemd\", not implemented yet)"
+            ),
+        ),
+    }
     err(
         !kc.system_cgroups.is_empty() && kc.cgroup_root.is_empty(),
         "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified".into(),

@@ -156,6 +156,14 @@ fn each_bad_field_is_named() {
             "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS",
         ),
         (
+            |c| c.cgroup_driver = "systemd".into(),
+            "cgroupDriver (--cgroup-driver) \"systemd\" is not implemented yet, use \"cgroupfs\"",
+        ),
+        (
+            |c| c.cgroup_driver = "cgroupv2".into(),
+            "cgroupDriver (--cgroup-driver) \"cgroupv2\" is invalid",
+        ),
+        (
             |c| c.system_cgroups = "/system".into(),
             "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified",
         ),

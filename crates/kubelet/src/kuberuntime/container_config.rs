@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, Image, ImageSpec, Int64Value, KeyValue,
+    ContainerConfig, ContainerMetadata, HugepageLimit, Image, ImageSpec, Int64Value, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, Mount,
     SecurityProfile, security_profile::ProfileType,
 };
@@ -24,6 +24,7 @@ use super::sandbox_config::{
     SandboxConfigError, namespaces_for_pod, pod_supplemental_groups, runtime_selinux,
     supplemental_groups_policy,
 };
+use crate::cm::cgroups::hugepage_size_name;
 use crate::security::{apparmor, capabilities};
 use crate::status::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt};
@@ -79,6 +80,14 @@ pub struct RuntimeOptions {
     pub seccomp_default: bool,
     /// `<root-dir>/seccomp`, the base of `Localhost` seccomp profiles.
     pub seccomp_profile_root: PathBuf,
+    /// The host's huge page sizes in bytes (each gets a limit, 0 unless the container asks).
+    pub hugepage_sizes: Vec<u64>,
+    /// `memorySwap.swapBehavior` (`""`, `NoSwap`, `LimitedSwap`).
+    pub swap_behavior: String,
+    /// The memory cgroup can limit swap (v1 `memory.memsw.*`, v2 `memory.swap.max`).
+    pub swap_controller_available: bool,
+    /// The node's swap capacity in bytes (`LimitedSwap` shares it out).
+    pub swap_capacity: i64,
 }
 
 impl Default for RuntimeOptions {
@@ -91,6 +100,10 @@ impl Default for RuntimeOptions {
             single_process_oom_kill: false,
             seccomp_default: false,
             seccomp_profile_root: PathBuf::from("/var/lib/kubelet/seccomp"),
+            hugepage_sizes: Vec::new(),
+            swap_behavior: String::new(),
+            swap_controller_available: false,
+            swap_capacity: 0,
         }
     }
 }
@@ -403,15 +416,37 @@ fn units(nanos: i128) -> i64 {
     i64::try_from(nanos_to_units(nanos)).unwrap_or(i64::MAX)
 }
 
-/// Upstream `generateLinuxContainerResources` (without hugepages, swap and memory QoS).
+/// Upstream `generateLinuxContainerResources` (without memory QoS, an alpha feature):
+/// cpu/memory as `calculateLinuxResources`, the OOM score, huge page limits and swap.
 fn linux_resources(
     pod: &Pod,
     container: &Container,
     ctx: &ContainerContext<'_>,
 ) -> LinuxContainerResources {
-    let cpu_request = quantity(container, false, "cpu");
-    let cpu_limit = quantity(container, true, "cpu");
-    let memory_limit = quantity(container, true, "memory").map_or(0, units);
+    let mut r = calculate_linux_resources(
+        quantity(container, false, "cpu"),
+        quantity(container, true, "cpu"),
+        quantity(container, true, "memory"),
+        ctx.options,
+    );
+    if let Some(cpus) = ctx.cpuset_cpus {
+        r.cpuset_cpus = cpus.to_owned();
+    }
+    r.oom_score_adj = oom_score_adj(pod, container, ctx.qos_class, ctx.options.memory_capacity);
+    r.hugepage_limits = hugepage_limits(container, &ctx.options.hugepage_sizes);
+    configure_swap(&mut r, container, ctx.qos_class, ctx.options);
+    r
+}
+
+/// Upstream `calculateLinuxResources`: shares from the cpu request (the limit when there is
+/// no request), memory limit, CFS quota/period when `cpuCFSQuota`, and on cgroup v2
+/// `memory.oom.group=1` unless `singleProcessOOMKill`.
+pub fn calculate_linux_resources(
+    cpu_request: Option<i128>,
+    cpu_limit: Option<i128>,
+    memory_limit: Option<i128>,
+    options: &RuntimeOptions,
+) -> LinuxContainerResources {
     // A missing request defaults to the limit (the API server does this for new pods).
     let shares_from = match cpu_request {
         Some(req) => milli(req),
@@ -419,23 +454,131 @@ fn linux_resources(
     };
     let mut r = LinuxContainerResources {
         cpu_shares: milli_cpu_to_shares(shares_from),
-        memory_limit_in_bytes: memory_limit,
-        oom_score_adj: oom_score_adj(pod, container, ctx.qos_class, ctx.options.memory_capacity),
+        memory_limit_in_bytes: memory_limit.map_or(0, units),
         ..Default::default()
     };
-    if ctx.options.cpu_cfs_quota {
-        let period = ctx.options.cpu_cfs_quota_period_us;
+    if options.cpu_cfs_quota {
+        let period = options.cpu_cfs_quota_period_us;
         r.cpu_period = period;
         r.cpu_quota = milli_cpu_to_quota(cpu_limit.map_or(0, milli), period);
     }
-    if let Some(cpus) = ctx.cpuset_cpus {
-        r.cpuset_cpus = cpus.to_owned();
-    }
-    if ctx.options.cgroup_v2 && !ctx.options.single_process_oom_kill {
+    if options.cgroup_v2 && !options.single_process_oom_kill {
         r.unified
             .insert("memory.oom.group".to_owned(), "1".to_owned());
     }
     r
+}
+
+/// Upstream `applySandboxResources`: the sandbox's `resources` from the pod's aggregated
+/// requests/limits (overhead excluded) and its `overhead` as a guaranteed allotment.
+pub fn sandbox_resources(
+    pod: &Pod,
+    options: &RuntimeOptions,
+) -> (LinuxContainerResources, LinuxContainerResources) {
+    let reqs = crate::cm::resources::pod_requests(pod, true);
+    let lims = crate::cm::resources::pod_limits(pod, true);
+    let resources = calculate_linux_resources(
+        reqs.get("cpu").copied(),
+        Some(lims.get("cpu").copied().unwrap_or(0)),
+        Some(lims.get("memory").copied().unwrap_or(0)),
+        options,
+    );
+    let overhead = match pod.spec.as_ref().and_then(|s| s.overhead.as_ref()) {
+        Some(o) => {
+            let get = |k: &str| {
+                Some(
+                    o.get(k)
+                        .and_then(|q| parse_quantity_nanos(&q.0))
+                        .unwrap_or(0),
+                )
+            };
+            calculate_linux_resources(get("cpu"), get("cpu"), get("memory"), options)
+        }
+        None => LinuxContainerResources::default(),
+    };
+    (resources, overhead)
+}
+
+/// Upstream `GetHugepageLimitsFromResources`: every page size of the host, limited to 0 unless
+/// the container's limits name it.
+fn hugepage_limits(container: &Container, sizes: &[u64]) -> Vec<HugepageLimit> {
+    let limits = container.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let mut wanted = std::collections::BTreeMap::new();
+    for (name, q) in limits.into_iter().flatten() {
+        let Some(size) = name.strip_prefix("hugepages-") else {
+            continue;
+        };
+        let (Some(size), Some(limit)) = (parse_quantity_nanos(size), parse_quantity_nanos(&q.0))
+        else {
+            continue;
+        };
+        let Ok(size) = u64::try_from(nanos_to_units(size)) else {
+            continue;
+        };
+        wanted.insert(
+            hugepage_size_name(size),
+            u64::try_from(nanos_to_units(limit)).unwrap_or(0),
+        );
+    }
+    sizes
+        .iter()
+        .map(|size| {
+            let page_size = hugepage_size_name(*size);
+            HugepageLimit {
+                limit: wanted.get(&page_size).copied().unwrap_or(0),
+                page_size,
+            }
+        })
+        .collect()
+}
+
+/// Upstream `configureContainerSwapResources` (NodeSwap on, as by default): nothing without a
+/// swap controller; `LimitedSwap` gives a Burstable container with a memory request below its
+/// limit `request / node memory × swap capacity` (v2 `memory.swap.max`); everything else gets
+/// no swap (v1: memsw limit = memory limit; v2: `memory.swap.max=0`).
+fn configure_swap(
+    r: &mut LinuxContainerResources,
+    container: &Container,
+    qos_class: &str,
+    options: &RuntimeOptions,
+) {
+    if !options.swap_controller_available {
+        return;
+    }
+    let no_swap = |r: &mut LinuxContainerResources| {
+        if options.cgroup_v2 {
+            r.unified
+                .insert("memory.swap.max".to_owned(), "0".to_owned());
+        } else {
+            r.memory_swap_limit_in_bytes = r.memory_limit_in_bytes;
+        }
+    };
+    if options.swap_behavior != "LimitedSwap" {
+        return no_swap(r);
+    }
+    let request = quantity(container, false, "memory").unwrap_or(0);
+    let limit = quantity(container, true, "memory").unwrap_or(0);
+    if qos_class != crate::status::qos::BURSTABLE
+        || (request == 0 && limit == 0)
+        || request == limit
+    {
+        return no_swap(r);
+    }
+    let request = units(request);
+    if options.memory_capacity <= 0 || request > options.memory_capacity {
+        return no_swap(r);
+    }
+    if !options.cgroup_v2 {
+        // Upstream refuses to configure swap on cgroup v1 (and logs it).
+        tracing::warn!(
+            container = container.name,
+            "LimitedSwap is not supported on cgroup v1"
+        );
+        return;
+    }
+    let swap = (request as f64 / options.memory_capacity as f64) * options.swap_capacity as f64;
+    r.unified
+        .insert("memory.swap.max".to_owned(), (swap as i64).to_string());
 }
 
 fn milli_cpu_to_shares(milli: i64) -> i64 {
@@ -701,6 +844,140 @@ mod tests {
                 "{name}: cgroup v1 has no unified settings"
             );
         }
+    }
+
+    #[test]
+    fn hugepages_and_swap() {
+        let c = container(json!({"name": "c", "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "4Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "4Mi"}}}));
+        let pod = pod_with(json!({"containers": [c]}));
+        let mut inputs = Inputs::new();
+        inputs.qos = "Guaranteed";
+        inputs.options.hugepage_sizes = vec![2 << 20, 1 << 30];
+        let cfg = generate(&pod, &c, &inputs);
+        let r = linux(&cfg).resources.as_ref().unwrap();
+        let hp: Vec<(&str, u64)> = r
+            .hugepage_limits
+            .iter()
+            .map(|h| (h.page_size.as_str(), h.limit))
+            .collect();
+        assert_eq!(hp, vec![("2MB", 4 << 20), ("1GB", 0)]);
+        assert_eq!(
+            r.memory_swap_limit_in_bytes, 0,
+            "no swap controller: untouched"
+        );
+
+        // (qos, requests, limits, v2, behavior) → (memsw, memory.swap.max)
+        #[rustfmt::skip]
+        type Case<'a> = (&'a str, serde_json::Value, serde_json::Value, bool, &'a str, i64, Option<&'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                false,
+                "",
+                2 * GI,
+                None,
+            ),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                true,
+                "NoSwap",
+                0,
+                Some("0"),
+            ),
+            // 1Gi of 4Gi memory → a quarter of the 2Gi swap.
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                true,
+                "LimitedSwap",
+                0,
+                Some("536870912"),
+            ),
+            (
+                "Guaranteed",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "1Gi"}),
+                true,
+                "LimitedSwap",
+                0,
+                Some("0"),
+            ),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "1Gi"}),
+                true,
+                "LimitedSwap",
+                0,
+                Some("0"),
+            ),
+            (
+                "Burstable",
+                json!({"memory": "1Gi"}),
+                json!({"memory": "2Gi"}),
+                false,
+                "LimitedSwap",
+                0,
+                None,
+            ),
+        ];
+        for (i, (qos, req, lim, v2, behavior, memsw, swap_max)) in cases.into_iter().enumerate() {
+            let c = container(json!({"name": "c", "resources": {"requests": req, "limits": lim}}));
+            let pod = pod_with(json!({"containers": [c]}));
+            let mut inputs = Inputs::new();
+            inputs.qos = qos;
+            inputs.options.cgroup_v2 = v2;
+            inputs.options.single_process_oom_kill = true;
+            inputs.options.swap_controller_available = true;
+            inputs.options.swap_behavior = behavior.to_owned();
+            inputs.options.memory_capacity = 4 * GI;
+            inputs.options.swap_capacity = 2 * GI;
+            let cfg = generate(&pod, &c, &inputs);
+            let r = linux(&cfg).resources.as_ref().unwrap();
+            assert_eq!(r.memory_swap_limit_in_bytes, memsw, "case {i}");
+            assert_eq!(
+                r.unified.get("memory.swap.max").map(String::as_str),
+                swap_max,
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn sandbox_resources_from_pod_and_overhead() {
+        let pod = pod_with(json!({
+            "overhead": {"cpu": "100m", "memory": "10Mi"},
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "64Mi"}}}]}));
+        let (r, o) = sandbox_resources(&pod, &RuntimeOptions::default());
+        assert_eq!(
+            (
+                r.cpu_shares,
+                r.cpu_quota,
+                r.cpu_period,
+                r.memory_limit_in_bytes
+            ),
+            (512, 50_000, 100_000, 128 << 20)
+        );
+        assert_eq!(
+            (o.cpu_shares, o.cpu_quota, o.memory_limit_in_bytes),
+            (102, 10_000, 10 << 20)
+        );
+        let be = pod_with(json!({"containers": [{"name": "a"}]}));
+        let (r, o) = sandbox_resources(&be, &RuntimeOptions::default());
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes),
+            (2, 0, 0)
+        );
+        assert_eq!(o, LinuxContainerResources::default());
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::container::{ContainerState, PodStatus};
 use crate::events::EventType;
 use crate::images::ImageError;
 use crate::kuberuntime::actions::{KillReason, is_host_network};
+use crate::kuberuntime::container_config::sandbox_resources;
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
@@ -28,7 +29,8 @@ use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
 use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
 use crate::kuberuntime::sandbox_config::{
-    WarningObject, generate_pod_sandbox_config, pod_hostname_and_domain, pod_logs_directory,
+    SandboxContext, WarningObject, generate_pod_sandbox_config, pod_hostname_and_domain,
+    pod_logs_directory,
 };
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
@@ -174,9 +176,25 @@ impl<'a> Starter<'a> {
     }
 
     fn sandbox_config(&self, attempt: u32) -> Result<PodSandboxConfig, StartError> {
-        let (config, warnings) =
-            generate_pod_sandbox_config(self.pod, attempt, &self.syncer.config.sandbox)
-                .map_err(|e| StartError::CreatePodSandbox(e.to_string()))?;
+        let cgroup_ctx;
+        let ctx = match &self.syncer.cgroups {
+            Some(cm) => {
+                cgroup_ctx = SandboxContext {
+                    cgroup_parent: Some(cm.pod_cgroup_parent(self.pod)),
+                    ..self.syncer.config.sandbox.clone()
+                };
+                &cgroup_ctx
+            }
+            None => &self.syncer.config.sandbox,
+        };
+        let (mut config, warnings) = generate_pod_sandbox_config(self.pod, attempt, ctx)
+            .map_err(|e| StartError::CreatePodSandbox(e.to_string()))?;
+        if let Some(linux) = config.linux.as_mut() {
+            let (resources, overhead) =
+                sandbox_resources(self.pod, &self.syncer.config.runtime_options);
+            linux.resources = Some(resources);
+            linux.overhead = Some(overhead);
+        }
         for w in warnings {
             // Node-object events need the API event sink; until then they are logged.
             if w.object == WarningObject::Node {

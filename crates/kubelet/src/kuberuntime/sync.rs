@@ -18,6 +18,7 @@ use tracing::{debug, info, warn};
 use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::cm::cpumanager::CpuManager;
+use crate::cm::ContainerManager;
 use crate::container::{PodStatus, RunningPod};
 use crate::events::{EventRecorder, EventType};
 use crate::images::ImageManager;
@@ -78,6 +79,8 @@ pub struct Syncer {
     pub(crate) objects: Option<Arc<dyn PodObjects>>,
     /// Cpusets for new containers; releases a terminated pod's CPUs.
     pub(crate) cpu_manager: Option<CpuManager>,
+    /// Pod cgroups (`cgroupsPerQOS`); `None` leaves the cgroup parent empty.
+    pub(crate) cgroups: Option<ContainerManager>,
 }
 
 impl Syncer {
@@ -104,7 +107,15 @@ impl Syncer {
             prober: None,
             objects: None,
             cpu_manager: None,
+            cgroups: None,
         }
+    }
+
+    /// Creates each pod's cgroup before its sandbox and hands it to the runtime as the cgroup
+    /// parent (upstream SyncPod `pcm.EnsureExists`).
+    pub fn with_cgroups(mut self, cm: ContainerManager) -> Self {
+        self.cgroups = Some(cm);
+        self
     }
 
     /// Gives container environments the API server's ConfigMaps, Secrets and service links
@@ -287,6 +298,20 @@ impl PodSyncer for Syncer {
             info!(pod = %pod.full_name(), uid = %pod.uid(), "syncing new pod");
         }
         self.make_pod_dirs(pod)?;
+        if let Some(cm) = &self.cgroups
+            && let Err(e) = cm.ensure_pod_cgroup(pod)
+        {
+            self.events.event(
+                pod,
+                EventType::Warning,
+                "FailedToCreatePodContainer",
+                &e.to_string(),
+            );
+            return Err(SyncError(format!(
+                "failed to ensure that the pod: {} cgroups exist and are correctly applied: {e}",
+                pod.uid()
+            )));
+        }
 
         let actions = compute_pod_actions_with_probes(pod, status, self.probes());
         debug!(pod = %pod.full_name(), uid = %pod.uid(), ?actions, "computed pod actions");

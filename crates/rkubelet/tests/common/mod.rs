@@ -65,6 +65,9 @@ pub struct Kubelet {
     pub healthz_port: u16,
     /// Extra command-line flags (e.g. `--kubeconfig PATH`), used by `start`.
     pub extra_args: Vec<std::ffi::OsString>,
+    /// This kubelet's own `cgroupRoot` (`/rkt-<pid>-<n>`): concurrent test kubelets never see
+    /// each other's pod cgroups; removed on drop.
+    pub cgroup_root: String,
     child: Option<Child>,
 }
 
@@ -86,19 +89,24 @@ impl Kubelet {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        sweep_stale_cgroup_roots();
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let k = Self {
             dir,
             port: free_port(),
             healthz_port: free_port(),
             extra_args: Vec::new(),
+            cgroup_root: format!("/rkt-{}-{seq}", std::process::id()),
             child: None,
         };
         let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\nreadOnlyPort: {}\nhealthzPort: {}\npodLogsDir: {}\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\nreadOnlyPort: {}\nhealthzPort: {}\npodLogsDir: {}\ncgroupRoot: {}\n",
             k.manifests().display(),
             k.port,
             k.healthz_port,
-            k.logs().display()
+            k.logs().display(),
+            k.cgroup_root
         );
         std::fs::write(k.dir.path().join("config.yaml"), config).unwrap();
         k
@@ -254,6 +262,66 @@ impl Drop for Kubelet {
             }
             std::thread::sleep(Duration::from_secs(3));
             self.stop();
+        }
+        remove_cgroup_root(&self.cgroup_root);
+    }
+}
+
+/// Removes the (empty) cgroup roots of test processes that are gone: a kubelet whose pods
+/// were still running when it stopped (API-mode tests) leaves its pod cgroups until the next
+/// kubelet kills those pods as orphans.
+fn sweep_stale_cgroup_roots() {
+    let mut roots = std::collections::BTreeSet::new();
+    let base = Path::new("/sys/fs/cgroup");
+    let mut dirs = vec![base.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(base) {
+        dirs.extend(entries.flatten().map(|e| e.path()));
+    }
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("rkt-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                roots.insert(format!("/{name}"));
+            }
+        }
+    }
+    for root in roots {
+        remove_cgroup_root(&root);
+    }
+}
+
+/// Removes a test kubelet's cgroup root from every hierarchy (v1 controllers and the unified
+/// mount), deepest first. Only empty cgroups can go: anything still running stays visible.
+pub fn remove_cgroup_root(root: &str) {
+    fn rm(dir: &Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    rm(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let rel = root.trim_start_matches('/');
+    if rel.is_empty() {
+        return;
+    }
+    let base = Path::new("/sys/fs/cgroup");
+    rm(&base.join(rel));
+    if let Ok(entries) = std::fs::read_dir(base) {
+        for e in entries.flatten() {
+            rm(&e.path().join(rel));
         }
     }
 }
