@@ -15,6 +15,7 @@ pub mod events;
 pub mod events_api;
 pub mod images;
 pub mod kuberuntime;
+pub mod metrics;
 pub mod mirror;
 pub mod nodelease;
 pub mod nodestatus;
