@@ -31,6 +31,7 @@ use crate::images::ImageManager;
 use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
+use crate::metrics::{InstrumentedImages, InstrumentedRuntime, InstrumentedSyncer, KubeletMetrics};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
@@ -152,8 +153,11 @@ pub enum AgentError {
 /// A running kubelet.
 pub struct Agent {
     pub pods: watch::Receiver<Arc<Vec<Pod>>>,
-    /// The prober (results, `prober_probe_total`, worker counts).
+    /// The prober (results, `prober_probe_total`, worker counts); `prober.metrics().render()`
+    /// is `/metrics/probes`.
     pub prober: ProbeManager,
+    /// The kubelet's metrics; `render()` is `/metrics`.
+    pub metrics: KubeletMetrics,
     pub status: StatusManager,
     pub workers: PodWorkers,
     pub health: Vec<(String, HealthCheck)>,
@@ -184,6 +188,14 @@ impl Agent {
             })?;
         }
         let tracker = TaskTracker::new();
+        // Metrics: one registry for the whole kubelet; every CRI call goes through the
+        // instrumenting decorators.
+        let metrics = KubeletMetrics::new(&cfg.node_name);
+        let deps = AgentDeps {
+            runtime: Arc::new(InstrumentedRuntime::new(deps.runtime, metrics.clone())),
+            images: Arc::new(InstrumentedImages::new(deps.images, metrics.clone())),
+            ..deps
+        };
         let events = match &deps.api {
             Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &tracker, &cancel),
             None => deps.events.clone(),
@@ -230,6 +242,7 @@ impl Agent {
             cfg.relist_period,
             pleg_tx,
         );
+        let pleg = pleg.with_metrics(metrics.clone());
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
@@ -279,11 +292,17 @@ impl Agent {
             volumes.clone(),
         )
         .with_relist_trigger(relist_trigger)
-        .with_prober(prober.clone());
+        .with_prober(prober.clone())
+        .with_metrics(metrics.clone());
         let syncer = Arc::new(match &objects {
             Some(objects) => syncer.with_objects(objects.clone()),
             None => syncer,
         });
+        let syncer = Arc::new(InstrumentedSyncer::new(
+            syncer,
+            metrics.clone(),
+            status.clone(),
+        ));
         let workers = PodWorkers::new(
             syncer,
             cache,
@@ -354,7 +373,8 @@ impl Agent {
             events.clone(),
         )
         .with_probe_updates(probe_updates)
-        .with_volumes(volumes);
+        .with_volumes(volumes)
+        .with_metrics(metrics.clone());
         let sync_loop = match objects {
             Some(objects) => sync_loop.with_objects(objects),
             None => sync_loop,
@@ -430,6 +450,7 @@ impl Agent {
         Ok(Self {
             pods,
             prober,
+            metrics,
             status,
             workers,
             health,

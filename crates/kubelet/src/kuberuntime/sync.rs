@@ -28,6 +28,8 @@ use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{StartError, Starter};
+use crate::metrics::KubeletMetrics;
+use crate::metrics::kubelet::{CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
 use crate::prober::ProbeManager;
@@ -75,6 +77,7 @@ pub struct Syncer {
     pub(crate) volumes: VolumeManager,
     /// ConfigMaps, Secrets and service links for container environments (API-server mode).
     pub(crate) objects: Option<Arc<dyn PodObjects>>,
+    metrics: Option<KubeletMetrics>,
 }
 
 impl Syncer {
@@ -100,6 +103,25 @@ impl Syncer {
             relist: None,
             prober: None,
             objects: None,
+            metrics: None,
+        }
+    }
+
+    /// Counts sandbox and container start attempts (`kubelet_started_*`).
+    pub fn with_metrics(mut self, metrics: KubeletMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Upstream counts a container start once past the back-off check, and its failure by
+    /// waiting reason.
+    fn count_container_start(&self, is_init: bool, result: Result<(), &StartError>) {
+        let Some(m) = &self.metrics else { return };
+        let kind = if is_init { INIT_CONTAINER } else { CONTAINER };
+        match result {
+            Err(StartError::CrashLoopBackOff(_)) => {}
+            Err(e) => m.record_started_container(kind, Some(e.reason())),
+            Ok(()) => m.record_started_container(kind, None),
         }
     }
 
@@ -340,7 +362,11 @@ impl PodSyncer for Syncer {
         }
         let starter = Starter::new(self, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
-            match starter.create_sandbox(actions.attempt).await {
+            let created = starter.create_sandbox(actions.attempt).await;
+            if let Some(m) = &self.metrics {
+                m.record_started_pod(created.is_err());
+            }
+            match created {
                 Ok(s) => s,
                 Err(e) => return Err(SyncError(e.to_string())),
             }
@@ -362,6 +388,7 @@ impl PodSyncer for Syncer {
                 break;
             }
             let result = starter.start_container(&sandbox, c, true).await;
+            self.count_container_start(true, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 let sidecar = c.restart_policy.as_deref() == Some("Always");
@@ -378,6 +405,7 @@ impl PodSyncer for Syncer {
                 break;
             }
             let result = starter.start_container(&sandbox, c, false).await;
+            self.count_container_start(false, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 failed.push(e.to_string());

@@ -599,16 +599,23 @@ impl KubeletMetrics {
 
     // ---- PLEG --------------------------------------------------------------------------------
 
-    /// One successful relist: its duration, the interval since the previous one, and the wall
-    /// time it started (`kubelet_pleg_last_seen_seconds`).
-    pub fn record_relist(&self, elapsed: Duration, interval: Option<Duration>, at: SystemTime) {
-        let f = &self.inner.f;
-        f.pleg_relist.observe(&[], elapsed.as_secs_f64());
-        if let Some(i) = interval {
-            f.pleg_interval.observe(&[], i.as_secs_f64());
-        }
+    /// How long one relist took (upstream observes every relist, failed ones too).
+    pub fn observe_relist_duration(&self, elapsed: Duration) {
+        self.inner.f.pleg_relist.observe(&[], elapsed.as_secs_f64());
+    }
+
+    /// Time from the start of the last successful relist to the start of this one.
+    pub fn observe_relist_interval(&self, interval: Duration) {
+        self.inner
+            .f
+            .pleg_interval
+            .observe(&[], interval.as_secs_f64());
+    }
+
+    /// The wall time the last successful relist started (`kubelet_pleg_last_seen_seconds`).
+    pub fn set_pleg_last_seen(&self, at: SystemTime) {
         let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-        f.pleg_last_seen.set(&[], secs as f64);
+        self.inner.f.pleg_last_seen.set(&[], secs as f64);
     }
 
     // ---- eviction and HTTP -------------------------------------------------------------------
