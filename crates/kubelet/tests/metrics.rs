@@ -368,6 +368,7 @@ async fn metrics_follow_pods_through_the_agent() {
             && value(&m, "kubelet_running_containers", &["running"]) == 0.0
             && value(&m, "kubelet_desired_pods", &["true"]) == 0.0
             && value(&m, "kubelet_active_pods", &["true"]) == 0.0
+            && !agent.prober.metrics().render().contains("web-0-node-m")
     })
     .await;
     assert!(value(&m, "kubelet_runtime_operations_total", &["stop_podsandbox"]) >= 5.0);

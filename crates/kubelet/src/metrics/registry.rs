@@ -98,14 +98,33 @@ pub struct FamilyWriter<'a> {
 }
 
 impl FamilyWriter<'_> {
-    /// One sample line: `<name><suffix>{labels} value`. Labels are written in the given order
-    /// (callers pass them sorted by name, with `le` last for buckets).
+    /// One sample line: `<name><suffix>{labels} value`. Labels are written sorted by name
+    /// (`le` and `quantile` last), as client_golang does; samples appear in call order, so a
+    /// scrape-time collector writes its series in a stable order itself.
     pub fn sample(&mut self, suffix: &str, labels: &[(&str, &str)], value: f64) {
+        self.sample_at(suffix, labels, value, None);
+    }
+
+    /// As `sample`, with an explicit timestamp in milliseconds since the epoch (what
+    /// `/metrics/resource` writes for stats taken at a known time).
+    pub fn sample_at(
+        &mut self,
+        suffix: &str,
+        labels: &[(&str, &str)],
+        value: f64,
+        timestamp_ms: Option<i64>,
+    ) {
+        let mut sorted = labels.to_vec();
+        sorted.sort_by_key(|(k, _)| (matches!(*k, "le" | "quantile"), *k));
         self.buf.push_str(&self.name);
         self.buf.push_str(suffix);
-        write_labels(self.buf, labels);
+        write_labels(self.buf, &sorted);
         self.buf.push(' ');
         self.buf.push_str(&format_value(value));
+        if let Some(ts) = timestamp_ms {
+            self.buf.push(' ');
+            self.buf.push_str(&ts.to_string());
+        }
         self.buf.push('\n');
     }
 }
@@ -233,6 +252,11 @@ impl<V: Clone> Series<V> {
         f(map.entry(key).or_insert_with(init));
     }
 
+    /// Keeps only the series whose label values (declared order) satisfy `keep`.
+    fn retain(&self, mut keep: impl FnMut(&[String]) -> bool) {
+        self.lock().retain(|k, _| keep(k));
+    }
+
     fn get(&self, labels: &[&str]) -> Option<V> {
         let key: Vec<String> = labels.iter().map(|s| (*s).to_owned()).collect();
         self.lock().get(&key).cloned()
@@ -287,6 +311,11 @@ impl CounterVec {
         self.0.get(labels)
     }
 
+    /// Drops the series whose label values (declared order) do not satisfy `keep`.
+    pub fn retain(&self, keep: impl FnMut(&[String]) -> bool) {
+        self.0.retain(keep);
+    }
+
     pub fn desc(&self) -> &Desc {
         &self.0.desc
     }
@@ -320,6 +349,11 @@ impl GaugeVec {
 
     pub fn get(&self, labels: &[&str]) -> Option<f64> {
         self.0.get(labels)
+    }
+
+    /// Drops the series whose label values (declared order) do not satisfy `keep`.
+    pub fn retain(&self, keep: impl FnMut(&[String]) -> bool) {
+        self.0.retain(keep);
     }
 
     pub fn desc(&self) -> &Desc {
@@ -394,6 +428,11 @@ impl HistogramVec {
 
     pub fn get(&self, labels: &[&str]) -> Option<HistogramData> {
         self.series.get(labels)
+    }
+
+    /// Drops the series whose label values (declared order) do not satisfy `keep`.
+    pub fn retain(&self, keep: impl FnMut(&[String]) -> bool) {
+        self.series.retain(keep);
     }
 
     pub fn buckets(&self) -> &[f64] {
@@ -613,5 +652,39 @@ mod tests {
             out.finish(),
             "# HELP x X.\n# TYPE x gauge\nx{k=\"1\"} 1\nx{k=\"2\"} 2\n"
         );
+    }
+
+    #[test]
+    fn scrape_time_samples_sort_labels_and_carry_timestamps() {
+        let mut out = Exposition::new();
+        let mut w = out.family(
+            "container_cpu_usage_seconds_total",
+            "Cpu.",
+            MetricKind::Counter,
+        );
+        w.sample_at(
+            "",
+            &[("pod", "p"), ("container", "c"), ("namespace", "ns")],
+            1.5,
+            Some(1_700_000_000_123),
+        );
+        w.sample("_bucket", &[("le", "1"), ("a", "x")], 2.0);
+        assert_eq!(
+            out.finish(),
+            "# HELP container_cpu_usage_seconds_total Cpu.\n\
+             # TYPE container_cpu_usage_seconds_total counter\n\
+             container_cpu_usage_seconds_total{container=\"c\",namespace=\"ns\",pod=\"p\"} 1.5 1700000000123\n\
+             container_cpu_usage_seconds_total_bucket{a=\"x\",le=\"1\"} 2\n"
+        );
+    }
+
+    #[test]
+    fn retain_drops_series() {
+        let h = HistogramVec::new(Desc::new("h", "H.", &["pod"]), &[1.0]);
+        h.observe(&["a"], 0.5);
+        h.observe(&["b"], 0.5);
+        h.retain(|l| l[0] != "a");
+        assert!(h.get(&["a"]).is_none());
+        assert!(h.get(&["b"]).is_some());
     }
 }

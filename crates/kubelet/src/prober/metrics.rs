@@ -93,10 +93,28 @@ impl ProbeMetrics {
         m.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
-    /// Drops the series of a pod that is gone (upstream deletes them with the worker).
+    /// Drops the series of a pod that is gone (upstream deletes them with the worker),
+    /// durations included (those are keyed by pod name and namespace).
     pub fn forget_pod(&self, pod_uid: &str) {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|k, _| k.pod_uid != pod_uid);
+        let mut gone = Vec::new();
+        {
+            let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            m.retain(|k, _| {
+                if k.pod_uid == pod_uid {
+                    gone.push((k.pod.clone(), k.namespace.clone()));
+                    return false;
+                }
+                true
+            });
+        }
+        if !gone.is_empty() {
+            // Labels: probe_type, container, pod, namespace.
+            self.durations.retain(|l| {
+                !gone
+                    .iter()
+                    .any(|(p, ns)| l.get(2) == Some(p) && l.get(3) == Some(ns))
+            });
+        }
     }
 
     /// The text exposition of `/metrics/probes` (format 0.0.4).
