@@ -402,3 +402,97 @@ impl ImageService for InstrumentedImages {
         timed!(self, "image_fs_info", self.inner.image_fs_info(req).await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::metrics::process::ProcessCollector;
+    use rkubelet_cri::fake::FakeRuntime;
+    use rkubelet_cri::{IMAGE_METHODS, RUNTIME_METHODS};
+
+    fn op(rpc: &str) -> &'static str {
+        OPERATIONS.iter().find(|(r, _)| *r == rpc).unwrap().1
+    }
+
+    #[test]
+    fn every_rpc_has_an_upstream_operation_name() {
+        let rpcs: Vec<&str> = RUNTIME_METHODS
+            .iter()
+            .chain(IMAGE_METHODS)
+            .copied()
+            .collect();
+        assert_eq!(OPERATIONS.len(), rpcs.len());
+        for rpc in rpcs {
+            let name = op(rpc);
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{rpc} → {name}"
+            );
+        }
+        assert_eq!(op("RunPodSandbox"), "run_podsandbox");
+        assert_eq!(op("UpdateContainerResources"), "update_container");
+        assert_eq!(op("ListPodSandboxStats"), "list_podsandbox_stats");
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_under_their_operation_names() {
+        let fake = FakeRuntime::new();
+        let m = KubeletMetrics::with_process("n", ProcessCollector::new("/nonexistent"));
+        let rt = InstrumentedRuntime::new(Arc::new(fake.clone()), m.clone());
+        let images = InstrumentedImages::new(Arc::new(fake.clone()), m.clone());
+
+        rt.version(api::VersionRequest::default()).await.unwrap();
+        fake.fail_next("Version", CriError::unknown("Version", "down"));
+        assert!(rt.version(api::VersionRequest::default()).await.is_err());
+        rt.list_pod_sandbox(api::ListPodSandboxRequest::default())
+            .await
+            .unwrap();
+        rt.list_containers(api::ListContainersRequest::default())
+            .await
+            .unwrap();
+        images
+            .list_images(api::ListImagesRequest::default())
+            .await
+            .unwrap();
+        images
+            .pull_image(api::PullImageRequest {
+                image: Some(api::ImageSpec {
+                    image: "docker.io/library/busybox:latest".to_owned(),
+                    ..Default::default()
+                }),
+                sandbox_config: Some(api::PodSandboxConfig {
+                    metadata: Some(api::PodSandboxMetadata {
+                        uid: "pod-1".to_owned(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+
+        let total = |rpc: &str| m.value("kubelet_runtime_operations_total", &[op(rpc)]);
+        let errors = |rpc: &str| m.value("kubelet_runtime_operations_errors_total", &[op(rpc)]);
+        assert_eq!(total("Version"), Some(2.0));
+        assert_eq!(errors("Version"), Some(1.0));
+        assert_eq!(total("ListPodSandbox"), Some(1.0));
+        assert_eq!(total("ListContainers"), Some(1.0));
+        assert_eq!(total("ListImages"), Some(1.0));
+        assert_eq!(total("PullImage"), Some(1.0));
+        assert_eq!(errors("PullImage"), None);
+        // The pulled image's size was read back with ImageStatus (fake images are 1–5 MB).
+        assert_eq!(total("ImageStatus"), Some(1.0));
+        assert_eq!(
+            m.histogram_count("kubelet_image_pull_duration_seconds", &["0-10MB"]),
+            Some(1)
+        );
+        assert_eq!(
+            m.histogram_count("kubelet_runtime_operations_duration_seconds", &["version"]),
+            Some(2)
+        );
+        // Series for calls never made do not exist.
+        assert_eq!(total("RemoveImage"), None);
+    }
+}
