@@ -66,38 +66,47 @@ const HTTP_PATH_BUCKETS: &[&str] = &[
     "checkpoint",
     "configz",
     "containerLogs",
-    "cri",
     "debug",
     "exec",
     "healthz",
     "logs",
     "metrics",
+    "metrics/cadvisor",
+    "metrics/probes",
+    "metrics/resource",
     "pods",
     "portForward",
+    "pprof",
     "run",
     "runningpods",
-    "spec",
     "stats",
 ];
 
-/// Upstream `getMetricMethodBucket` / `getMetricBucket` / `isLongRunningRequest`: the
-/// `method`, `path` and `long_running` labels of an HTTP request.
+/// Upstream `getMetricMethodBucket` / `getMetricBucket` (`getURLRootPath`: the first path
+/// segment, two for `/metrics/…`) / `isLongRunningRequest`: the `method`, `path` and
+/// `long_running` labels of an HTTP request. Upstream's long-running set spells `portforward`
+/// in lower case, so `/portForward` requests are labelled `false` there and here alike.
 pub fn http_request_labels(method: &str, path: &str) -> (&'static str, String, &'static str) {
     const METHODS: &[&str] = &[
-        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+        "OPTIONS", "GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "CONNECT",
     ];
     let method = METHODS
         .iter()
         .find(|m| **m == method)
         .copied()
         .unwrap_or("other");
-    let root = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    let bucket = if HTTP_PATH_BUCKETS.contains(&root) {
-        root.to_owned()
+    let mut parts = path.trim_start_matches('/').splitn(3, '/');
+    let first = parts.next().unwrap_or("");
+    let root = match (first, parts.next()) {
+        ("metrics", Some(second)) => format!("metrics/{second}"),
+        _ => first.to_owned(),
+    };
+    let long_running = matches!(root.as_str(), "exec" | "attach" | "portforward" | "debug");
+    let bucket = if HTTP_PATH_BUCKETS.contains(&root.as_str()) {
+        root
     } else {
         "other".to_owned()
     };
-    let long_running = matches!(root, "exec" | "attach" | "portForward" | "debug");
     (method, bucket, if long_running { "true" } else { "false" })
 }
 
@@ -826,9 +835,23 @@ mod tests {
         let cases = [
             ("GET", "/pods", ("GET", "pods", "false")),
             ("GET", "/stats/summary", ("GET", "stats", "false")),
-            ("GET", "/metrics/cadvisor", ("GET", "metrics", "false")),
+            ("GET", "/metrics", ("GET", "metrics", "false")),
+            (
+                "GET",
+                "/metrics/cadvisor",
+                ("GET", "metrics/cadvisor", "false"),
+            ),
+            ("GET", "/metrics/nope", ("GET", "other", "false")),
+            ("GET", "/healthz/syncloop", ("GET", "healthz", "false")),
             ("POST", "/exec/ns/pod/c", ("POST", "exec", "true")),
-            ("GET", "/portForward/ns/pod", ("GET", "portForward", "true")),
+            ("GET", "/debug/pprof/heap", ("GET", "debug", "true")),
+            // As upstream (its long-running set spells `portforward`).
+            (
+                "GET",
+                "/portForward/ns/pod",
+                ("GET", "portForward", "false"),
+            ),
+            ("PATCH", "/pods", ("other", "pods", "false")),
             ("BREW", "/nothing/here", ("other", "other", "false")),
             ("GET", "/", ("GET", "other", "false")),
         ];
