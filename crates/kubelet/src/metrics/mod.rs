@@ -7,6 +7,9 @@
 
 pub mod instrumented_cri;
 pub mod kubelet;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod kubelet_tests;
 pub mod process;
 pub mod registry;
 
