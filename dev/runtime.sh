@@ -65,7 +65,8 @@ BUSYBOX_NAMES=("$BUSYBOX_IMAGE" docker.io/library/busybox:1.36)
 IMAGE_RECIPE=1
 
 PACKAGES=(containerd runc containernetworking-plugins busybox-static gcc libc6-dev iptables
-	protobuf-compiler python3 curl iproute2 util-linux)
+	protobuf-compiler python3 curl iproute2 util-linux
+	prometheus) # promtool: the metrics tests check the /metrics text with it
 
 log() { printf '[runtime.sh] %s\n' "$*" >&2; }
 warn() { printf '[runtime.sh] WARNING: %s\n' "$*" >&2; }

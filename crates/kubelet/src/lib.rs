@@ -18,6 +18,7 @@ pub mod eviction;
 pub mod images;
 pub mod kuberuntime;
 pub mod logs;
+pub mod metrics;
 pub mod mirror;
 pub mod nodelease;
 pub mod nodestatus;

@@ -21,6 +21,7 @@ use crate::container::{ContainerState, PodStatus};
 use crate::kuberuntime::runtime_status::{
     ListedPod, RuntimeStatusError, get_pod_status, list_pods_with_sandbox_states,
 };
+use crate::metrics::KubeletMetrics;
 use crate::types::PodUid;
 
 /// How often the runtime is relisted (upstream `genericPlegRelistPeriod`).
@@ -164,6 +165,33 @@ fn pod_events(
     events
 }
 
+/// Upstream `updateRunningPodAndContainerMetrics`: pods with a running sandbox, and
+/// containers by state, as of this relist.
+fn record_running_metrics(m: &KubeletMetrics, listed: &[ListedPod]) {
+    let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut running_pods = 0;
+    for pod in listed {
+        for c in &pod.pod.containers {
+            let state = match c.state {
+                ContainerState::Running => "running",
+                ContainerState::Exited => "exited",
+                ContainerState::Created => "created",
+                ContainerState::Unknown => "unknown",
+            };
+            *by_state.entry(state).or_default() += 1;
+        }
+        if pod
+            .sandbox_states
+            .iter()
+            .any(|(_, s)| *s == ContainerState::Running)
+        {
+            running_pods += 1;
+        }
+    }
+    let counts: Vec<(&str, usize)> = by_state.into_iter().collect();
+    m.set_running(running_pods, &counts);
+}
+
 #[derive(Debug, Default)]
 struct PodRecord {
     old: Option<PodSnapshot>,
@@ -226,6 +254,7 @@ pub struct GenericPleg {
     to_reinspect: HashSet<PodUid>,
     health: PlegHealth,
     trigger: RelistTrigger,
+    metrics: Option<KubeletMetrics>,
 }
 
 /// Asks the PLEG for a relist now instead of at the next tick. The syncer uses it right after
@@ -267,7 +296,14 @@ impl GenericPleg {
             to_reinspect: HashSet::new(),
             health: PlegHealth::new(RELIST_THRESHOLD),
             trigger: RelistTrigger::default(),
+            metrics: None,
         }
+    }
+
+    /// Records relist durations/intervals and the running pod/container gauges.
+    pub fn with_metrics(mut self, metrics: KubeletMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// A handle on the PLEG's health, valid after `run` consumed the PLEG.
@@ -306,6 +342,21 @@ impl GenericPleg {
     /// running).
     pub async fn relist(&mut self) -> Result<(), RuntimeStatusError> {
         let timestamp = Instant::now();
+        if let (Some(m), Some(last)) = (&self.metrics, self.health.last_relist()) {
+            m.observe_relist_interval(timestamp - last);
+        }
+        let result = self.relist_at(timestamp).await;
+        if let Some(m) = &self.metrics {
+            m.observe_relist_duration(timestamp.elapsed());
+            if result.is_ok() {
+                let wall = std::time::SystemTime::now() - timestamp.elapsed();
+                m.set_pleg_last_seen(wall);
+            }
+        }
+        result
+    }
+
+    async fn relist_at(&mut self, timestamp: Instant) -> Result<(), RuntimeStatusError> {
         let listed = match list_pods_with_sandbox_states(self.rt.as_ref(), true).await {
             Ok(listed) => listed,
             Err(e) => {
@@ -314,6 +365,9 @@ impl GenericPleg {
             }
         };
         self.health.record(timestamp);
+        if let Some(m) = &self.metrics {
+            record_running_metrics(m, &listed);
+        }
         self.set_current(listed);
 
         let uids: Vec<PodUid> = self.records.keys().cloned().collect();

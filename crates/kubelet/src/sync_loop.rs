@@ -22,9 +22,10 @@ use crate::clock::Clock;
 use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
 use crate::kuberuntime::runtime_status::list_pods;
+use crate::metrics::KubeletMetrics;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod_manager::{MirrorSnapshot, PodManager, stored_as_mirror};
-use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType};
+use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType, WorkerPhase};
 use crate::prober::ProbeUpdate;
 use crate::status::generate::past_active_deadline;
 use crate::status::manager::StatusManager;
@@ -105,6 +106,7 @@ pub struct SyncLoop {
     objects: Option<Arc<dyn PodObjects>>,
     /// Pod cgroups to clean up, with the kubelet root dir (to see whose volumes remain).
     cgroups: Option<(ContainerManager, PathBuf)>,
+    metrics: Option<KubeletMetrics>,
 }
 
 impl SyncLoop {
@@ -132,6 +134,7 @@ impl SyncLoop {
             volumes: None,
             objects: None,
             cgroups: None,
+            metrics: None,
         }
     }
 
@@ -139,6 +142,12 @@ impl SyncLoop {
     /// `cleanupOrphanedPodCgroups`); `root_dir` holds `pods/<uid>/volumes`.
     pub fn with_cgroups(mut self, cm: ContainerManager, root_dir: PathBuf) -> Self {
         self.cgroups = Some((cm, root_dir));
+        self
+    }
+
+    /// Records pod counts, restarts and worker start latency.
+    pub fn with_metrics(mut self, metrics: KubeletMetrics) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -251,6 +260,7 @@ impl SyncLoop {
     /// Applies one merged update (upstream `HandlePodAdditions/Updates/Removes/...`). Mirror
     /// pods only go to the pod manager's mirror store (they never run or get admitted).
     pub fn handle_update(&mut self, update: PodUpdate) {
+        let received = Instant::now();
         debug!(op = ?update.op, source = %update.source, pods = update.pods.len(), "pod config update");
         let (mirrors, pods): (Vec<Pod>, Vec<Pod>) =
             update.pods.into_iter().partition(stored_as_mirror);
@@ -271,8 +281,12 @@ impl SyncLoop {
                     self.register_objects(&pod);
                     self.pod_manager.upsert(pod.clone());
                     if self.admit(&pod) {
+                        let new_worker = self.workers.phase(pod.uid()).is_none();
                         self.workers
                             .update_pod(PodWork::sync(UpdateType::Create, pod));
+                        if let (true, Some(m)) = (new_worker, &self.metrics) {
+                            m.observe_pod_worker_start(received.elapsed());
+                        }
                     }
                 }
             }
@@ -395,6 +409,35 @@ impl SyncLoop {
         }
     }
 
+    /// `kubelet_desired_pods`, `kubelet_active_pods` (admitted, not terminal, worker not
+    /// terminated) by static-ness, and `kubelet_mirror_pods`, as upstream housekeeping sets them.
+    fn record_pod_counts(&self) {
+        let Some(m) = &self.metrics else { return };
+        let (mut desired, mut active) = ((0, 0), (0, 0));
+        for pod in self.pod_manager.pods() {
+            let uid = pod.uid();
+            let bump = |c: &mut (usize, usize)| {
+                if pod.source().is_some_and(|s| s.is_static()) {
+                    c.1 += 1;
+                } else {
+                    c.0 += 1;
+                }
+            };
+            bump(&mut desired);
+            let finished = matches!(
+                self.workers.phase(uid),
+                Some(WorkerPhase::Terminated | WorkerPhase::Finished)
+            );
+            if !self.rejected.contains(uid)
+                && !finished
+                && !is_terminal(self.status.get_pod_status(uid).as_ref())
+            {
+                bump(&mut active);
+            }
+        }
+        m.set_pod_counts(desired, active, self.pod_manager.mirror_pods().count());
+    }
+
     /// Upstream `HandlePodCleanups`.
     pub async fn housekeeping(&mut self) {
         if !(self.sources_ready)() {
@@ -405,7 +448,11 @@ impl SyncLoop {
         let forgotten = self.workers.sync_known_pods(&desired);
         for uid in &forgotten {
             debug!(%uid, "forgot finished pod worker");
+            if let Some(m) = &self.metrics {
+                m.forget_pod(uid);
+            }
         }
+        self.record_pod_counts();
         let known = self.workers.known_uids();
         let keep: HashSet<String> = desired.union(&known).cloned().collect();
         self.status.remove_orphaned_statuses(&keep);
@@ -420,6 +467,9 @@ impl SyncLoop {
             }
             if let Some(pod) = self.pod_manager.get(uid) {
                 info!(pod = %pod.full_name(), %uid, "restarting pod worker for desired pod");
+                if let Some(m) = &self.metrics {
+                    m.record_restarted_pod(pod.source().is_some_and(|s| s.is_static()));
+                }
                 self.workers
                     .update_pod(PodWork::sync(UpdateType::Create, pod.clone()));
             }

@@ -40,6 +40,7 @@ use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::gc::{ContainerGc, SourcesReadyFn};
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::sync::{Syncer, SyncerConfig};
+use crate::metrics::{InstrumentedImages, InstrumentedRuntime, InstrumentedSyncer, KubeletMetrics};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::register::initial_node;
@@ -211,8 +212,11 @@ pub enum AgentError {
 /// A running kubelet.
 pub struct Agent {
     pub pods: watch::Receiver<Arc<Vec<Pod>>>,
-    /// The prober (results, `prober_probe_total`, worker counts).
+    /// The prober (results, `prober_probe_total`, worker counts); `prober.metrics().render()`
+    /// is `/metrics/probes`.
     pub prober: ProbeManager,
+    /// The kubelet's metrics; `render()` is `/metrics`.
+    pub metrics: KubeletMetrics,
     pub status: StatusManager,
     pub workers: PodWorkers,
     pub health: Vec<(String, HealthCheck)>,
@@ -255,6 +259,14 @@ impl Agent {
             ..cfg.cpu_manager.clone()
         })?;
         let tracker = TaskTracker::new();
+        // Metrics: one registry for the whole kubelet; every CRI call goes through the
+        // instrumenting decorators.
+        let metrics = KubeletMetrics::new(&cfg.node_name);
+        let deps = AgentDeps {
+            runtime: Arc::new(InstrumentedRuntime::new(deps.runtime, metrics.clone())),
+            images: Arc::new(InstrumentedImages::new(deps.images, metrics.clone())),
+            ..deps
+        };
         let events = match &deps.api {
             Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &tracker, &cancel),
             None => deps.events.clone(),
@@ -302,6 +314,7 @@ impl Agent {
             cfg.relist_period,
             pleg_tx,
         );
+        let pleg = pleg.with_metrics(metrics.clone());
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
@@ -386,7 +399,8 @@ impl Agent {
         )
         .with_relist_trigger(relist_trigger)
         .with_prober(prober.clone())
-        .with_cpu_manager(cpu_manager.clone());
+        .with_cpu_manager(cpu_manager.clone())
+        .with_metrics(metrics.clone());
         let syncer = match &cm {
             Some(cm) => syncer.with_cgroups(cm.clone()),
             None => syncer,
@@ -395,6 +409,11 @@ impl Agent {
             Some(objects) => syncer.with_objects(objects.clone()),
             None => syncer,
         });
+        let syncer = Arc::new(InstrumentedSyncer::new(
+            syncer,
+            metrics.clone(),
+            status.clone(),
+        ));
         let workers = PodWorkers::new(
             syncer,
             cache,
@@ -478,7 +497,8 @@ impl Agent {
             events.clone(),
         )
         .with_probe_updates(probe_updates)
-        .with_volumes(volumes);
+        .with_volumes(volumes)
+        .with_metrics(metrics.clone());
         let sync_loop = match objects {
             Some(objects) => sync_loop.with_objects(objects),
             None => sync_loop,
@@ -613,6 +633,7 @@ impl Agent {
         Ok(Self {
             pods,
             prober,
+            metrics,
             status,
             workers,
             health,

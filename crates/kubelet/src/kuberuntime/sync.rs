@@ -30,6 +30,8 @@ use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{StartError, Starter};
+use crate::metrics::KubeletMetrics;
+use crate::metrics::kubelet::{CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
 use crate::prober::ProbeManager;
@@ -81,6 +83,7 @@ pub struct Syncer {
     pub(crate) cpu_manager: Option<CpuManager>,
     /// Pod cgroups (`cgroupsPerQOS`); `None` leaves the cgroup parent empty.
     pub(crate) cgroups: Option<ContainerManager>,
+    metrics: Option<KubeletMetrics>,
 }
 
 impl Syncer {
@@ -108,6 +111,25 @@ impl Syncer {
             objects: None,
             cpu_manager: None,
             cgroups: None,
+            metrics: None,
+        }
+    }
+
+    /// Counts sandbox and container start attempts (`kubelet_started_*`).
+    pub fn with_metrics(mut self, metrics: KubeletMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Upstream counts a container start once past the back-off check, and its failure by
+    /// waiting reason.
+    fn count_container_start(&self, is_init: bool, result: Result<(), &StartError>) {
+        let Some(m) = &self.metrics else { return };
+        let kind = if is_init { INIT_CONTAINER } else { CONTAINER };
+        match result {
+            Err(StartError::CrashLoopBackOff(_)) => {}
+            Err(e) => m.record_started_container(kind, Some(e.reason())),
+            Ok(()) => m.record_started_container(kind, None),
         }
     }
 
@@ -375,7 +397,11 @@ impl PodSyncer for Syncer {
         }
         let starter = Starter::new(self, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
-            match starter.create_sandbox(actions.attempt).await {
+            let created = starter.create_sandbox(actions.attempt).await;
+            if let Some(m) = &self.metrics {
+                m.record_started_pod(created.is_err());
+            }
+            match created {
                 Ok(s) => s,
                 Err(e) => return Err(SyncError(e.to_string())),
             }
@@ -397,6 +423,7 @@ impl PodSyncer for Syncer {
                 break;
             }
             let result = starter.start_container(&sandbox, c, true).await;
+            self.count_container_start(true, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 let sidecar = c.restart_policy.as_deref() == Some("Always");
@@ -413,6 +440,7 @@ impl PodSyncer for Syncer {
                 break;
             }
             let result = starter.start_container(&sandbox, c, false).await;
+            self.count_container_start(false, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 failed.push(e.to_string());

@@ -149,6 +149,7 @@ impl Worker {
             if !self.should_probe(&id, &now_input, &timings) {
                 continue;
             }
+            let probe_start = tokio::time::Instant::now();
             let outcome = run_probe(
                 Action::of_probe(&self.probe),
                 &Target {
@@ -162,6 +163,11 @@ impl Worker {
             .await;
             if cancel.is_cancelled() {
                 break;
+            }
+            if !matches!(outcome.outcome, Outcome::Failure) {
+                let (c, elapsed) = (&self.container.name, probe_start.elapsed());
+                self.metrics
+                    .observe_duration(self.kind, c, &self.pod, elapsed);
             }
             // A probe that could not run is thrown away, as upstream.
             let Some(result) = self.report(&outcome.outcome, &outcome.output) else {
