@@ -178,7 +178,7 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
 
     let (code, body) = alice.call("POST", &format!("/run/default/{pod}/app?cmd=echo+from+run"));
     assert_eq!((code, body.as_str()), (200, "from run\n"));
-    let (code, body) = alice.call("POST", &format!("/run/default/{pod}/app?cmd=sh+-c+exit+4"));
+    let (code, body) = alice.call("POST", &format!("/run/default/{pod}/app?cmd=false"));
     assert_eq!(code, 500, "{body}");
 
     let (code, body) = alice.call("POST", &format!("/checkpoint/default/{pod}/app"));

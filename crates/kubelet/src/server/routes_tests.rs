@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::container::cache::PodCache;
 use crate::container::{ContainerState, ContainerStatus, PodStatus as RtPodStatus};
 use crate::status::manager::StatusManager;
 use http_body_util::BodyExt;
