@@ -189,7 +189,11 @@ async fn auth_matrix_against_token_and_subject_access_reviews() {
     let good = client_config(&crt, Some(&client_cert(&good_ca, "alice", &["admins"])));
 
     let (code, body) = request(plain.clone(), addr, "GET", "/pods", None).await;
-    assert_eq!((code, body.as_str()), (401, "Unauthorized"), "no credentials");
+    assert_eq!(
+        (code, body.as_str()),
+        (401, "Unauthorized"),
+        "no credentials"
+    );
     let (code, _) = request(bad, addr, "GET", "/pods", None).await;
     assert_eq!(code, 401, "client certificate from an unknown CA");
     let (code, body) = request(good, addr, "GET", "/pods", None).await;
@@ -214,7 +218,11 @@ async fn auth_matrix_against_token_and_subject_access_reviews() {
         let seen = seen.lock().unwrap();
         let alice = seen.iter().find(|r| r.user == "alice").unwrap();
         assert_eq!(
-            (alice.verb.as_str(), alice.resource.as_str(), alice.subresource.as_str()),
+            (
+                alice.verb.as_str(),
+                alice.resource.as_str(),
+                alice.subresource.as_str()
+            ),
             ("get", "nodes", "pods")
         );
         assert!(alice.groups.contains(&"admins".to_owned()));
@@ -245,12 +253,17 @@ async fn webhooks_without_an_api_client_are_a_startup_error() {
     let mut cfg = secure_config(dir.path(), &ca_file);
     let err = setup::build(&cfg, None).err().unwrap().to_string();
     assert!(
-        err.starts_with("authentication.webhook.enabled: no client provided, cannot use webhook authentication"),
+        err.starts_with(
+            "authentication.webhook.enabled: no client provided, cannot use webhook authentication"
+        ),
         "{err}"
     );
     cfg.webhook_authn = None;
     let err = setup::build(&cfg, None).err().unwrap().to_string();
-    assert!(err.starts_with("authorization.mode: Webhook: no client provided"), "{err}");
+    assert!(
+        err.starts_with("authorization.mode: Webhook: no client provided"),
+        "{err}"
+    );
     cfg.authz = AuthzMode::AlwaysAllow;
     assert!(setup::build(&cfg, None).is_ok());
 }

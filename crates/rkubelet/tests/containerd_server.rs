@@ -36,9 +36,21 @@ fn client_pki(dir: &Path) {
         openssl(
             dir,
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-keyout", &format!("{ca}.key"), "-out", &format!("{ca}.crt"),
-                "-subj", subj, "-days", "2",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.crt"),
+                "-subj",
+                subj,
+                "-days",
+                "2",
             ],
         );
     }
@@ -49,16 +61,38 @@ fn client_pki(dir: &Path) {
         openssl(
             dir,
             &[
-                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", subj,
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                subj,
             ],
         );
         openssl(
             dir,
             &[
-                "x509", "-req", "-in", &format!("{name}.csr"), "-CA", &format!("{ca}.crt"),
-                "-CAkey", &format!("{ca}.key"), "-CAcreateserial", "-out",
-                &format!("{name}.crt"), "-days", "2", "-extfile", "client.ext",
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                &format!("{ca}.crt"),
+                "-CAkey",
+                &format!("{ca}.key"),
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.crt"),
+                "-days",
+                "2",
+                "-extfile",
+                "client.ext",
             ],
         );
     }
@@ -74,9 +108,17 @@ impl Client {
     /// `curl` over HTTPS: (status, body).
     fn call(&self, method: &str, path: &str) -> (u16, String) {
         let mut cmd = Command::new("curl");
-        cmd.args(["-sS", "--max-time", "20", "-X", method, "-w", "\n%{http_code}"])
-            .arg("--cacert")
-            .arg(&self.cacert);
+        cmd.args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+        ])
+        .arg("--cacert")
+        .arg(&self.cacert);
         if let Some((c, k)) = &self.cert {
             cmd.arg("--cert").arg(c).arg("--key").arg(k);
         }
@@ -118,15 +160,23 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
         ),
     );
     k.start();
-    k.wait_pod("web", Duration::from_secs(90), "app running, crash restarted", |p| {
-        running(p, "app")
-            && container(p, "containerStatuses", "crash")
-                .is_some_and(|c| c["restartCount"].as_i64().unwrap_or(0) >= 1)
-    })
+    k.wait_pod(
+        "web",
+        Duration::from_secs(90),
+        "app running, crash restarted",
+        |p| {
+            running(p, "app")
+                && container(p, "containerStatuses", "crash")
+                    .is_some_and(|c| c["restartCount"].as_i64().unwrap_or(0) >= 1)
+        },
+    )
     .await;
     let pod = format!("web-{}", common::NODE);
     let serving = k.root().join("pki/kubelet.crt");
-    assert!(serving.exists(), "self-signed serving certificate in <root-dir>/pki");
+    assert!(
+        serving.exists(),
+        "self-signed serving certificate in <root-dir>/pki"
+    );
     let alice = Client {
         port: k.secure_port,
         cacert: serving.clone(),
@@ -172,7 +222,10 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
             format!("previous terminated container \"app\" in pod \"{pod}\" not found").as_str()
         )
     );
-    let (code, body) = alice.call("GET", &format!("/containerLogs/default/{pod}/crash?previous=true"));
+    let (code, body) = alice.call(
+        "GET",
+        &format!("/containerLogs/default/{pod}/crash?previous=true"),
+    );
     assert_eq!((code, body.as_str()), (200, "crash-one\ncrash-two\n"));
     assert_eq!(alice.call("GET", "/containerLogs/default/nope/app").0, 404);
 
@@ -209,7 +262,10 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
     let out = Command::new("kubectl")
         .arg(format!("--server=https://127.0.0.1:{}", k.secure_port))
         .arg(format!("--certificate-authority={}", serving.display()))
-        .arg(format!("--client-certificate={}", pki.join("alice.crt").display()))
+        .arg(format!(
+            "--client-certificate={}",
+            pki.join("alice.crt").display()
+        ))
         .arg(format!("--client-key={}", pki.join("alice.key").display()))
         .args(["get", "--raw", "/pods"])
         .env("KUBECONFIG", "/dev/null")

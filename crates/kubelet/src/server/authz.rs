@@ -77,7 +77,9 @@ pub fn forbidden_message(user: &UserInfo, attrs: &Attributes) -> String {
 
 /// Authorization errors (webhook unreachable…): upstream answers 500.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("Authorization error (user={user}, verb={verb}, resource=nodes, subresource(s)=[{subresources}]): {message}")]
+#[error(
+    "Authorization error (user={user}, verb={verb}, resource=nodes, subresource(s)=[{subresources}]): {message}"
+)]
 pub struct AuthzError {
     pub user: String,
     pub verb: String,
@@ -185,7 +187,12 @@ mod tests {
             (Method::GET, "/metrics/cadvisor", "get", &["metrics"]),
             (Method::GET, "/logs/syslog", "get", &["log"]),
             (Method::GET, "/logs/", "get", &["log"]),
-            (Method::GET, "/healthz/syncloop", "get", &["healthz", "proxy"]),
+            (
+                Method::GET,
+                "/healthz/syncloop",
+                "get",
+                &["healthz", "proxy"],
+            ),
             (Method::GET, "/configz", "get", &["configz", "proxy"]),
             (Method::GET, "/containerLogs/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/run/ns/p/c", "create", &["proxy"]),
@@ -225,7 +232,10 @@ mod tests {
             _: &Attributes,
             sub: &str,
         ) -> Result<AccessDecision, String> {
-            self.calls.lock().unwrap().push(format!("{}/{sub}", user.name));
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("{}/{sub}", user.name));
             if user.name == "broken" {
                 return Err("webhook down".into());
             }
@@ -292,11 +302,11 @@ mod tests {
         tokio::time::advance(Duration::from_secs(270)).await;
         assert_eq!(authz.authorize(&user("alice"), &pods).await, Ok(false));
         // Errors surface (500 upstream) and are not cached.
-        let err = authz
-            .authorize(&user("broken"), &logs)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().starts_with("Authorization error (user=broken, verb=get"));
+        let err = authz.authorize(&user("broken"), &logs).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("Authorization error (user=broken, verb=get")
+        );
         let _ = authz.authorize(&user("broken"), &logs).await;
         let broken = rules
             .calls
@@ -307,9 +317,7 @@ mod tests {
             .count();
         assert_eq!(broken, 2);
         assert_eq!(
-            Authorizer::AlwaysAllow
-                .authorize(&user("x"), &logs)
-                .await,
+            Authorizer::AlwaysAllow.authorize(&user("x"), &logs).await,
             Ok(true)
         );
     }

@@ -165,10 +165,12 @@ fn records(mut r: impl BufRead, path: &Path) -> Result<Vec<LogRecord>, LogError>
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = r.read_until(b'\n', &mut line).map_err(|source| LogError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let n = r
+            .read_until(b'\n', &mut line)
+            .map_err(|source| LogError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
         if n == 0 {
             break;
         }
@@ -231,10 +233,7 @@ where
                     source,
                 })?;
             // Only complete lines now; a half-written line is read on the next poll.
-            let complete = data
-                .iter()
-                .rposition(|b| *b == b'\n')
-                .map_or(0, |i| i + 1);
+            let complete = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
             live_offset = complete as u64;
             let recs = records(&data[..complete], src)?;
             push_tail(&mut pending, recs, opts.tail);
@@ -356,10 +355,7 @@ fn read_new(
         path: path.to_owned(),
         source,
     })?;
-    let complete = data
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |i| i + 1);
+    let complete = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     let recs = records(&data[..complete], path)?;
     Ok((recs, offset + complete as u64, None))
 }

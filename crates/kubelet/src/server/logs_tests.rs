@@ -157,7 +157,10 @@ async fn missing_file_is_an_open_error() {
     )
     .await
     .unwrap_err();
-    assert!(err.to_string().starts_with("failed to open log file"), "{err}");
+    assert!(
+        err.to_string().starts_with("failed to open log file"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -42,7 +42,7 @@ use crate::container::cache::PodCache;
 use crate::status::manager::StatusManager;
 use crate::types::PodExt;
 
-use self::authn::{AuthnError, Authenticator, UserInfo};
+use self::authn::{Authenticator, AuthnError, UserInfo};
 use self::authz::Authorizer;
 
 /// A named health check (`ping`, `syncloop`, `pleg`…).
@@ -421,8 +421,7 @@ mod tests {
                 Ok(())
             }
         });
-        let state =
-            ServerState::basic(rx, StatusManager::new(), vec![("pleg".to_owned(), check)]);
+        let state = ServerState::basic(rx, StatusManager::new(), vec![("pleg".to_owned(), check)]);
         (state, tx)
     }
 

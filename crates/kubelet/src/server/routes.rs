@@ -68,7 +68,10 @@ pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B
     match (method, segs.as_slice()) {
         (&Method::GET, ["runningpods", ..]) => running_pods(state),
         (&Method::GET, ["configz"]) => match &state.configz {
-            Some(c) => json(StatusCode::OK, &serde_json::json!({"kubeletconfig": c.as_ref()})),
+            Some(c) => json(
+                StatusCode::OK,
+                &serde_json::json!({"kubeletconfig": c.as_ref()}),
+            ),
             None => not_found(),
         },
         (&Method::GET, ["containerLogs", ns, pod, container]) => {
@@ -150,10 +153,7 @@ fn find_pod(state: &ServerState, ns: &str, name: &str) -> Option<Pod> {
 fn spec_has_container(pod: &Pod, name: &str) -> bool {
     pod.spec.as_ref().is_some_and(|s| {
         s.containers.iter().any(|c| c.name == name)
-            || s.init_containers
-                .iter()
-                .flatten()
-                .any(|c| c.name == name)
+            || s.init_containers.iter().flatten().any(|c| c.name == name)
             || s.ephemeral_containers
                 .iter()
                 .flatten()
@@ -254,11 +254,12 @@ fn log_options(q: &HashMap<String, String>) -> Result<LogOptions, Resp> {
         return invalid("sinceSeconds: Invalid value: must be greater than 0");
     }
     if since_secs.is_some() && since_time.is_some() {
-        return invalid("sinceSeconds: Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified");
+        return invalid(
+            "sinceSeconds: Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
+        );
     }
-    let since = since_time.or_else(|| {
-        since_secs.map(|s| chrono::Utc::now() - chrono::Duration::seconds(s))
-    });
+    let since = since_time
+        .or_else(|| since_secs.map(|s| chrono::Utc::now() - chrono::Duration::seconds(s)));
     Ok(LogOptions {
         since,
         tail: tail.and_then(|t| usize::try_from(t).ok()),
@@ -269,7 +270,12 @@ fn log_options(q: &HashMap<String, String>) -> Result<LogOptions, Resp> {
 }
 
 /// Upstream `validateContainerLogStatus`: the container ID whose log is wanted.
-fn log_container_id(pod: &Pod, status: Option<&k8s_openapi::api::core::v1::PodStatus>, container: &str, previous: bool) -> Result<String, String> {
+fn log_container_id(
+    pod: &Pod,
+    status: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    container: &str,
+    previous: bool,
+) -> Result<String, String> {
     let pod_name = pod.name();
     let cs = status.and_then(|s| {
         s.container_statuses
@@ -319,7 +325,9 @@ fn log_container_id(pod: &Pod, status: Option<&k8s_openapi::api::core::v1::PodSt
             "ImagePullBackOff" => format!(
                 "container {container:?} in pod {pod_name:?} is waiting to start: trying and failing to pull image"
             ),
-            _ => format!("container {container:?} in pod {pod_name:?} is waiting to start: {reason}"),
+            _ => {
+                format!("container {container:?} in pod {pod_name:?} is waiting to start: {reason}")
+            }
         });
     }
     Err(format!(
@@ -343,7 +351,10 @@ async fn container_logs(
         Ok(o) => o,
         Err(r) => return r,
     };
-    let previous = matches!(q.get("previous").map(String::as_str), Some("true" | "1" | "True" | "TRUE"));
+    let previous = matches!(
+        q.get("previous").map(String::as_str),
+        Some("true" | "1" | "True" | "TRUE")
+    );
     let Some(pod) = find_pod(state, ns, pod_name) else {
         return text(
             StatusCode::NOT_FOUND,
@@ -362,7 +373,10 @@ async fn container_logs(
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     let Some(runtime) = state.runtime.clone() else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "no container runtime\n".into());
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no container runtime\n".into(),
+        );
     };
     let path = match runtime
         .container_status(api::ContainerStatusRequest {
@@ -375,7 +389,10 @@ async fn container_logs(
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}")),
     };
     if path.is_empty() {
-        return text(StatusCode::BAD_REQUEST, format!("container {id:?} has no log path"));
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("container {id:?} has no log path"),
+        );
     }
     let path = PathBuf::from(path);
     let running = {
@@ -401,7 +418,9 @@ async fn container_logs(
         let mut sink = LogSink::Buffer(Vec::new());
         return match logs::read_logs(&path, &opts, &mut sink, running).await {
             Ok(()) => match sink {
-                LogSink::Buffer(b) => text(StatusCode::OK, String::from_utf8_lossy(&b).into_owned()),
+                LogSink::Buffer(b) => {
+                    text(StatusCode::OK, String::from_utf8_lossy(&b).into_owned())
+                }
                 LogSink::Channel(_) => text(StatusCode::OK, String::new()),
             },
             Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
@@ -553,7 +572,10 @@ async fn run(
         .map(|c| c.split_whitespace().map(str::to_owned).collect())
         .unwrap_or_default();
     let Some(runtime) = state.runtime.clone() else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "no container runtime\n".into());
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no container runtime\n".into(),
+        );
     };
     let Some(id) = running_container_id(state, &pod, container) else {
         return text(
@@ -634,7 +656,9 @@ async fn checkpoint(
         return failed(format!("creating {}: {e}", dir.display()));
     }
     let stamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
-    let location = dir.join(format!("checkpoint-{pod_name}_{ns}-{container}-{stamp}.tar"));
+    let location = dir.join(format!(
+        "checkpoint-{pod_name}_{ns}-{container}-{stamp}.tar"
+    ));
     match runtime
         .checkpoint_container(api::CheckpointContainerRequest {
             container_id: id,

@@ -74,7 +74,9 @@ async fn unknown_and_disabled_paths() {
         StatusCode::NOT_FOUND
     );
     assert_eq!(
-        get(&st, Endpoints::Secure, Method::GET, "/run/ns/p/c").await.0,
+        get(&st, Endpoints::Secure, Method::GET, "/run/ns/p/c")
+            .await
+            .0,
         StatusCode::METHOD_NOT_ALLOWED
     );
     assert_eq!(

@@ -208,7 +208,10 @@ pub fn generate_self_signed(
     hostname: &str,
     ips: &[std::net::IpAddr],
 ) -> Result<(String, String), String> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose, SanType,
+    };
     let now = chrono::Utc::now().timestamp();
     let e = |e: rcgen::Error| e.to_string();
     let mut ca = CertificateParams::default();
@@ -333,9 +336,9 @@ pub fn build(settings: &TlsSettings) -> Result<ServingTls, TlsError> {
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
             for c in load_certs("authentication.x509.clientCAFile", path)? {
-                roots
-                    .add(c)
-                    .map_err(|e| pem_err("authentication.x509.clientCAFile", path, e.to_string()))?;
+                roots.add(c).map_err(|e| {
+                    pem_err("authentication.x509.clientCAFile", path, e.to_string())
+                })?;
             }
             let inner: Arc<dyn ClientCertVerifier> =
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -376,7 +379,10 @@ mod tests {
             ..Default::default()
         };
         let err = provider(&s).unwrap_err().to_string();
-        assert!(err.starts_with("tlsCipherSuites: \"TLS_RSA_WITH_3DES_EDE_CBC_SHA\""), "{err}");
+        assert!(
+            err.starts_with("tlsCipherSuites: \"TLS_RSA_WITH_3DES_EDE_CBC_SHA\""),
+            "{err}"
+        );
         let s = TlsSettings {
             cipher_suites: vec!["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()],
             ..Default::default()
@@ -395,7 +401,12 @@ mod tests {
             min_version: "TLS1.2".into(),
             ..Default::default()
         };
-        assert!(provider(&s).unwrap_err().to_string().starts_with("tlsMinVersion"));
+        assert!(
+            provider(&s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("tlsMinVersion")
+        );
     }
 
     #[test]
