@@ -309,7 +309,7 @@ where
         }
         // No new data: stop once the container is gone (checked every ~1 s).
         idle_checks += 1;
-        if idle_checks % 5 == 0 && !running().await {
+        if idle_checks.is_multiple_of(5) && !running().await {
             let (rest, _, _) = read_new(path, offset, ino)?;
             for rec in rest {
                 if !w.write(&rec).await {

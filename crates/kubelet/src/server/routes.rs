@@ -300,10 +300,10 @@ fn log_container_id(
             format!("previous terminated container {container:?} in pod {pod_name:?} not found")
         });
     }
-    if state.is_some_and(|s| s.running.is_some()) {
-        if let Some(id) = cs.container_id.clone().filter(|s| !s.is_empty()) {
-            return Ok(id);
-        }
+    if state.is_some_and(|s| s.running.is_some())
+        && let Some(id) = cs.container_id.clone().filter(|s| !s.is_empty())
+    {
+        return Ok(id);
     }
     if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
         return t
@@ -427,13 +427,13 @@ async fn container_logs(
         };
     }
     // Follow: open first so a missing file is still a plain error.
-    if let Err(e) = std::fs::metadata(&path) {
-        if logs::rotated_files(&path).is_empty() {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("failed to open log file {}: {e}", path.display()),
-            );
-        }
+    if let Err(e) = std::fs::metadata(&path)
+        && logs::rotated_files(&path).is_empty()
+    {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("failed to open log file {}: {e}", path.display()),
+        );
     }
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let cancel = state.cancel.clone();
