@@ -206,14 +206,14 @@ fn running_pods(state: &ServerState) -> Resp {
 
 /// Parses the `PodLogOptions` query as upstream (400 for undecodable values, 422 for invalid
 /// ones).
-fn log_options(q: &HashMap<String, String>) -> Result<LogOptions, Resp> {
+fn log_options(q: &HashMap<String, String>) -> Result<LogOptions, (StatusCode, String)> {
     let bad = || {
-        Err(text(
+        Err((
             StatusCode::BAD_REQUEST,
             r#"{"message": "Unable to decode query."}"#.to_owned() + "\n",
         ))
     };
-    let invalid = |m: &str| Err(text(StatusCode::UNPROCESSABLE_ENTITY, format!("{m}\n")));
+    let invalid = |m: &str| Err((StatusCode::UNPROCESSABLE_ENTITY, format!("{m}\n")));
     let flag = |k: &str| -> Result<bool, ()> {
         match q.get(k).map(String::as_str) {
             None | Some("" | "false" | "0" | "False" | "FALSE") => Ok(false),
@@ -349,7 +349,7 @@ async fn container_logs(
 ) -> Resp {
     let opts = match log_options(q) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err((code, msg)) => return text(code, msg),
     };
     let previous = matches!(
         q.get("previous").map(String::as_str),
