@@ -253,7 +253,7 @@ async fn main() -> Result<()> {
         .local_addr()?
         .port();
     let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nreadOnlyPort: {port}\nhealthzPort: 0\npodLogsDir: {}\n",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenableServer: false\nstaticPodPath: {}\nreadOnlyPort: {port}\nhealthzPort: 0\npodLogsDir: {}\n",
         manifests.display(),
         dir.join("logs").display()
     );

@@ -8,6 +8,7 @@ pub mod jsonpatch;
 pub mod logs;
 pub mod proto;
 pub mod resources;
+pub mod reviews;
 pub mod selector;
 pub mod server;
 pub mod smp;
@@ -117,6 +118,11 @@ fn resource_by_plural(plural: &str) -> Option<&'static resources::ResourceInfo> 
 }
 
 impl FakeApiServer {
+    /// The TokenReview / SubjectAccessReview answers (tokens, authorizer), for tests.
+    pub fn reviews(&self) -> &Arc<reviews::Reviews> {
+        &self.api.reviews
+    }
+
     /// Binds, writes the kubeconfig and starts serving in the background.
     pub async fn start(opts: Options) -> Result<Self, StartError> {
         let listener = TcpListener::bind(("127.0.0.1", opts.port))
@@ -156,6 +162,7 @@ impl FakeApiServer {
             counters: Mutex::new(BTreeMap::new()),
             fail_with: std::sync::atomic::AtomicU16::new(0),
             kubelet_tls,
+            reviews: Arc::new(reviews::Reviews::default()),
         });
         let kubeconfig_path = opts.kubeconfig_path.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!(

@@ -150,6 +150,11 @@ pub fn groups() -> Vec<&'static str> {
             out.push(r.group);
         }
     }
+    for (g, ..) in crate::reviews::REVIEW_RESOURCES {
+        if !out.contains(g) {
+            out.push(g);
+        }
+    }
     out
 }
 
@@ -210,6 +215,17 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             }));
         }
     }
+    for (g, v, plural, kind) in crate::reviews::REVIEW_RESOURCES {
+        if *g == group && *v == version {
+            items.push(json!({
+                "name": plural,
+                "singularName": kind.to_lowercase(),
+                "namespaced": false,
+                "kind": kind,
+                "verbs": ["create"],
+            }));
+        }
+    }
     if items.is_empty() {
         return None;
     }
@@ -237,10 +253,17 @@ pub fn core_versions(server_address: &str) -> Value {
 
 /// `APIGroup` for one group.
 pub fn group_doc(group: &str) -> Option<Value> {
-    let r = RESOURCES
+    let version = RESOURCES
         .iter()
-        .find(|r| r.group == group && !group.is_empty())?;
-    let gv = json!({"groupVersion": format!("{}/{}", r.group, r.version), "version": r.version});
+        .find(|r| r.group == group && !group.is_empty())
+        .map(|r| r.version)
+        .or_else(|| {
+            crate::reviews::REVIEW_RESOURCES
+                .iter()
+                .find(|(g, ..)| *g == group)
+                .map(|(_, v, ..)| *v)
+        })?;
+    let gv = json!({"groupVersion": format!("{group}/{version}"), "version": version});
     Some(json!({
         "kind": "APIGroup",
         "apiVersion": "v1",

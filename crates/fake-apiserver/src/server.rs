@@ -42,6 +42,8 @@ pub struct Api {
     pub fail_with: std::sync::atomic::AtomicU16,
     /// TLS client config for calling kubelets (`pods/log`).
     pub kubelet_tls: Arc<rustls::ClientConfig>,
+    /// Answers of TokenReview and SubjectAccessReview.
+    pub reviews: Arc<crate::reviews::Reviews>,
 }
 
 fn respond(code: u16, v: &Value) -> Response<Body> {
@@ -301,6 +303,13 @@ impl Api {
             }
             _ => {}
         }
+        if let ["apis", g, "v1", plural] = segs.as_slice()
+            && let Some((_, _, plural, _)) = crate::reviews::REVIEW_RESOURCES
+                .iter()
+                .find(|(rg, _, rp, _)| rg == g && rp == plural)
+        {
+            return self.review(method, plural, req).await;
+        }
         let Some(t) = parse_target(&path)? else {
             return Err(ApiError::path_not_found(&path));
         };
@@ -344,6 +353,32 @@ impl Api {
             return crate::logs::proxy(&self.store, self.kubelet_tls.clone(), ns, name, &q).await;
         }
         self.dispatch(method, t, q, &content_type, &body, table)
+    }
+
+    /// TokenReview / SubjectAccessReview: create only, answered from `reviews`, never stored.
+    async fn review(
+        &self,
+        method: Method,
+        plural: &str,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        self.count(format!("{method} {plural}"));
+        if method != Method::POST {
+            return Err(ApiError::method_not_allowed(method.as_str()));
+        }
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("reading request body: {e}")))?
+            .to_bytes();
+        let obj = parse_body(&body)?;
+        let out = if plural == "tokenreviews" {
+            self.reviews.token_review(obj)?
+        } else {
+            self.reviews.subject_access_review(obj)?
+        };
+        Ok(respond(201, &out))
     }
 
     fn dispatch(

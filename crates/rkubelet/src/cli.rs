@@ -92,10 +92,9 @@ pub struct Flags {
     #[arg(
         long = "cert-dir",
         value_name = "string",
-        default_value = "/var/lib/kubelet/pki",
-        help = "The directory where the TLS certs are located. If --tls-cert-file and --tls-private-key-file are provided, this flag will be ignored."
+        help = "The directory where the TLS certs are located. If --tls-cert-file and --tls-private-key-file are provided, this flag will be ignored. (default <root-dir>/pki)"
     )]
-    pub cert_dir: PathBuf,
+    pub cert_dir: Option<PathBuf>,
     #[arg(
         long = "root-dir",
         value_name = "string",
@@ -509,7 +508,10 @@ fn resolve_with(
     let container_gc = container_gc_policy(flags, &mut warnings);
     let node = NodeOptions {
         root_dir: flags.root_dir.clone(),
-        cert_dir: flags.cert_dir.clone(),
+        cert_dir: flags
+            .cert_dir
+            .clone()
+            .unwrap_or_else(|| flags.root_dir.join("pki")),
         kubeconfig: flags
             .kubeconfig
             .clone()
@@ -620,7 +622,7 @@ mod tests {
     fn no_flags_means_defaults_and_nothing_overridden() {
         let f = parse(&[]);
         assert_eq!(f.root_dir, Path::new("/var/lib/kubelet"));
-        assert_eq!(f.cert_dir, Path::new("/var/lib/kubelet/pki"));
+        assert_eq!(f.cert_dir, None);
         assert_eq!(
             (f.config.as_ref(), f.port, f.sync_frequency, f.verbosity),
             (None, None, None, None)

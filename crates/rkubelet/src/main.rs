@@ -261,6 +261,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         gc: gc_settings(c, node)?,
         eviction,
         cgroups: cgroup_settings(c),
+        server: secure_config(c, node)?,
     })
 }
 
@@ -371,6 +372,67 @@ fn cgroup_settings(c: &KubeletConfiguration) -> CgroupSettings {
         swap_behavior: c.memory_swap.swap_behavior.clone(),
         ..CgroupSettings::default()
     }
+}
+
+/// The HTTPS port settings (`enableServer`): TLS, authentication, authorization, `/configz`.
+fn secure_config(
+    c: &KubeletConfiguration,
+    node: &cli::NodeOptions,
+) -> Result<Option<kubelet::server::setup::SecureConfig>> {
+    use kubelet::server::setup::{AuthzMode, SecureConfig};
+    if !c.enable_server {
+        return Ok(None);
+    }
+    let Some(addr) = socket(&c.address, c.port).context("address/port")? else {
+        return Ok(None);
+    };
+    let path = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
+    let authz = match c.authorization.mode.as_str() {
+        "AlwaysAllow" => AuthzMode::AlwaysAllow,
+        "Webhook" => AuthzMode::Webhook {
+            allowed_ttl: c.authorization.webhook.cache_authorized_ttl.as_std(),
+            denied_ttl: c.authorization.webhook.cache_unauthorized_ttl.as_std(),
+        },
+        other => anyhow::bail!(
+            "authorization.mode: {other:?} is not supported (expected AlwaysAllow or Webhook)"
+        ),
+    };
+    let mut configz = serde_json::to_value(c).context("encoding /configz")?;
+    if let Some(o) = configz.as_object_mut() {
+        o.remove("apiVersion");
+        o.remove("kind");
+    }
+    let node_ips = node
+        .node_ip
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|ip| ip.trim().parse().ok())
+        .collect();
+    Ok(Some(SecureConfig {
+        addr,
+        tls: kubelet::server::tls::TlsSettings {
+            cert_file: path(&c.tls_cert_file),
+            key_file: path(&c.tls_private_key_file),
+            cert_dir: node.cert_dir.clone(),
+            hostname: node.node_name.clone(),
+            ips: node_ips,
+            min_version: c.tls_min_version.clone(),
+            cipher_suites: c.tls_cipher_suites.clone(),
+            client_ca_file: path(&c.authentication.x509.client_ca_file),
+        },
+        anonymous: c.authentication.anonymous.enabled,
+        webhook_authn: c
+            .authentication
+            .webhook
+            .enabled
+            .then(|| c.authentication.webhook.cache_ttl.as_std()),
+        authz,
+        configz: Some(configz),
+        system_logs: (c.enable_system_log_handler && c.enable_debugging_handlers)
+            .then(|| PathBuf::from("/var/log")),
+        debugging_handlers: c.enable_debugging_handlers,
+    }))
 }
 
 /// The node's primary IP when `--node-ip` is not given: the source address of the default

@@ -102,6 +102,8 @@ pub struct AgentConfig {
     pub eviction: crate::eviction::EvictionWiring,
     /// The container manager (cgroups, QoS, node allocatable).
     pub cgroups: CgroupSettings,
+    /// The authenticated HTTPS port (`enableServer`); `None` serves none.
+    pub server: Option<server::setup::SecureConfig>,
 }
 
 /// Container manager settings (`cgroupsPerQOS`, `cgroupRoot`, node allocatable, CFS quota…).
@@ -173,6 +175,7 @@ impl AgentConfig {
             gc: GcSettings::default(),
             eviction: crate::eviction::EvictionWiring::default(),
             cgroups: CgroupSettings::default(),
+            server: None,
         }
     }
 }
@@ -223,6 +226,8 @@ pub struct Agent {
     /// Bound addresses of the read-only and healthz listeners (for tests using port 0).
     pub read_only_addr: Option<SocketAddr>,
     pub healthz_addr: Option<SocketAddr>,
+    /// Bound address of the HTTPS port.
+    pub secure_addr: Option<SocketAddr>,
     /// Sends pod updates as if from a source (tests, and the API source later).
     pub source_tx: mpsc::Sender<crate::types::PodUpdate>,
     /// Image GC (`delete_unused_images` for the eviction manager), when enabled.
@@ -416,7 +421,7 @@ impl Agent {
         ));
         let workers = PodWorkers::new(
             syncer,
-            cache,
+            cache.clone(),
             WorkerTimings {
                 resync_interval: cfg.sync_frequency,
                 backoff_period: Duration::from_secs(10),
@@ -605,11 +610,29 @@ impl Agent {
                 Arc::new(move || pleg_health.healthy()) as HealthCheck,
             ),
         ];
-        let state = ServerState {
-            pods: pods.clone(),
-            status: status.clone(),
-            checks: health.clone(),
-        };
+        let mut state = ServerState::basic(pods.clone(), status.clone(), health.clone());
+        state.node_name = cfg.node_name.clone();
+        state.root_dir = cfg.root_dir.clone();
+        state.runtime = Some(deps.runtime.clone());
+        state.pod_cache = Some(cache.clone());
+        state.cancel = cancel.child_token();
+        let mut secure_addr = None;
+        if let Some(sc) = &cfg.server {
+            let reviews = deps.api.clone().map(server::setup::kube_reviews);
+            let (tls, auth) = server::setup::build(sc, reviews)?;
+            state.configz = sc.configz.clone().map(Arc::new);
+            state.system_logs = sc.system_logs.clone();
+            state.debugging_handlers = sc.debugging_handlers;
+            let listener = server::bind(sc.addr).await?;
+            secure_addr = listener.local_addr().ok();
+            tracker.spawn(server::serve_secure(
+                listener,
+                tls,
+                Arc::new(auth),
+                state.clone(),
+                cancel.child_token(),
+            ));
+        }
         let mut bound = [None, None];
         for (i, (addr, endpoints)) in [
             (cfg.read_only_addr, Endpoints::ReadOnly),
@@ -639,6 +662,7 @@ impl Agent {
             health,
             read_only_addr: bound[0],
             healthz_addr: bound[1],
+            secure_addr,
             source_tx,
             image_gc,
             container_gc,

@@ -63,6 +63,8 @@ pub struct Kubelet {
     pub dir: tempfile::TempDir,
     pub port: u16,
     pub healthz_port: u16,
+    /// The authenticated HTTPS port (`port`).
+    pub secure_port: u16,
     /// Extra command-line flags (e.g. `--kubeconfig PATH`), used by `start`.
     pub extra_args: Vec<std::ffi::OsString>,
     /// This kubelet's own `cgroupRoot` (`/rkt-<pid>-<n>`): concurrent test kubelets never see
@@ -96,16 +98,18 @@ impl Kubelet {
             dir,
             port: free_port(),
             healthz_port: free_port(),
+            secure_port: free_port(),
             extra_args: Vec::new(),
             cgroup_root: format!("/rkt-{}-{seq}", std::process::id()),
             child: None,
         };
         let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\nreadOnlyPort: {}\nhealthzPort: {}\npodLogsDir: {}\ncgroupRoot: {}\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\nreadOnlyPort: {}\nhealthzPort: {}\npodLogsDir: {}\naddress: 127.0.0.1\nport: {}\nauthentication:\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\ncgroupRoot: {}\n",
             k.manifests().display(),
             k.port,
             k.healthz_port,
             k.logs().display(),
+            k.secure_port,
             k.cgroup_root
         );
         std::fs::write(k.dir.path().join("config.yaml"), config).unwrap();

@@ -1,0 +1,324 @@
+//! Request authorization for the kubelet's HTTPS port (upstream `pkg/kubelet/server/auth.go`
+//! plus the webhook authorizer). Owns the SubjectAccessReview answer cache; receives the user
+//! and the request's method and path; emits allowed / forbidden (with upstream's 403 text).
+//!
+//! Mapping as upstream (with fine-grained kubelet authz): resource `nodes`, name = node name,
+//! verb from the HTTP method; subresource `stats`/`metrics`/`log` by path prefix, `pods`,
+//! `healthz`, `configz` for those endpoints with `proxy` as the fallback checked second, and
+//! `proxy` for everything else.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+
+use super::authn::UserInfo;
+use super::cache::TtlCache;
+use super::review::ReviewApi;
+
+/// What a request asks for, in API terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributes {
+    pub verb: String,
+    pub node_name: String,
+    /// Checked in order; any one allowed is enough.
+    pub subresources: Vec<&'static str>,
+    pub path: String,
+}
+
+/// `true` when `path` is `prefix` or below it.
+fn is_subpath(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+/// Upstream `GetRequestAttributes`.
+pub fn request_attributes(method: &Method, path: &str, node_name: &str) -> Attributes {
+    let verb = match *method {
+        Method::POST => "create",
+        Method::GET | Method::HEAD => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "",
+    };
+    let subresources = if is_subpath(path, "/stats") {
+        vec!["stats"]
+    } else if is_subpath(path, "/metrics") {
+        vec!["metrics"]
+    } else if is_subpath(path, "/logs") {
+        vec!["log"]
+    } else if is_subpath(path, "/pods") || is_subpath(path, "/runningpods") {
+        vec!["pods", "proxy"]
+    } else if is_subpath(path, "/healthz") {
+        vec!["healthz", "proxy"]
+    } else if is_subpath(path, "/configz") {
+        vec!["configz", "proxy"]
+    } else {
+        vec!["proxy"]
+    };
+    Attributes {
+        verb: verb.to_owned(),
+        node_name: node_name.to_owned(),
+        subresources,
+        path: path.to_owned(),
+    }
+}
+
+/// Upstream's 403 body.
+pub fn forbidden_message(user: &UserInfo, attrs: &Attributes) -> String {
+    format!(
+        "Forbidden (user={}, verb={}, resource=nodes, subresource(s)=[{}])\n",
+        user.name,
+        attrs.verb,
+        attrs.subresources.join(" ")
+    )
+}
+
+/// Authorization errors (webhook unreachable…): upstream answers 500.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Authorization error (user={user}, verb={verb}, resource=nodes, subresource(s)=[{subresources}]): {message}"
+)]
+pub struct AuthzError {
+    pub user: String,
+    pub verb: String,
+    pub subresources: String,
+    pub message: String,
+}
+
+/// `authorization.mode`.
+pub enum Authorizer {
+    AlwaysAllow,
+    Webhook(WebhookAuthorizer),
+}
+
+/// SubjectAccessReview with allowed answers cached for `allowed_ttl` and denied ones for
+/// `denied_ttl` (errors are not cached).
+pub struct WebhookAuthorizer {
+    api: Arc<dyn ReviewApi>,
+    allowed_ttl: Duration,
+    denied_ttl: Duration,
+    cache: TtlCache<String, bool>,
+}
+
+impl WebhookAuthorizer {
+    pub fn new(api: Arc<dyn ReviewApi>, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
+        Self {
+            api,
+            allowed_ttl,
+            denied_ttl,
+            cache: TtlCache::new(10_000),
+        }
+    }
+
+    async fn allowed(
+        &self,
+        user: &UserInfo,
+        attrs: &Attributes,
+        sub: &str,
+    ) -> Result<bool, String> {
+        let key = format!(
+            "{}\x00{}\x00{}\x00{}\x00{}\x00{}",
+            user.name,
+            user.uid,
+            user.groups.join(","),
+            attrs.verb,
+            attrs.node_name,
+            sub
+        );
+        if let Some(hit) = self.cache.get(&key) {
+            return Ok(hit);
+        }
+        let d = self.api.access_review(user, attrs, sub).await?;
+        let ttl = if d.allowed {
+            self.allowed_ttl
+        } else {
+            self.denied_ttl
+        };
+        self.cache.insert(key, d.allowed, ttl);
+        Ok(d.allowed)
+    }
+}
+
+impl Authorizer {
+    /// Whether `user` may do `attrs`.
+    pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Result<bool, AuthzError> {
+        let Authorizer::Webhook(w) = self else {
+            return Ok(true);
+        };
+        let mut last_err = None;
+        for sub in &attrs.subresources {
+            match w.allowed(user, attrs, sub).await {
+                Ok(true) => return Ok(true),
+                Ok(false) => {}
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match last_err {
+            Some(message) => Err(AuthzError {
+                user: user.name.clone(),
+                verb: attrs.verb.clone(),
+                subresources: attrs.subresources.join(" "),
+                message,
+            }),
+            None => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::server::review::AccessDecision;
+    use std::sync::Mutex;
+
+    #[test]
+    fn path_to_attributes_table() {
+        let cases: &[(Method, &str, &str, &[&str])] = &[
+            (Method::GET, "/pods", "get", &["pods", "proxy"]),
+            (Method::GET, "/pods/", "get", &["pods", "proxy"]),
+            (Method::GET, "/runningpods/", "get", &["pods", "proxy"]),
+            (Method::GET, "/podsx", "get", &["proxy"]),
+            (Method::GET, "/stats/summary", "get", &["stats"]),
+            (Method::GET, "/stats", "get", &["stats"]),
+            (Method::GET, "/statsz", "get", &["proxy"]),
+            (Method::GET, "/metrics/cadvisor", "get", &["metrics"]),
+            (Method::GET, "/logs/syslog", "get", &["log"]),
+            (Method::GET, "/logs/", "get", &["log"]),
+            (
+                Method::GET,
+                "/healthz/syncloop",
+                "get",
+                &["healthz", "proxy"],
+            ),
+            (Method::GET, "/configz", "get", &["configz", "proxy"]),
+            (Method::GET, "/containerLogs/ns/p/c", "get", &["proxy"]),
+            (Method::POST, "/run/ns/p/c", "create", &["proxy"]),
+            (Method::POST, "/checkpoint/ns/p/c", "create", &["proxy"]),
+            (Method::PUT, "/x", "update", &["proxy"]),
+            (Method::PATCH, "/x", "patch", &["proxy"]),
+            (Method::DELETE, "/x", "delete", &["proxy"]),
+            (Method::OPTIONS, "/x", "", &["proxy"]),
+        ];
+        for (m, path, verb, subs) in cases {
+            let a = request_attributes(m, path, "node-1");
+            assert_eq!(a.verb, *verb, "{m} {path}");
+            assert_eq!(a.subresources, *subs, "{m} {path}");
+            assert_eq!(a.node_name, "node-1");
+            assert_eq!(a.path, *path);
+        }
+        let a = request_attributes(&Method::GET, "/pods", "n");
+        assert_eq!(
+            forbidden_message(&UserInfo::anonymous(), &a),
+            "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+        );
+    }
+
+    struct Rules {
+        calls: Mutex<Vec<String>>,
+        allow: Mutex<Vec<(String, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl ReviewApi for Rules {
+        async fn token_review(&self, _: &str) -> Result<Option<UserInfo>, String> {
+            unreachable!()
+        }
+        async fn access_review(
+            &self,
+            user: &UserInfo,
+            _: &Attributes,
+            sub: &str,
+        ) -> Result<AccessDecision, String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("{}/{sub}", user.name));
+            if user.name == "broken" {
+                return Err("webhook down".into());
+            }
+            let allowed = self
+                .allow
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(u, s)| *u == user.name && s == sub);
+            Ok(AccessDecision {
+                allowed,
+                reason: String::new(),
+            })
+        }
+    }
+
+    fn user(name: &str) -> UserInfo {
+        UserInfo {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn webhook_decisions_are_cached_per_ttl() {
+        let rules = Arc::new(Rules {
+            calls: Mutex::new(Vec::new()),
+            allow: Mutex::new(vec![("alice".into(), "proxy".into())]),
+        });
+        let authz = Authorizer::Webhook(WebhookAuthorizer::new(
+            rules.clone(),
+            Duration::from_secs(300),
+            Duration::from_secs(30),
+        ));
+        let pods = request_attributes(&Method::GET, "/pods", "n");
+        let logs = request_attributes(&Method::GET, "/logs/x", "n");
+        // `pods` denied, then the `proxy` fallback allowed.
+        assert_eq!(authz.authorize(&user("alice"), &pods).await, Ok(true));
+        assert_eq!(authz.authorize(&user("alice"), &logs).await, Ok(false));
+        assert_eq!(authz.authorize(&user("bob"), &logs).await, Ok(false));
+        assert_eq!(
+            *rules.calls.lock().unwrap(),
+            vec!["alice/pods", "alice/proxy", "alice/log", "bob/log"]
+        );
+        // Everything cached now.
+        authz.authorize(&user("alice"), &pods).await.unwrap();
+        authz.authorize(&user("bob"), &logs).await.unwrap();
+        assert_eq!(rules.calls.lock().unwrap().len(), 4);
+        // Denials expire after 30 s, allowances after 300 s.
+        rules
+            .allow
+            .lock()
+            .unwrap()
+            .push(("bob".into(), "log".into()));
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(authz.authorize(&user("bob"), &logs).await, Ok(true));
+        authz.authorize(&user("alice"), &pods).await.unwrap();
+        assert_eq!(
+            rules.calls.lock().unwrap().len(),
+            6,
+            "alice/pods (a denial) re-asked, alice/proxy still cached"
+        );
+        rules.allow.lock().unwrap().clear();
+        tokio::time::advance(Duration::from_secs(270)).await;
+        assert_eq!(authz.authorize(&user("alice"), &pods).await, Ok(false));
+        // Errors surface (500 upstream) and are not cached.
+        let err = authz.authorize(&user("broken"), &logs).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("Authorization error (user=broken, verb=get")
+        );
+        let _ = authz.authorize(&user("broken"), &logs).await;
+        let broken = rules
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.starts_with("broken"))
+            .count();
+        assert_eq!(broken, 2);
+        assert_eq!(
+            Authorizer::AlwaysAllow.authorize(&user("x"), &logs).await,
+            Ok(true)
+        );
+    }
+}

@@ -1,0 +1,485 @@
+//! The kubelet's HTTP servers: the authenticated HTTPS port (`address:port`, TLS in `tls`,
+//! authentication in `authn`, authorization in `authz`), the unauthenticated read-only port
+//! and the healthz port. Owns the listeners and connections; reads the desired pods (pod
+//! manager snapshot), statuses (status manager), the runtime's pods (pod cache), the CRI
+//! runtime, the effective configuration and the health checks; emits the responses built in
+//! `routes` (container logs read by `logs`). `/metrics*`, `/stats/*` and the streaming
+//! endpoints are not served yet (404).
+
+pub mod authn;
+pub mod authz;
+pub mod cache;
+pub mod logs;
+pub mod review;
+pub mod routes;
+pub mod setup;
+pub mod tls;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::RuntimeService;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::container::cache::PodCache;
+use crate::status::manager::StatusManager;
+use crate::types::PodExt;
+
+use self::authn::{Authenticator, AuthnError, UserInfo};
+use self::authz::Authorizer;
+
+/// A named health check (`ping`, `syncloop`, `pleg`…).
+pub type HealthCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Response type of every handler.
+pub type Resp = Response<BoxBody<Bytes, Infallible>>;
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct ServerState {
+    pub pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pub status: StatusManager,
+    pub checks: Vec<(String, HealthCheck)>,
+    /// The node name (authorization attributes).
+    pub node_name: String,
+    /// The kubelet root directory (`checkpoints/` lives there).
+    pub root_dir: PathBuf,
+    /// The CRI runtime (container logs, `/run`, `/checkpoint`).
+    pub runtime: Option<Arc<dyn RuntimeService>>,
+    /// The runtime's view of pods (`/runningpods/`).
+    pub pod_cache: Option<PodCache>,
+    /// The effective KubeletConfiguration for `/configz`.
+    pub configz: Option<Arc<serde_json::Value>>,
+    /// Directory served under `/logs/` (`enableSystemLogHandler`); `None` → 404.
+    pub system_logs: Option<PathBuf>,
+    /// `enableDebuggingHandlers`: logs, run, checkpoint, configz, runningpods.
+    pub debugging_handlers: bool,
+    /// Ends followed log streams at shutdown.
+    pub cancel: CancellationToken,
+}
+
+impl ServerState {
+    /// A state with only pods, statuses and health checks (everything else off).
+    pub fn basic(
+        pods: watch::Receiver<Arc<Vec<Pod>>>,
+        status: StatusManager,
+        checks: Vec<(String, HealthCheck)>,
+    ) -> Self {
+        Self {
+            pods,
+            status,
+            checks,
+            node_name: String::new(),
+            root_dir: PathBuf::new(),
+            runtime: None,
+            pod_cache: None,
+            configz: None,
+            system_logs: None,
+            debugging_handlers: true,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// Authentication and authorization of the HTTPS port.
+pub struct Auth {
+    pub authenticator: Authenticator,
+    pub authorizer: Authorizer,
+}
+
+/// Server errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Which endpoints a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoints {
+    /// `healthzPort`: health only.
+    Healthz,
+    /// `readOnlyPort`: pods and health, no authentication, no debugging handlers.
+    ReadOnly,
+    /// `port` (HTTPS, authenticated): everything.
+    Secure,
+}
+
+/// Binds `addr` (fails fast so a port clash is reported at start-up).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Serves plain HTTP on `listener` until `cancel` fires; in-flight connections are closed then.
+pub async fn serve(
+    listener: TcpListener,
+    endpoints: Endpoints,
+    state: ServerState,
+    cancel: CancellationToken,
+) {
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, ?endpoints, "serving HTTP");
+    }
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let state = state.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(routes::route(&state, endpoints, &req).await) }
+                    });
+                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await
+                    {
+                        debug!(%peer, error = %e, "HTTP connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+/// Serves the authenticated HTTPS port until `cancel` fires.
+pub async fn serve_secure(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    auth: Arc<Auth>,
+    state: ServerState,
+    cancel: CancellationToken,
+) {
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, "serving HTTPS");
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let state = state.clone();
+                let auth = auth.clone();
+                let acceptor = acceptor.clone();
+                conns.spawn(async move {
+                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let cert = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| auth.authenticator.authenticate_cert(chain));
+                    let cert = Arc::new(cert);
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let state = state.clone();
+                        let auth = auth.clone();
+                        let cert = cert.clone();
+                        async move { Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref().as_ref(), &req).await) }
+                    });
+                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await
+                    {
+                        debug!(%peer, error = %e, "HTTPS connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+fn is_healthz(path: &str) -> bool {
+    path == "/healthz" || path.starts_with("/healthz/")
+}
+
+/// Authenticates, authorizes and routes one request of the HTTPS port.
+async fn handle_secure<B>(
+    state: &ServerState,
+    auth: &Auth,
+    cert: Option<&Result<UserInfo, AuthnError>>,
+    req: &Request<B>,
+) -> Resp {
+    let path = req.uri().path();
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok());
+    let user = match auth.authenticator.authenticate(cert, header).await {
+        Ok(Some(u)) => u,
+        Ok(None) if is_healthz(path) => {
+            return routes::route(state, Endpoints::Secure, req).await;
+        }
+        Ok(None) => return text(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
+        Err(e) => {
+            debug!(error = %e, path, "authentication failed");
+            return text(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+        }
+    };
+    let attrs = authz::request_attributes(req.method(), path, &state.node_name);
+    match auth.authorizer.authorize(&user, &attrs).await {
+        Ok(true) => routes::route(state, Endpoints::Secure, req).await,
+        Ok(false) => {
+            let msg = authz::forbidden_message(&user, &attrs);
+            debug!(msg = msg.trim_end(), "request forbidden");
+            text(StatusCode::FORBIDDEN, msg)
+        }
+        Err(e) => {
+            warn!(error = %e, "authorization failed");
+            text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    }
+}
+
+/// A body fed by a channel (followed logs).
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+pub(crate) fn stream(rx: mpsc::Receiver<Bytes>) -> Resp {
+    let mut resp = Response::new(ChannelBody(rx).boxed());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp.headers_mut().insert(
+        "transfer-encoding",
+        header::HeaderValue::from_static("chunked"),
+    );
+    resp
+}
+
+pub(crate) fn bytes_response(status: StatusCode, body: Bytes) -> Resp {
+    let mut resp = Response::new(Full::new(body).boxed());
+    *resp.status_mut() = status;
+    resp
+}
+
+pub(crate) fn text(status: StatusCode, body: String) -> Resp {
+    let mut resp = bytes_response(status, Bytes::from(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+pub(crate) fn json(status: StatusCode, v: &serde_json::Value) -> Resp {
+    match serde_json::to_vec(v) {
+        Ok(body) => {
+            let mut resp = bytes_response(status, Bytes::from(body));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding response: {e}\n"),
+        ),
+    }
+}
+
+/// Upstream healthz: `ok`, or a per-check listing with `healthz check failed` and 500.
+fn healthz(state: &ServerState, only: Option<&str>, query: &str) -> Resp {
+    let mut checks: Vec<(&str, Result<(), String>)> = vec![("ping", Ok(())), ("log", Ok(()))];
+    checks.extend(state.checks.iter().map(|(n, c)| (n.as_str(), c())));
+    if let Some(name) = only {
+        return match checks.iter().find(|(n, _)| *n == name) {
+            Some((_, Ok(()))) => text(StatusCode::OK, "ok".into()),
+            Some((n, Err(e))) => {
+                warn!(check = n, error = %e, "healthz check failed");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("internal server error: {e}\n"),
+                )
+            }
+            None => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),
+        };
+    }
+    let failed = checks.iter().any(|(_, r)| r.is_err());
+    if !failed && !query.contains("verbose") {
+        return text(StatusCode::OK, "ok".into());
+    }
+    let mut body = String::new();
+    for (name, r) in &checks {
+        match r {
+            Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+            Err(e) => {
+                warn!(check = name, error = %e, "healthz check failed");
+                body.push_str(&format!("[-]{name} failed: reason withheld\n"));
+            }
+        }
+    }
+    if failed {
+        body.push_str("healthz check failed\n");
+        text(StatusCode::INTERNAL_SERVER_ERROR, body)
+    } else {
+        body.push_str("healthz check passed\n");
+        text(StatusCode::OK, body)
+    }
+}
+
+/// The desired pods with their current statuses as a v1 `PodList`.
+pub fn pod_list(state: &ServerState) -> serde_json::Value {
+    let pods = state.pods.borrow().clone();
+    let items: Vec<Pod> = pods
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if let Some(s) = state.status.get_pod_status(p.uid()) {
+                p.status = Some(s);
+            }
+            p
+        })
+        .collect();
+    serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn state(failing: bool) -> (ServerState, watch::Sender<Arc<Vec<Pod>>>) {
+        let (tx, rx) = watch::channel(Arc::new(Vec::new()));
+        let check: HealthCheck = Arc::new(move || {
+            if failing {
+                Err("pleg was last seen active 3m0.1s ago; threshold is 3m0s".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        let state = ServerState::basic(rx, StatusManager::new(), vec![("pleg".to_owned(), check)]);
+        (state, tx)
+    }
+
+    async fn body(resp: Resp) -> (StatusCode, String) {
+        let code = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (code, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn healthz_reports_failing_checks_like_upstream() {
+        let (ok, _tx) = state(false);
+        assert_eq!(
+            body(healthz(&ok, None, "")).await,
+            (StatusCode::OK, "ok".into())
+        );
+        let (bad, _tx) = state(true);
+        let (code, text) = body(healthz(&bad, None, "")).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            text,
+            "[+]ping ok\n[+]log ok\n[-]pleg failed: reason withheld\nhealthz check failed\n"
+        );
+        let (code, _) = body(healthz(&bad, Some("pleg"), "")).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body(healthz(&bad, Some("ping"), "")).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            body(healthz(&bad, Some("nope"), "")).await.0,
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[tokio::test]
+    async fn pods_carry_the_status_manager_status() {
+        let (st, tx) = state(false);
+        let pod = Pod {
+            metadata: ObjectMeta {
+                uid: Some("u1".into()),
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        tx.send_replace(Arc::new(vec![pod.clone()]));
+        st.status.set_pod_status(
+            &pod,
+            k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            },
+        );
+        let list = pod_list(&st);
+        assert_eq!(list["kind"], "PodList");
+        assert_eq!(list["apiVersion"], "v1");
+        assert_eq!(list["items"][0]["status"]["phase"], "Running");
+        assert_eq!(list["items"][0]["metadata"]["uid"], "u1");
+    }
+}

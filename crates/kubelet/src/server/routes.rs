@@ -1,0 +1,686 @@
+//! Endpoint handlers of the kubelet's HTTP(S) ports. Own nothing; receive a request plus the
+//! server state (desired pods, statuses, runtime pod cache, CRI runtime, effective config);
+//! emit upstream-shaped responses: `/pods`, `/runningpods/`, `/healthz*`, `/configz`,
+//! `/containerLogs/…`, `/logs/…`, `/run/…`, `/checkpoint/…`. Unknown paths are 404.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rkubelet_cri::{CriError, api};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::logs::{self, LogOptions, LogSink};
+use super::{Endpoints, Resp, ServerState, json, stream, text};
+use crate::types::PodExt;
+
+/// Routes that exist only with debugging handlers (upstream `InstallDebuggingHandlers`).
+const DEBUG_PREFIXES: &[&str] = &[
+    "/run",
+    "/exec",
+    "/attach",
+    "/portForward",
+    "/containerLogs",
+    "/logs",
+    "/configz",
+    "/runningpods",
+    "/checkpoint",
+    "/debug",
+];
+
+fn under(path: &str, prefix: &str) -> bool {
+    path == prefix || path.starts_with(&format!("{prefix}/"))
+}
+
+/// Dispatches `req` (already authenticated/authorized on the secure port).
+pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
+    let path = req.uri().path();
+    let method = req.method();
+    if path == "/healthz" || path.starts_with("/healthz/") {
+        if method != Method::GET && method != Method::HEAD {
+            return method_not_allowed();
+        }
+        let only = path.strip_prefix("/healthz/").filter(|s| !s.is_empty());
+        return super::healthz(state, only, req.uri().query().unwrap_or_default());
+    }
+    if endpoints == Endpoints::Healthz {
+        return not_found();
+    }
+    if matches!(path, "/pods" | "/pods/") {
+        if method != Method::GET && method != Method::HEAD {
+            return method_not_allowed();
+        }
+        return json(StatusCode::OK, &super::pod_list(state));
+    }
+    let debug = endpoints == Endpoints::Secure && state.debugging_handlers;
+    if DEBUG_PREFIXES.iter().any(|p| under(path, p)) && !debug {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.\n".into(),
+        );
+    }
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let query = parse_query(req.uri().query());
+    match (method, segs.as_slice()) {
+        (&Method::GET, ["runningpods", ..]) => running_pods(state),
+        (&Method::GET, ["configz"]) => match &state.configz {
+            Some(c) => json(
+                StatusCode::OK,
+                &serde_json::json!({"kubeletconfig": c.as_ref()}),
+            ),
+            None => not_found(),
+        },
+        (&Method::GET, ["containerLogs", ns, pod, container]) => {
+            container_logs(state, ns, pod, container, &query).await
+        }
+        (&Method::GET | &Method::HEAD, ["logs", ..]) if state.system_logs.is_some() => {
+            system_logs(state, path)
+        }
+        (&Method::POST, ["run", ns, pod, container])
+        | (&Method::POST, ["run", ns, pod, _, container]) => {
+            run(state, ns, pod, container, &query).await
+        }
+        (&Method::POST, ["checkpoint", ns, pod, container]) => {
+            checkpoint(state, ns, pod, container, &query).await
+        }
+        (_, ["runningpods", ..] | ["configz"] | ["containerLogs", _, _, _])
+        | (_, ["run", ..] | ["checkpoint", ..]) => method_not_allowed(),
+        _ => not_found(),
+    }
+}
+
+pub(super) fn not_found() -> Resp {
+    text(StatusCode::NOT_FOUND, "404 page not found\n".into())
+}
+
+fn method_not_allowed() -> Resp {
+    text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "405: Method Not Allowed".into(),
+    )
+}
+
+fn pct_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Query parameters (the first value of each, percent-decoded).
+pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for p in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        out.entry(pct_decode(k)).or_insert_with(|| pct_decode(v));
+    }
+    out
+}
+
+/// The desired pod `ns/name`.
+fn find_pod(state: &ServerState, ns: &str, name: &str) -> Option<Pod> {
+    state
+        .pods
+        .borrow()
+        .iter()
+        .find(|p| p.namespace() == ns && p.name() == name)
+        .cloned()
+}
+
+fn spec_has_container(pod: &Pod, name: &str) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers.iter().any(|c| c.name == name)
+            || s.init_containers.iter().flatten().any(|c| c.name == name)
+            || s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == name)
+    })
+}
+
+/// `/runningpods/`: the pods that have running containers, as the runtime sees them
+/// (name, namespace, uid and the running containers' name and image only).
+fn running_pods(state: &ServerState) -> Resp {
+    let mut items = Vec::new();
+    if let Some(cache) = &state.pod_cache {
+        let mut all = cache.get_all();
+        all.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        for p in all {
+            let containers: Vec<Container> = p
+                .container_statuses
+                .iter()
+                .filter(|c| c.is_running())
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    image: Some(c.image.clone()),
+                    ..Default::default()
+                })
+                .collect();
+            let sandbox_ready = p.sandbox_statuses.iter().any(|s| s.ready);
+            if containers.is_empty() && !sandbox_ready {
+                continue;
+            }
+            items.push(Pod {
+                metadata: ObjectMeta {
+                    name: Some(p.name.clone()),
+                    namespace: Some(p.namespace.clone()),
+                    uid: Some(p.uid.clone()),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    containers,
+                    ..Default::default()
+                }),
+                status: None,
+            });
+        }
+    }
+    json(
+        StatusCode::OK,
+        &serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}),
+    )
+}
+
+/// Parses the `PodLogOptions` query as upstream (400 for undecodable values, 422 for invalid
+/// ones).
+fn log_options(q: &HashMap<String, String>) -> Result<LogOptions, (StatusCode, String)> {
+    let bad = || {
+        Err((
+            StatusCode::BAD_REQUEST,
+            r#"{"message": "Unable to decode query."}"#.to_owned() + "\n",
+        ))
+    };
+    let invalid = |m: &str| Err((StatusCode::UNPROCESSABLE_ENTITY, format!("{m}\n")));
+    let flag = |k: &str| -> Result<bool, ()> {
+        match q.get(k).map(String::as_str) {
+            None | Some("" | "false" | "0" | "False" | "FALSE") => Ok(false),
+            Some("true" | "1" | "True" | "TRUE") => Ok(true),
+            Some(_) => Err(()),
+        }
+    };
+    let int = |k: &str| -> Result<Option<i64>, ()> {
+        q.get(k)
+            .filter(|v| !v.is_empty())
+            .map(|v| v.parse::<i64>().map_err(|_| ()))
+            .transpose()
+    };
+    let (Ok(follow), Ok(timestamps), Ok(_previous)) =
+        (flag("follow"), flag("timestamps"), flag("previous"))
+    else {
+        return bad();
+    };
+    let (Ok(tail), Ok(limit), Ok(since_secs)) =
+        (int("tailLines"), int("limitBytes"), int("sinceSeconds"))
+    else {
+        return bad();
+    };
+    let since_time = match q.get("sinceTime").filter(|v| !v.is_empty()) {
+        Some(v) => match chrono::DateTime::parse_from_rfc3339(v) {
+            Ok(t) => Some(t.with_timezone(&chrono::Utc)),
+            Err(_) => return bad(),
+        },
+        None => None,
+    };
+    if tail.is_some_and(|t| t < 0) {
+        return invalid("tailLines: Invalid value: must be greater than or equal to 0");
+    }
+    if limit.is_some_and(|l| l < 1) {
+        return invalid("limitBytes: Invalid value: must be greater than 0");
+    }
+    if since_secs.is_some_and(|s| s < 1) {
+        return invalid("sinceSeconds: Invalid value: must be greater than 0");
+    }
+    if since_secs.is_some() && since_time.is_some() {
+        return invalid(
+            "sinceSeconds: Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
+        );
+    }
+    let since = since_time
+        .or_else(|| since_secs.map(|s| chrono::Utc::now() - chrono::Duration::seconds(s)));
+    Ok(LogOptions {
+        since,
+        tail: tail.and_then(|t| usize::try_from(t).ok()),
+        limit_bytes: limit.and_then(|l| u64::try_from(l).ok()),
+        timestamps,
+        follow,
+    })
+}
+
+/// Upstream `validateContainerLogStatus`: the container ID whose log is wanted.
+fn log_container_id(
+    pod: &Pod,
+    status: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    container: &str,
+    previous: bool,
+) -> Result<String, String> {
+    let pod_name = pod.name();
+    let cs = status.and_then(|s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .chain(s.init_container_statuses.iter().flatten())
+            .chain(s.ephemeral_container_statuses.iter().flatten())
+            .find(|c| c.name == container)
+    });
+    let Some(cs) = cs else {
+        return Err(format!(
+            "container {container:?} in pod {pod_name:?} is not available"
+        ));
+    };
+    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+    let state = cs.state.as_ref();
+    let last_id = last
+        .and_then(|t| t.container_id.clone())
+        .filter(|s| !s.is_empty());
+    if previous {
+        return last_id.ok_or_else(|| {
+            format!("previous terminated container {container:?} in pod {pod_name:?} not found")
+        });
+    }
+    if state.is_some_and(|s| s.running.is_some())
+        && let Some(id) = cs.container_id.clone().filter(|s| !s.is_empty())
+    {
+        return Ok(id);
+    }
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        return t
+            .container_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or(last_id)
+            .ok_or_else(|| format!("container {container:?} in pod {pod_name:?} is terminated"));
+    }
+    if let Some(id) = last_id {
+        return Ok(id);
+    }
+    if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+        let reason = w.reason.clone().unwrap_or_default();
+        return Err(match reason.as_str() {
+            "ErrImagePull" => format!(
+                "container {container:?} in pod {pod_name:?} is waiting to start: image can't be pulled"
+            ),
+            "ImagePullBackOff" => format!(
+                "container {container:?} in pod {pod_name:?} is waiting to start: trying and failing to pull image"
+            ),
+            _ => {
+                format!("container {container:?} in pod {pod_name:?} is waiting to start: {reason}")
+            }
+        });
+    }
+    Err(format!(
+        "container {container:?} in pod {pod_name:?} is waiting to start - no logs yet"
+    ))
+}
+
+fn strip_scheme(id: &str) -> &str {
+    id.split_once("://").map_or(id, |(_, rest)| rest)
+}
+
+/// `GET /containerLogs/{ns}/{pod}/{container}`.
+async fn container_logs(
+    state: &ServerState,
+    ns: &str,
+    pod_name: &str,
+    container: &str,
+    q: &HashMap<String, String>,
+) -> Resp {
+    let opts = match log_options(q) {
+        Ok(o) => o,
+        Err((code, msg)) => return text(code, msg),
+    };
+    let previous = matches!(
+        q.get("previous").map(String::as_str),
+        Some("true" | "1" | "True" | "TRUE")
+    );
+    let Some(pod) = find_pod(state, ns, pod_name) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod \"{ns}/{pod_name}\" does not exist\n"),
+        );
+    };
+    if !spec_has_container(&pod, container) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("container {container:?} not found in pod \"{ns}/{pod_name}\"\n"),
+        );
+    }
+    let status = state.status.get_pod_status(pod.uid());
+    let id = match log_container_id(&pod, status.as_ref(), container, previous) {
+        Ok(id) => strip_scheme(&id).to_owned(),
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    let Some(runtime) = state.runtime.clone() else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no container runtime\n".into(),
+        );
+    };
+    let path = match runtime
+        .container_status(api::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+    {
+        Ok(r) => r.status.map(|s| s.log_path).unwrap_or_default(),
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}")),
+    };
+    if path.is_empty() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("container {id:?} has no log path"),
+        );
+    }
+    let path = PathBuf::from(path);
+    let running = {
+        let runtime = runtime.clone();
+        let id = id.clone();
+        move || {
+            let runtime = runtime.clone();
+            let id = id.clone();
+            async move {
+                runtime
+                    .container_status(api::ContainerStatusRequest {
+                        container_id: id,
+                        verbose: false,
+                    })
+                    .await
+                    .ok()
+                    .and_then(|r| r.status)
+                    .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)
+            }
+        }
+    };
+    if !opts.follow {
+        let mut sink = LogSink::Buffer(Vec::new());
+        return match logs::read_logs(&path, &opts, &mut sink, running).await {
+            Ok(()) => match sink {
+                LogSink::Buffer(b) => {
+                    text(StatusCode::OK, String::from_utf8_lossy(&b).into_owned())
+                }
+                LogSink::Channel(_) => text(StatusCode::OK, String::new()),
+            },
+            Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
+        };
+    }
+    // Follow: open first so a missing file is still a plain error.
+    if let Err(e) = std::fs::metadata(&path)
+        && logs::rotated_files(&path).is_empty()
+    {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("failed to open log file {}: {e}", path.display()),
+        );
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let cancel = state.cancel.clone();
+    tokio::spawn(async move {
+        let mut sink = LogSink::Channel(tx);
+        tokio::select! {
+            r = logs::read_logs(&path, &opts, &mut sink, running) => {
+                if let Err(e) = r {
+                    debug!(error = %e, "following container log ended");
+                }
+            }
+            _ = cancel.cancelled() => {}
+        }
+    });
+    stream(rx)
+}
+
+/// `GET /logs/…`: files and directory listings under the system log directory.
+fn system_logs(state: &ServerState, path: &str) -> Resp {
+    let Some(root) = &state.system_logs else {
+        return not_found();
+    };
+    let rel = path.strip_prefix("/logs").unwrap_or_default();
+    let rel = pct_decode(rel);
+    if rel.split('/').any(|c| c == "..") {
+        return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into());
+    }
+    if rel.is_empty() {
+        return redirect("/logs/");
+    }
+    let mut full = root.clone();
+    for c in Path::new(rel.trim_start_matches('/')).components() {
+        match c {
+            Component::Normal(n) => full.push(n),
+            Component::CurDir => {}
+            _ => return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into()),
+        }
+    }
+    // Symlinks may not lead out of the log directory.
+    let (Ok(canon), Ok(root_canon)) = (full.canonicalize(), root.canonicalize()) else {
+        return not_found();
+    };
+    if !canon.starts_with(&root_canon) {
+        return not_found();
+    }
+    if canon.is_dir() {
+        if !rel.ends_with('/') {
+            return redirect(&format!("/logs{rel}/"));
+        }
+        let mut names: Vec<String> = match std::fs::read_dir(&canon) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| {
+                    let mut n = e.file_name().to_string_lossy().into_owned();
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        n.push('/');
+                    }
+                    n
+                })
+                .collect(),
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        };
+        names.sort();
+        let mut body = String::from("<pre>\n");
+        for n in names {
+            let esc = html_escape(&n);
+            body.push_str(&format!("<a href=\"{esc}\">{esc}</a>\n"));
+        }
+        body.push_str("</pre>\n");
+        let mut r = text(StatusCode::OK, body);
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        return r;
+    }
+    match std::fs::read(&canon) {
+        Ok(data) => {
+            let mut r = super::bytes_response(StatusCode::OK, Bytes::from(data));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            text(StatusCode::FORBIDDEN, "403 Forbidden\n".into())
+        }
+        Err(_) => not_found(),
+    }
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&#34;")
+        .replace('\'', "&#39;")
+}
+
+fn redirect(to: &str) -> Resp {
+    let mut r = text(StatusCode::MOVED_PERMANENTLY, String::new());
+    if let Ok(v) = header::HeaderValue::from_str(to) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// The running container `name` of `pod` (from the status manager's view).
+fn running_container_id(state: &ServerState, pod: &Pod, name: &str) -> Option<String> {
+    let status = state.status.get_pod_status(pod.uid())?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
+        .find(|c| c.name == name && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .and_then(|c| c.container_id.clone())
+        .map(|id| strip_scheme(&id).to_owned())
+}
+
+/// `POST /run/{ns}/{pod}/{container}?cmd=…`: ExecSync, stdout then stderr.
+async fn run(
+    state: &ServerState,
+    ns: &str,
+    pod_name: &str,
+    container: &str,
+    q: &HashMap<String, String>,
+) -> Resp {
+    let Some(pod) = find_pod(state, ns, pod_name) else {
+        return text(StatusCode::NOT_FOUND, "pod does not exist\n".into());
+    };
+    let cmd: Vec<String> = q
+        .get("cmd")
+        .map(|c| c.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let Some(runtime) = state.runtime.clone() else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no container runtime\n".into(),
+        );
+    };
+    let Some(id) = running_container_id(state, &pod, container) else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("container not found ({container:?})\n"),
+        );
+    };
+    match runtime
+        .exec_sync(api::ExecSyncRequest {
+            container_id: id,
+            cmd: cmd.clone(),
+            timeout: 0,
+        })
+        .await
+    {
+        Ok(r) if r.exit_code == 0 => {
+            let mut out = r.stdout;
+            out.extend_from_slice(&r.stderr);
+            super::bytes_response(StatusCode::OK, Bytes::from(out))
+        }
+        Ok(r) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "command '{}' exited with {}: {}",
+                cmd.join(" "),
+                r.exit_code,
+                String::from_utf8_lossy(&r.stderr)
+            ),
+        ),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    }
+}
+
+/// `POST /checkpoint/{ns}/{pod}/{container}`: CRI CheckpointContainer into
+/// `<rootDir>/checkpoints/checkpoint-<pod>_<ns>-<container>-<time>.tar`.
+async fn checkpoint(
+    state: &ServerState,
+    ns: &str,
+    pod_name: &str,
+    container: &str,
+    q: &HashMap<String, String>,
+) -> Resp {
+    let Some(pod) = find_pod(state, ns, pod_name) else {
+        return text(StatusCode::NOT_FOUND, "pod does not exist\n".into());
+    };
+    if !spec_has_container(&pod, container) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("container {container} does not exist\n"),
+        );
+    }
+    let timeout = match q.get("timeout").filter(|t| !t.is_empty()) {
+        Some(t) => match t.parse::<i64>() {
+            Ok(t) => t,
+            Err(_) => {
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("cannot parse value of timeout parameter ({t:?})\n"),
+                );
+            }
+        },
+        None => 0,
+    };
+    let failed = |e: String| {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("checkpointing of {ns}/{pod_name}/{container} failed ({e})\n"),
+        )
+    };
+    let Some(runtime) = state.runtime.clone() else {
+        return failed("no container runtime".into());
+    };
+    let Some(id) = running_container_id(state, &pod, container) else {
+        return failed(format!("container {container} is not running"));
+    };
+    let dir = state.root_dir.join("checkpoints");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return failed(format!("creating {}: {e}", dir.display()));
+    }
+    let stamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
+    let location = dir.join(format!(
+        "checkpoint-{pod_name}_{ns}-{container}-{stamp}.tar"
+    ));
+    match runtime
+        .checkpoint_container(api::CheckpointContainerRequest {
+            container_id: id,
+            location: location.display().to_string(),
+            timeout,
+        })
+        .await
+    {
+        Ok(_) => json(
+            StatusCode::OK,
+            &serde_json::json!({"items": [location.display().to_string()]}),
+        ),
+        Err(e @ CriError::Unimplemented { .. }) => {
+            warn!(error = %e, "the container runtime cannot checkpoint containers");
+            failed(format!(
+                "the container runtime does not implement CheckpointContainer: {e}"
+            ))
+        }
+        Err(e) => failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+#[path = "routes_tests.rs"]
+mod tests;

@@ -1,0 +1,311 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::container::cache::PodCache;
+use crate::container::{ContainerState, ContainerStatus, PodStatus as RtPodStatus};
+use crate::status::manager::StatusManager;
+use http_body_util::BodyExt;
+use k8s_openapi::api::core::v1::{
+    ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, PodStatus,
+};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+fn pod(ns: &str, name: &str, uid: &str, containers: &[&str]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: containers
+                .iter()
+                .map(|c| Container {
+                    name: (*c).into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn state(pods: Vec<Pod>) -> (ServerState, watch::Sender<Arc<Vec<Pod>>>) {
+    let (tx, rx) = watch::channel(Arc::new(pods));
+    (ServerState::basic(rx, StatusManager::new(), Vec::new()), tx)
+}
+
+async fn get(st: &ServerState, ep: Endpoints, method: Method, uri: &str) -> (StatusCode, String) {
+    let req = Request::builder().method(method).uri(uri).body(()).unwrap();
+    let resp = route(st, ep, &req).await;
+    let code = resp.status();
+    let b = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, String::from_utf8_lossy(&b).into_owned())
+}
+
+#[tokio::test]
+async fn unknown_and_disabled_paths() {
+    let (mut st, _tx) = state(Vec::new());
+    st.configz = Some(Arc::new(serde_json::json!({"port": 10250})));
+    let (c, b) = get(&st, Endpoints::Secure, Method::GET, "/configz").await;
+    assert_eq!(c, StatusCode::OK);
+    assert_eq!(b, r#"{"kubeletconfig":{"port":10250}}"#);
+    assert_eq!(
+        get(&st, Endpoints::ReadOnly, Method::GET, "/configz").await,
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.\n".into()
+        )
+    );
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/nope").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/metrics").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&st, Endpoints::Healthz, Method::GET, "/pods").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/run/ns/p/c")
+            .await
+            .0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/healthz/ping").await,
+        (StatusCode::OK, "ok".into())
+    );
+}
+
+#[tokio::test]
+async fn running_pods_come_from_the_runtime_cache() {
+    let (mut st, _tx) = state(Vec::new());
+    let cache = PodCache::new();
+    let ctr = |name: &str, state| ContainerStatus {
+        id: format!("id-{name}"),
+        name: name.into(),
+        state,
+        sandbox_id: String::new(),
+        created_at: None,
+        started_at: None,
+        finished_at: None,
+        exit_code: 0,
+        image: "busybox:latest".into(),
+        image_ref: String::new(),
+        image_id: String::new(),
+        hash: 0,
+        restart_count: 0,
+        reason: String::new(),
+        message: String::new(),
+        termination_message_path: None,
+        termination_grace_period: None,
+    };
+    cache.set(
+        "u1",
+        Ok(RtPodStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            container_statuses: vec![
+                ctr("app", ContainerState::Running),
+                ctr("old", ContainerState::Exited),
+            ],
+            ..Default::default()
+        }),
+        tokio::time::Instant::now(),
+    );
+    cache.set(
+        "u2",
+        Ok(RtPodStatus {
+            uid: "u2".into(),
+            name: "gone".into(),
+            namespace: "default".into(),
+            container_statuses: vec![ctr("x", ContainerState::Exited)],
+            ..Default::default()
+        }),
+        tokio::time::Instant::now(),
+    );
+    st.pod_cache = Some(cache);
+    let (c, b) = get(&st, Endpoints::Secure, Method::GET, "/runningpods/").await;
+    assert_eq!(c, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["kind"], "PodList");
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["metadata"]["name"], "web");
+    assert_eq!(items[0]["metadata"]["uid"], "u1");
+    assert_eq!(
+        items[0]["spec"]["containers"],
+        serde_json::json!([{"name": "app", "image": "busybox:latest"}])
+    );
+}
+
+#[tokio::test]
+async fn container_log_lookup_errors_as_upstream() {
+    let p = pod("ns", "web", "u1", &["app", "side"]);
+    let (st, _tx) = state(vec![p.clone()]);
+    let cs = |name: &str, state: ApiState, last: Option<ApiState>| ApiContainerStatus {
+        name: name.into(),
+        container_id: Some(format!("containerd://{name}-now")),
+        state: Some(state),
+        last_state: last,
+        ..Default::default()
+    };
+    st.status.set_pod_status(
+        &p,
+        PodStatus {
+            container_statuses: Some(vec![
+                cs(
+                    "app",
+                    ApiState {
+                        running: Some(ContainerStateRunning::default()),
+                        ..Default::default()
+                    },
+                    None,
+                ),
+                cs(
+                    "side",
+                    ApiState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some("ImagePullBackOff".into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    Some(ApiState {
+                        terminated: Some(ContainerStateTerminated::default()),
+                        ..Default::default()
+                    }),
+                ),
+            ]),
+            ..Default::default()
+        },
+    );
+    let g = |uri: &'static str| {
+        let st = st.clone();
+        async move { get(&st, Endpoints::Secure, Method::GET, uri).await }
+    };
+    assert_eq!(
+        g("/containerLogs/ns/nope/app").await,
+        (
+            StatusCode::NOT_FOUND,
+            "pod \"ns/nope\" does not exist\n".into()
+        )
+    );
+    assert_eq!(
+        g("/containerLogs/ns/web/zzz").await,
+        (
+            StatusCode::NOT_FOUND,
+            "container \"zzz\" not found in pod \"ns/web\"\n".into()
+        )
+    );
+    assert_eq!(
+        g("/containerLogs/ns/web/app?previous=true").await,
+        (
+            StatusCode::BAD_REQUEST,
+            "previous terminated container \"app\" in pod \"web\" not found".into()
+        )
+    );
+    assert_eq!(
+        g("/containerLogs/ns/web/side").await,
+        (
+            StatusCode::BAD_REQUEST,
+            "container \"side\" in pod \"web\" is waiting to start: trying and failing to pull image"
+                .into()
+        )
+    );
+    assert_eq!(
+        g("/containerLogs/ns/web/app?tailLines=x").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        g("/containerLogs/ns/web/app?tailLines=-1").await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        g("/containerLogs/ns/web/app?sinceSeconds=5&sinceTime=2024-01-01T00:00:00Z")
+            .await
+            .0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+}
+
+#[test]
+fn log_container_id_picks_current_or_previous() {
+    let p = pod("ns", "web", "u1", &["app"]);
+    let status = PodStatus {
+        container_statuses: Some(vec![ApiContainerStatus {
+            name: "app".into(),
+            container_id: Some("containerd://new".into()),
+            state: Some(ApiState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            last_state: Some(ApiState {
+                terminated: Some(ContainerStateTerminated {
+                    container_id: Some("containerd://old".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    assert_eq!(
+        log_container_id(&p, Some(&status), "app", false).unwrap(),
+        "containerd://new"
+    );
+    assert_eq!(
+        log_container_id(&p, Some(&status), "app", true).unwrap(),
+        "containerd://old"
+    );
+    assert_eq!(
+        log_container_id(&p, None, "app", false).unwrap_err(),
+        "container \"app\" in pod \"web\" is not available"
+    );
+}
+
+#[tokio::test]
+async fn system_logs_list_serve_and_refuse_traversal() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("log");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("syslog"), "hello\n").unwrap();
+    std::fs::write(dir.path().join("secret"), "nope\n").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("secret"), root.join("escape")).unwrap();
+    let (mut st, _tx) = state(Vec::new());
+    st.system_logs = Some(root);
+    let g = |uri: &'static str| {
+        let st = st.clone();
+        async move { get(&st, Endpoints::Secure, Method::GET, uri).await }
+    };
+    assert_eq!(
+        g("/logs/").await,
+        (
+            StatusCode::OK,
+            "<pre>\n<a href=\"escape\">escape</a>\n<a href=\"sub/\">sub/</a>\n<a href=\"syslog\">syslog</a>\n</pre>\n"
+                .into()
+        )
+    );
+    assert_eq!(g("/logs/syslog").await, (StatusCode::OK, "hello\n".into()));
+    assert_eq!(g("/logs/sub").await.0, StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(g("/logs").await.0, StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(g("/logs/../secret").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(g("/logs/%2e%2e/secret").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(g("/logs/escape").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(g("/logs/missing").await.0, StatusCode::NOT_FOUND);
+    st.system_logs = None;
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/logs/").await.0,
+        StatusCode::NOT_FOUND
+    );
+}
