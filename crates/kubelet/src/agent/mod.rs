@@ -565,6 +565,7 @@ impl Agent {
                 workers: workers.clone(),
                 events: events.clone(),
                 pressure: pressure_tx,
+                metrics: metrics.clone(),
             },
             &tracker,
             &cancel,
@@ -615,6 +616,8 @@ impl Agent {
         state.root_dir = cfg.root_dir.clone();
         state.runtime = Some(deps.runtime.clone());
         state.pod_cache = Some(cache.clone());
+        state.metrics = Some(metrics.clone());
+        state.probe_metrics = Some(prober.metrics().clone());
         state.cancel = cancel.child_token();
         let mut secure_addr = None;
         if let Some(sc) = &cfg.server {
@@ -691,6 +694,7 @@ struct EvictionInputs {
     workers: PodWorkers,
     events: Arc<dyn EventRecorder>,
     pressure: watch::Sender<NodePressure>,
+    metrics: KubeletMetrics,
 }
 
 /// Starts the stats provider (unless injected or disabled) and, with stats, the eviction
@@ -725,6 +729,7 @@ fn start_eviction(
         workers,
         events,
         pressure,
+        metrics,
     } = inputs;
     let active_pods = {
         let (status, workers) = (status.clone(), workers.clone());
@@ -758,6 +763,6 @@ fn start_eviction(
         events,
         pressure,
     );
-    tracker.spawn(manager.run(cancel.child_token()));
+    tracker.spawn(manager.with_metrics(metrics).run(cancel.child_token()));
     Some(stats)
 }

@@ -111,6 +111,7 @@ pub struct EvictionManager {
     events: Arc<dyn EventRecorder>,
     state: EvictionState,
     pressure: watch::Sender<NodePressure>,
+    metrics: Option<crate::metrics::KubeletMetrics>,
 }
 
 impl EvictionManager {
@@ -132,7 +133,14 @@ impl EvictionManager {
             events,
             state: EvictionState::default(),
             pressure,
+            metrics: None,
         }
+    }
+
+    /// Counts evictions in `kubelet_evictions{eviction_signal}`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::KubeletMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Evaluates every monitoring interval; after an eviction, waits (up to 30 s) for the
@@ -285,6 +293,9 @@ impl EvictionManager {
             let grace = self.grace_period(pod, to_reclaim.is_hard());
             let msg = eviction_message(resource, pod, &summary, &act_on, &obs);
             if self.evict(pod, grace, &msg, true) {
+                if let Some(m) = &self.metrics {
+                    m.inc_eviction(to_reclaim.signal.as_str());
+                }
                 return vec![pod.uid().to_owned()];
             }
         }

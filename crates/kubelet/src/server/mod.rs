@@ -73,6 +73,10 @@ pub struct ServerState {
     pub debugging_handlers: bool,
     /// Ends followed log streams at shutdown.
     pub cancel: CancellationToken,
+    /// `/metrics` and the `kubelet_http_requests_*` series (`None`: 404, not recorded).
+    pub metrics: Option<crate::metrics::KubeletMetrics>,
+    /// `/metrics/probes`.
+    pub probe_metrics: Option<crate::prober::metrics::ProbeMetrics>,
 }
 
 impl ServerState {
@@ -94,6 +98,8 @@ impl ServerState {
             system_logs: None,
             debugging_handlers: true,
             cancel: CancellationToken::new(),
+            metrics: None,
+            probe_metrics: None,
         }
     }
 }
@@ -323,6 +329,16 @@ pub(crate) fn text(status: StatusCode, body: String) -> Resp {
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// A Prometheus text exposition (format 0.0.4).
+pub(crate) fn prometheus_text(body: String) -> Resp {
+    let mut resp = bytes_response(StatusCode::OK, Bytes::from(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
 }

@@ -38,6 +38,19 @@ fn under(path: &str, prefix: &str) -> bool {
 
 /// Dispatches `req` (already authenticated/authorized on the secure port).
 pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
+    // Upstream instruments the read-only and the authenticated server, not healthz.
+    let server_type = match endpoints {
+        Endpoints::Healthz => return route_request(state, endpoints, req).await,
+        Endpoints::ReadOnly => "readonly",
+        Endpoints::Secure => "readwrite",
+    };
+    let _guard = state.metrics.as_ref().map(|m| {
+        m.http_request_started(req.method().as_str(), req.uri().path(), server_type)
+    });
+    route_request(state, endpoints, req).await
+}
+
+async fn route_request<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
     let path = req.uri().path();
     let method = req.method();
     if path == "/healthz" || path.starts_with("/healthz/") {
@@ -55,6 +68,9 @@ pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B
             return method_not_allowed();
         }
         return json(StatusCode::OK, &super::pod_list(state));
+    }
+    if let Some(resp) = metrics_endpoint(state, path, method) {
+        return resp;
     }
     let debug = endpoints == Endpoints::Secure && state.debugging_handlers;
     if DEBUG_PREFIXES.iter().any(|p| under(path, p)) && !debug {
@@ -684,3 +700,19 @@ async fn checkpoint(
 #[cfg(test)]
 #[path = "routes_tests.rs"]
 mod tests;
+
+/// `/metrics` (kubelet and process series) and `/metrics/probes`; `None` for other paths.
+fn metrics_endpoint(state: &ServerState, path: &str, method: &Method) -> Option<Resp> {
+    let body = match path {
+        "/metrics" => state.metrics.as_ref().map(|m| m.render()),
+        "/metrics/probes" => state.probe_metrics.as_ref().map(|m| m.render()),
+        _ => return None,
+    };
+    if method != Method::GET && method != Method::HEAD {
+        return Some(method_not_allowed());
+    }
+    Some(match body {
+        Some(body) => super::prometheus_text(body),
+        None => not_found(),
+    })
+}

@@ -309,3 +309,37 @@ async fn system_logs_list_serve_and_refuse_traversal() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn metrics_endpoints_serve_the_registries_and_count_requests() {
+    let (mut st, _tx) = state(Vec::new());
+    assert_eq!(
+        get(&st, Endpoints::ReadOnly, Method::GET, "/metrics").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let metrics = crate::metrics::KubeletMetrics::new("node-a");
+    st.metrics = Some(metrics.clone());
+    st.probe_metrics = Some(crate::prober::metrics::ProbeMetrics::default());
+    let (c, b) = get(&st, Endpoints::Secure, Method::GET, "/metrics").await;
+    assert_eq!(c, StatusCode::OK);
+    assert!(b.contains("kubelet_node_name{node=\"node-a\"} 1"), "{b}");
+    assert!(b.contains("# TYPE process_start_time_seconds gauge"), "{b}");
+    let (c, b) = get(&st, Endpoints::ReadOnly, Method::GET, "/metrics/probes").await;
+    assert_eq!(c, StatusCode::OK);
+    assert!(b.contains("prober_probe_total"), "{b}");
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::POST, "/metrics").await.0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    // Both ports are instrumented; healthz is not.
+    get(&st, Endpoints::Healthz, Method::GET, "/healthz").await;
+    let served = metrics.render();
+    assert!(
+        served.contains(
+            "kubelet_http_requests_total{long_running=\"false\",method=\"GET\",path=\"metrics\",server_type=\"readwrite\"} 1"
+        ),
+        "{served}"
+    );
+    assert!(served.contains("path=\"metrics/probes\",server_type=\"readonly\"} 1"), "{served}");
+    assert!(!served.contains("path=\"healthz\""), "{served}");
+}
