@@ -9,8 +9,8 @@
 //! (`run`) joins the agent's task tree.
 
 pub mod allocatable;
-pub mod cpumanager;
 pub mod cgroups;
+pub mod cpumanager;
 pub mod pod_containers;
 pub mod qos_containers;
 pub mod resources;

@@ -17,8 +17,8 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::clock::Clock;
-use crate::cm::cpumanager::CpuManager;
 use crate::cm::ContainerManager;
+use crate::cm::cpumanager::CpuManager;
 use crate::container::{PodStatus, RunningPod};
 use crate::events::{EventRecorder, EventType};
 use crate::images::ImageManager;

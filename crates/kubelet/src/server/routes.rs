@@ -44,9 +44,10 @@ pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B
         Endpoints::ReadOnly => "readonly",
         Endpoints::Secure => "readwrite",
     };
-    let _guard = state.metrics.as_ref().map(|m| {
-        m.http_request_started(req.method().as_str(), req.uri().path(), server_type)
-    });
+    let _guard = state
+        .metrics
+        .as_ref()
+        .map(|m| m.http_request_started(req.method().as_str(), req.uri().path(), server_type));
     route_request(state, endpoints, req).await
 }
 

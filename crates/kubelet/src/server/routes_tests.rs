@@ -314,7 +314,9 @@ async fn system_logs_list_serve_and_refuse_traversal() {
 async fn metrics_endpoints_serve_the_registries_and_count_requests() {
     let (mut st, _tx) = state(Vec::new());
     assert_eq!(
-        get(&st, Endpoints::ReadOnly, Method::GET, "/metrics").await.0,
+        get(&st, Endpoints::ReadOnly, Method::GET, "/metrics")
+            .await
+            .0,
         StatusCode::NOT_FOUND
     );
     let metrics = crate::metrics::KubeletMetrics::new("node-a");
@@ -328,7 +330,9 @@ async fn metrics_endpoints_serve_the_registries_and_count_requests() {
     assert_eq!(c, StatusCode::OK);
     assert!(b.contains("prober_probe_total"), "{b}");
     assert_eq!(
-        get(&st, Endpoints::Secure, Method::POST, "/metrics").await.0,
+        get(&st, Endpoints::Secure, Method::POST, "/metrics")
+            .await
+            .0,
         StatusCode::METHOD_NOT_ALLOWED
     );
     // Both ports are instrumented; healthz is not.
@@ -340,6 +344,9 @@ async fn metrics_endpoints_serve_the_registries_and_count_requests() {
         ),
         "{served}"
     );
-    assert!(served.contains("path=\"metrics/probes\",server_type=\"readonly\"} 1"), "{served}");
+    assert!(
+        served.contains("path=\"metrics/probes\",server_type=\"readonly\"} 1"),
+        "{served}"
+    );
     assert!(!served.contains("path=\"healthz\""), "{served}");
 }
