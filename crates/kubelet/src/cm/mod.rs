@@ -1,7 +1,6 @@
-//! cm — the container manager (upstream pkg/kubelet/cm, cgroupfs driver; the CPU manager is
-//! `cpumanager`): owns the kubelet's
-//! cgroup tree `<cgroupRoot>/kubepods{,/burstable,/besteffort}/pod<uid>` on the cgroup
-//! filesystem it is handed. Receives the kubelet config (`CmConfig`), the node capacity and the
+//! cm — the container manager (upstream pkg/kubelet/cm, cgroupfs driver; the CPU manager lives
+//! in `cpumanager`): owns the kubelet's cgroup tree
+//! `<cgroupRoot>/kubepods{,/burstable,/besteffort}/pod<uid>` on the cgroup filesystem it is handed. Receives the kubelet config (`CmConfig`), the node capacity and the
 //! active pods (a `watch` of the desired pods); emits cgroup parents for sandboxes, creates pod
 //! cgroups before sandboxes exist, keeps the QoS cgroups' shares current (on every pod change
 //! and every minute), enforces node allocatable at start and destroys orphaned pod cgroups
