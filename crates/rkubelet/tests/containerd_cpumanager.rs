@@ -83,10 +83,10 @@ async fn static_policy_pins_cpus_and_survives_a_restart() {
         "this test needs at least 2 CPUs"
     );
     let mut k = Kubelet::new();
-    k.append_config(&format!(
-        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerReconcilePeriod: 2s\ncgroupRoot: /rkt-cpumanager-{}\n",
-        std::process::id()
-    ));
+    // The harness already gives this kubelet its own cgroupRoot.
+    k.append_config(
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerReconcilePeriod: 2s\n",
+    );
     k.write_manifest("be.yaml", &pod_yaml("be", ""));
     k.start();
     let be = wait_running(&k, "be").await;

@@ -57,8 +57,7 @@ async fn nodefs_threshold_evicts_the_writer_and_spares_the_idle_pod() {
     let free = available_bytes(&k.root());
     let threshold = free - 100 * 1024 * 1024;
     k.append_config(&format!(
-        "nodeStatusUpdateFrequency: 2s\nevictionMonitoringInterval: 2s\nevictionPressureTransitionPeriod: 1m\ncgroupRoot: /rkt-eviction-{}\nevictionHard:\n  nodefs.available: \"{threshold}\"\n",
-        std::process::id()
+        "nodeStatusUpdateFrequency: 2s\nevictionMonitoringInterval: 2s\nevictionPressureTransitionPeriod: 1m\nevictionHard:\n  nodefs.available: \"{threshold}\"\n",
     ));
     k.start();
     let rt = cri().await;
