@@ -618,6 +618,7 @@ impl Agent {
         state.pod_cache = Some(cache.clone());
         state.metrics = Some(metrics.clone());
         state.probe_metrics = Some(prober.metrics().clone());
+        state.stats = stats.clone();
         state.cancel = cancel.child_token();
         let mut secure_addr = None;
         if let Some(sc) = &cfg.server {

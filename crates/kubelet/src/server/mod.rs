@@ -77,6 +77,8 @@ pub struct ServerState {
     pub metrics: Option<crate::metrics::KubeletMetrics>,
     /// `/metrics/probes`.
     pub probe_metrics: Option<crate::prober::metrics::ProbeMetrics>,
+    /// `/stats/summary` (the stats provider's latest snapshot; `None`: 404).
+    pub stats: Option<crate::stats::StatsHandle>,
 }
 
 impl ServerState {
@@ -100,6 +102,7 @@ impl ServerState {
             cancel: CancellationToken::new(),
             metrics: None,
             probe_metrics: None,
+            stats: None,
         }
     }
 }

@@ -83,6 +83,7 @@ async fn route_request<B>(state: &ServerState, endpoints: Endpoints, req: &Reque
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let query = parse_query(req.uri().query());
     match (method, segs.as_slice()) {
+        (&Method::GET, ["stats", "summary"]) => stats_summary(state, &query),
         (&Method::GET, ["runningpods", ..]) => running_pods(state),
         (&Method::GET, ["configz"]) => match &state.configz {
             Some(c) => json(
@@ -716,4 +717,45 @@ fn metrics_endpoint(state: &ServerState, path: &str, method: &Method) -> Option<
         Some(body) => super::prometheus_text(body),
         None => not_found(),
     })
+}
+
+/// `/stats/summary`: the stats provider's latest snapshot, collected in the background (never
+/// on the request path); `only_cpu_and_memory=true` keeps only the CPU and memory stats, as
+/// upstream.
+fn stats_summary(state: &ServerState, query: &HashMap<String, String>) -> Resp {
+    let Some(stats) = &state.stats else {
+        return not_found();
+    };
+    let only_cpu_and_memory = match query.get("only_cpu_and_memory").map(String::as_str) {
+        None | Some("" | "false" | "0") => false,
+        Some("true" | "1") => true,
+        Some(other) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("invalid only_cpu_and_memory value {other:?}: expected true or false\n"),
+            );
+        }
+    };
+    let mut summary = (*stats.latest()).clone();
+    if only_cpu_and_memory {
+        summary.node.fs = None;
+        summary.node.runtime = None;
+        summary.node.rlimit = None;
+        for pod in &mut summary.pods {
+            pod.volume_stats.clear();
+            pod.ephemeral_storage = None;
+            pod.process_stats = None;
+            for c in &mut pod.containers {
+                c.rootfs = None;
+                c.logs = None;
+            }
+        }
+    }
+    match serde_json::to_value(&summary) {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the summary: {e}\n"),
+        ),
+    }
 }

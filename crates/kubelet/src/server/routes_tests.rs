@@ -350,3 +350,90 @@ async fn metrics_endpoints_serve_the_registries_and_count_requests() {
     );
     assert!(!served.contains("path=\"healthz\""), "{served}");
 }
+
+#[tokio::test]
+async fn stats_summary_serves_the_latest_snapshot() {
+    use crate::stats::{
+        ContainerStats as CStats, FsStats, MemoryStats, PodReference, PodStats, StatsHandle,
+        Summary,
+    };
+    let (mut st, _tx) = state(Vec::new());
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/stats/summary")
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    let now = chrono::Utc::now();
+    let fs = FsStats {
+        time: now,
+        used_bytes: Some(4096),
+        ..Default::default()
+    };
+    let mut summary = Summary::default();
+    summary.node.node_name = "node-a".into();
+    summary.node.fs = Some(fs.clone());
+    summary.node.memory = Some(MemoryStats {
+        time: now,
+        working_set_bytes: Some(123),
+        ..Default::default()
+    });
+    summary.pods.push(PodStats {
+        pod_ref: PodReference {
+            name: "p".into(),
+            namespace: "default".into(),
+            uid: "u1".into(),
+        },
+        containers: vec![CStats {
+            name: "c".into(),
+            logs: Some(fs.clone()),
+            ..Default::default()
+        }],
+        ephemeral_storage: Some(fs),
+        ..Default::default()
+    });
+    let (stats_tx, stats_rx) = watch::channel(Arc::new(summary));
+    st.stats = Some(StatsHandle::injected(stats_rx));
+
+    let (c, b) = get(&st, Endpoints::ReadOnly, Method::GET, "/stats/summary").await;
+    assert_eq!(c, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["node"]["nodeName"], "node-a");
+    assert_eq!(v["node"]["memory"]["workingSetBytes"], 123);
+    assert_eq!(v["node"]["fs"]["usedBytes"], 4096);
+    assert_eq!(v["pods"][0]["podRef"]["uid"], "u1");
+    assert_eq!(v["pods"][0]["ephemeral-storage"]["usedBytes"], 4096);
+    assert_eq!(v["pods"][0]["containers"][0]["logs"]["usedBytes"], 4096);
+
+    let (c, b) = get(
+        &st,
+        Endpoints::Secure,
+        Method::GET,
+        "/stats/summary?only_cpu_and_memory=true",
+    )
+    .await;
+    assert_eq!(c, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["node"]["memory"]["workingSetBytes"], 123);
+    assert!(v["node"].get("fs").is_none(), "{v}");
+    assert!(v["pods"][0].get("ephemeral-storage").is_none(), "{v}");
+    assert!(v["pods"][0]["containers"][0].get("logs").is_none(), "{v}");
+
+    // A new snapshot is served as soon as the provider publishes it.
+    let mut next = Summary::default();
+    next.node.node_name = "node-b".into();
+    stats_tx.send(Arc::new(next)).unwrap();
+    let (_, b) = get(&st, Endpoints::Secure, Method::GET, "/stats/summary").await;
+    assert!(b.contains("\"nodeName\":\"node-b\""), "{b}");
+    assert_eq!(
+        get(
+            &st,
+            Endpoints::Secure,
+            Method::GET,
+            "/stats/summary?only_cpu_and_memory=maybe"
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST
+    );
+}
