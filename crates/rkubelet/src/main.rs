@@ -228,6 +228,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         .context("eviction settings")?,
         extra_reclaimers: Vec::new(),
     };
+    let cpu_manager = cpu_manager_config(c, &node.root_dir, &node_status.reservations)?;
     Ok(AgentConfig {
         node_name: node.node_name.clone(),
         root_dir: node.root_dir.clone(),
@@ -257,7 +258,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         seccomp_default: c.seccomp_default,
         node_status,
         api,
-        cpu_manager: cpu_manager_config(c, &node.root_dir)?,
+        cpu_manager,
         gc: gc_settings(c, node)?,
         eviction,
         cgroups: cgroup_settings(c),
@@ -284,10 +285,12 @@ fn cpu_reservations(c: &KubeletConfiguration) -> Result<Reservations> {
     Ok(r)
 }
 
-/// `cpuManagerPolicy`, its reconcile period and the CPU reservation it needs.
+/// `cpuManagerPolicy`, its reconcile period and the CPU reservation it needs (`r`: the
+/// reservations node status uses, from `cpu_reservations`).
 fn cpu_manager_config(
     c: &KubeletConfiguration,
     root_dir: &std::path::Path,
+    r: &Reservations,
 ) -> Result<CpuManagerConfig> {
     let policy = CpuManagerPolicy::parse(&c.cpu_manager_policy).with_context(|| {
         format!(
@@ -295,7 +298,6 @@ fn cpu_manager_config(
             c.cpu_manager_policy
         )
     })?;
-    let r = cpu_reservations(c)?;
     let millis = |m: &std::collections::BTreeMap<String, kubelet::config::Quantity>| {
         m.get("cpu").map_or(0, |q| q.milli_value())
     };

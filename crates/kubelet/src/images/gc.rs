@@ -193,27 +193,12 @@ pub struct FsUsage {
 pub type FsStatsFn = Arc<dyn Fn(&Path) -> std::io::Result<FsUsage> + Send + Sync>;
 
 /// `statvfs(2)` of `path`: capacity = blocks × fragment size, available = blocks free to
-/// unprivileged users × fragment size. The standard library has no safe wrapper, so this is the
-/// one place of the module that calls libc directly.
-#[allow(unsafe_code)]
+/// unprivileged users × fragment size.
 pub fn statvfs_usage(path: &Path) -> std::io::Result<FsUsage> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call and `st`
-    // points to writable memory of the right type; statvfs only writes into it.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it filled the whole struct (it was zeroed before anyway).
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // the field types differ between libc targets
-    let (blocks, avail, frsize) = (st.f_blocks as u64, st.f_bavail as u64, st.f_frsize as u64);
+    let usage = crate::stats::fs::statvfs(path)?;
     Ok(FsUsage {
-        capacity: blocks.saturating_mul(frsize),
-        available: avail.saturating_mul(frsize),
+        capacity: usage.capacity_bytes,
+        available: usage.available_bytes,
     })
 }
 

@@ -209,24 +209,11 @@ pub fn filesystem_capacity(path: &Path) -> Option<u64> {
     statvfs_capacity(&p)
 }
 
-/// `statvfs(2)`: blocks × fragment size. The standard library has no safe wrapper, so this is
-/// the one place of the module that calls libc directly.
-#[allow(unsafe_code)]
+/// The filesystem's size (`statvfs(2)`: blocks × fragment size).
 fn statvfs_capacity(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call and `st`
-    // points to writable memory of the right type; statvfs only writes into it.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it filled the whole struct (it was zeroed before anyway).
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // the field types differ between libc targets
-    let (blocks, frsize) = (st.f_blocks as u64, st.f_frsize as u64);
-    blocks.checked_mul(frsize)
+    crate::stats::fs::statvfs(path)
+        .ok()
+        .map(|usage| usage.capacity_bytes)
 }
 
 #[cfg(test)]

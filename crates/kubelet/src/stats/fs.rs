@@ -95,9 +95,10 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
     Ok(usage)
 }
 
-/// `statvfs(2)`; the standard library has no safe wrapper.
+/// `statvfs(2)`; the standard library has no safe wrapper. The kubelet's one call of it (node
+/// capacity, image GC and the stats provider all read filesystems through here).
 #[allow(unsafe_code)]
-fn statvfs(path: &Path) -> io::Result<FsUsage> {
+pub fn statvfs(path: &Path) -> io::Result<FsUsage> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
