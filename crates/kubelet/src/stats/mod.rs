@@ -475,6 +475,7 @@ fn pod_stats(
         }
         containers.push(ContainerStats {
             name: name.to_owned(),
+            start_time: None,
             cpu,
             memory,
             rootfs,
@@ -518,6 +519,7 @@ fn pod_stats(
             namespace: pod.namespace().to_owned(),
             uid: pod.uid().to_owned(),
         },
+        start_time: None,
         containers,
         cpu: cpu_ns.map(|ns| CpuStats {
             time: now,
@@ -525,6 +527,7 @@ fn pod_stats(
             usage_core_nano_seconds: Some(ns),
         }),
         memory: memory.map(|m| memory_stats(m, None, now)),
+        network: None,
         volume_stats,
         ephemeral_storage: Some(eph),
         process_stats: pids.map(|p| ProcessStats {

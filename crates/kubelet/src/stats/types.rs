@@ -28,10 +28,20 @@ impl Summary {
 #[serde(rename_all = "camelCase")]
 pub struct NodeStats {
     pub node_name: String,
+    /// The kubelet, the runtime and the `pods` cgroup (upstream `SystemContainers`: names
+    /// `kubelet`, `runtime`, `misc`, `pods`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_containers: Vec<ContainerStats>,
+    /// When the node booted (upstream: the root container's creation time).
+    #[serde(with = "rfc3339_opt", default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// The host's network interfaces (the default route's interface inline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
     /// The kubelet root dir's filesystem (nodefs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsStats>,
@@ -71,11 +81,17 @@ pub struct PodReference {
 #[serde(rename_all = "camelCase")]
 pub struct PodStats {
     pub pod_ref: PodReference,
+    /// The pod's `status.startTime` (when the kubelet accepted it).
+    #[serde(with = "rfc3339_opt", default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<DateTime<Utc>>,
     pub containers: Vec<ContainerStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// The sandbox's network namespace (`eth0` inline, all interfaces listed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
     #[serde(rename = "volume", skip_serializing_if = "Vec::is_empty", default)]
     pub volume_stats: Vec<VolumeStats>,
     /// Writable layers + logs + local volumes.
@@ -89,6 +105,9 @@ pub struct PodStats {
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStats {
     pub name: String,
+    /// When the container (this attempt) was created.
+    #[serde(with = "rfc3339_opt", default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -158,6 +177,32 @@ pub struct FsStats {
     pub inodes_used: Option<u64>,
 }
 
+/// Upstream `NetworkStats`: the default interface's counters inline plus every interface.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkStats {
+    #[serde(with = "rfc3339")]
+    pub time: DateTime<Utc>,
+    #[serde(flatten)]
+    pub default: InterfaceStats,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStats>,
+}
+
+/// Upstream `InterfaceStats` (cumulative counters of one interface).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStats {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_errors: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_errors: Option<u64>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessStats {
@@ -179,5 +224,28 @@ mod rfc3339 {
         DateTime::parse_from_rfc3339(&s)
             .map(|t| t.with_timezone(&Utc))
             .map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`rfc3339`] for optional timestamps.
+mod rfc3339_opt {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => super::rfc3339::serialize(t, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        s.map(|s| {
+            DateTime::parse_from_rfc3339(&s)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(serde::de::Error::custom)
+        })
+        .transpose()
     }
 }
