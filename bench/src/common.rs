@@ -6,6 +6,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use rkubelet_cri::api::{
     ListPodSandboxRequest, PodSandboxFilter, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
@@ -116,4 +117,35 @@ pub async fn wait_sandboxes_gone(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A plain-HTTP GET on 127.0.0.1 (the kubelet's read-only port); the body (de-chunked), or
+/// `None` when the connection fails or the response is not HTTP.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
+    if !chunked {
+        return Some(body.to_owned());
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if n == 0 {
+            break;
+        }
+        out.push_str(after.get(..n)?);
+        rest = after.get(n + 2..)?;
+    }
+    Some(out)
 }

@@ -14,14 +14,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::{ChildGuard, parse_counts, proc_status_kib, summary};
+use common::{ChildGuard, http_get, parse_counts, proc_status_kib, summary};
 use rkubelet_cri::api::{
     ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig,
     PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest, StartContainerRequest,
 };
 use rkubelet_cri::{RemoteRuntime, RuntimeService};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
 const BENCH_LABEL: &str = "rkubelet.bench";
@@ -133,18 +132,6 @@ struct Kubelet {
     child: ChildGuard,
     port: u16,
     manifests: PathBuf,
-}
-
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.ok()?;
-    let text = String::from_utf8_lossy(&buf).to_string();
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
 }
 
 /// name → seconds since `t0` when first seen Running with all containers running.
