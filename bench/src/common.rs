@@ -1,5 +1,8 @@
-//! Helpers shared by the `podstart` and `apistart` benchmarks: percentiles, `/proc` readers,
-//! a child-process guard and CRI sandbox clean-up by label.
+//! Helpers shared by the `podstart`, `apistart` and `scrape` benchmarks: percentiles, `/proc`
+//! readers, a child-process guard, CRI sandbox clean-up by label and a plain-HTTP GET.
+
+// Each benchmark binary compiles this module and uses a different subset of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::process::{Child, Command};
