@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use tokio::sync::mpsc;
 
 /// Log request options (`PodLogOptions` as the kubelet applies them).
@@ -185,8 +186,9 @@ fn records(mut r: impl BufRead, path: &Path) -> Result<Vec<LogRecord>, LogError>
 }
 
 /// Reads the logs of the container whose live file is `path` into `sink`. With `follow`,
-/// keeps polling for new records (also across a rotation of `path`) until `running` reports
-/// the container stopped and nothing new arrived, or the sink is closed.
+/// keeps streaming new records (also across a rotation of `path`, without losing the old
+/// file's last lines) until `running` reports the container stopped and nothing new arrived,
+/// or the sink is closed.
 pub async fn read_logs<F, Fut>(
     path: &Path,
     opts: &LogOptions,
@@ -265,11 +267,16 @@ fn push_tail(pending: &mut VecDeque<LogRecord>, recs: Vec<LogRecord>, tail: Opti
     }
 }
 
-/// Polls the live file for appended lines; reopens it when it was rotated (new inode).
+/// How often a follower without file events checks whether the container still runs.
+const FOLLOW_CHECK: Duration = Duration::from_secs(1);
+
+/// Streams records appended to the live file, woken by inotify events on its directory (a 1 s
+/// timer is the fallback and the cadence of the "still running?" check). The open handle is kept,
+/// so after a rotation the rest of the old file is read before switching to the new one.
 async fn follow<F, Fut>(
     path: &Path,
-    mut offset: u64,
-    mut ino: Option<u64>,
+    offset: u64,
+    ino: Option<u64>,
     opts: &LogOptions,
     w: &mut Writer<'_>,
     running: F,
@@ -278,16 +285,15 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
-    let mut idle_checks = 0u32;
+    let mut live = LiveFile::reopen(path, offset, ino)?;
+    let mut events = dir_events(path);
     loop {
-        tick.tick().await;
         if let LogSink::Channel(tx) = &*w.sink
             && tx.is_closed()
         {
             return Ok(());
         }
-        let (new, next_offset, rotated) = read_new(path, offset, ino)?;
+        let new = live.read_new(path)?;
         let got = !new.is_empty();
         for rec in new {
             if opts.since.is_some_and(|s| rec.time < s) {
@@ -297,21 +303,21 @@ where
                 return Ok(());
             }
         }
-        offset = next_offset;
-        if let Some(new_ino) = rotated {
-            ino = Some(new_ino);
-            offset = 0;
-            continue;
-        }
         if got {
-            idle_checks = 0;
             continue;
         }
-        // No new data: stop once the container is gone (checked every ~1 s).
-        idle_checks += 1;
-        if idle_checks.is_multiple_of(5) && !running().await {
-            let (rest, _, _) = read_new(path, offset, ino)?;
-            for rec in rest {
+        let woken = match &mut events {
+            Some(ev) => tokio::time::timeout(FOLLOW_CHECK, ev.next())
+                .await
+                .is_ok_and(|e| e.is_some()),
+            None => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                false
+            }
+        };
+        // No new data: stop once the container is gone, after a last read.
+        if !woken && !running().await {
+            for rec in live.read_new(path)? {
                 if !w.write(&rec).await {
                     break;
                 }
@@ -321,43 +327,87 @@ where
     }
 }
 
-/// New complete records of the file at `path` past `offset` (when it still is inode `ino`),
-/// the next offset, and the new inode if the path now names another file (rotation: the
-/// remainder of the old file cannot be read by path any more, so it is skipped).
-fn read_new(
-    path: &Path,
-    offset: u64,
+/// Inotify events of the directory holding `path` (writes, creations, renames), or `None`
+/// when inotify is unavailable (the follower then polls).
+fn dir_events(path: &Path) -> Option<inotify::EventStream<[u8; 1024]>> {
+    use inotify::{Inotify, WatchMask};
+    let dir = path.parent()?;
+    let ino = Inotify::init().ok()?;
+    ino.watches()
+        .add(
+            dir,
+            WatchMask::MODIFY | WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::MOVED_FROM,
+        )
+        .ok()?;
+    ino.into_event_stream([0u8; 1024]).ok()
+}
+
+/// The followed live file: an open handle, its inode and how far complete lines were read.
+struct LiveFile {
+    file: Option<std::fs::File>,
     ino: Option<u64>,
-) -> Result<(Vec<LogRecord>, u64, Option<u64>), LogError> {
-    use std::io::Seek;
-    use std::os::unix::fs::MetadataExt;
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return Ok((Vec::new(), offset, None));
-    };
-    let meta = f.metadata().map_err(|source| LogError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    if ino.is_some_and(|i| i != meta.ino()) {
-        return Ok((Vec::new(), 0, Some(meta.ino())));
-    }
-    if meta.len() < offset {
-        // Truncated in place (copytruncate): start over.
-        return Ok((Vec::new(), 0, None));
-    }
-    f.seek(std::io::SeekFrom::Start(offset))
-        .map_err(|source| LogError::Read {
+    offset: u64,
+}
+
+impl LiveFile {
+    /// Opens `path` again at `offset` if it still is inode `ino` (else from the start).
+    fn reopen(path: &Path, offset: u64, ino: Option<u64>) -> Result<Self, LogError> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(file) = std::fs::File::open(path) else {
+            return Ok(Self {
+                file: None,
+                ino,
+                offset,
+            });
+        };
+        let meta = file.metadata().map_err(|source| LogError::Read {
             path: path.to_owned(),
             source,
         })?;
-    let mut data = Vec::new();
-    f.read_to_end(&mut data).map_err(|source| LogError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let complete = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    let recs = records(&data[..complete], path)?;
-    Ok((recs, offset + complete as u64, None))
+        let same = ino.is_none_or(|i| i == meta.ino());
+        Ok(Self {
+            file: Some(file),
+            ino: Some(meta.ino()),
+            offset: if same { offset } else { 0 },
+        })
+    }
+
+    /// New complete records: the rest of the open file, then, when `path` now names another
+    /// file (rotation) or the file was truncated in place (copytruncate), the new content.
+    fn read_new(&mut self, path: &Path) -> Result<Vec<LogRecord>, LogError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = self.read_open(path)?;
+        match std::fs::metadata(path) {
+            Ok(m) if self.ino != Some(m.ino()) => {
+                *self = Self::reopen(path, 0, None)?;
+                out.extend(self.read_open(path)?);
+            }
+            Ok(m) if m.len() < self.offset => {
+                self.offset = 0;
+                out.extend(self.read_open(path)?);
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    fn read_open(&mut self, path: &Path) -> Result<Vec<LogRecord>, LogError> {
+        use std::io::Seek;
+        let Some(f) = &mut self.file else {
+            return Ok(Vec::new());
+        };
+        let err = |source| LogError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        f.seek(std::io::SeekFrom::Start(self.offset)).map_err(err)?;
+        let mut data = Vec::new();
+        f.read_to_end(&mut data).map_err(err)?;
+        // Only complete lines; a half-written line is read again on the next wake-up.
+        let complete = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        self.offset += complete as u64;
+        records(&data[..complete], path)
+    }
 }
 
 #[cfg(test)]

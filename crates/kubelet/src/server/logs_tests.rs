@@ -230,3 +230,40 @@ async fn follow_continues_in_the_new_file_after_rotation() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn follow_reads_the_old_files_last_lines_written_just_before_rotation() {
+    let (d, p) = dir_with("2024-01-01T00:00:01Z stdout F one\n");
+    let (tx, mut rx) = mpsc::channel(16);
+    let p2 = p.clone();
+    let task = tokio::spawn(async move {
+        let mut sink = LogSink::Channel(tx);
+        let opts = LogOptions {
+            follow: true,
+            ..Default::default()
+        };
+        read_logs(&p2, &opts, &mut sink, || async { true }).await
+    });
+    let next = async |rx: &mut mpsc::Receiver<Bytes>| {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(next(&mut rx).await, Bytes::from_static(b"one\n"));
+    // The runtime writes a last line, then the file is rotated and a new one started, all
+    // before the follower wakes up: nothing may be lost and the order must hold.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    f.write_all(b"2024-01-01T00:00:02Z stdout F two\n").unwrap();
+    drop(f);
+    std::fs::rename(&p, d.path().join("0.log.20240101-000002")).unwrap();
+    std::fs::write(&p, "2024-01-01T00:00:03Z stdout F three\n").unwrap();
+    assert_eq!(next(&mut rx).await, Bytes::from_static(b"two\n"));
+    assert_eq!(next(&mut rx).await, Bytes::from_static(b"three\n"));
+    drop(rx);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
