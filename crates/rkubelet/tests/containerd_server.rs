@@ -1,7 +1,7 @@
 //! The authenticated HTTPS port of the `rkubelet` binary against a real pod on containerd
 //! (`RKUBELET_CRI_ENDPOINT`): a self-signed serving certificate in `<root-dir>/pki`, x509
 //! client certificates from a test CA (made with `openssl`), container logs (current,
-//! previous after a restart, tailLines, timestamps), `/run`, `/checkpoint` (containerd 1.6
+//! previous after a restart, tailLines, timestamps, follow), `/run`, `/checkpoint` (containerd 1.6
 //! does not implement it), `/runningpods/`, `/configz`, and `kubectl get --raw`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -138,6 +138,32 @@ impl Client {
     }
 }
 
+impl Client {
+    /// A streamed GET cut off by curl after `secs` seconds: the body received by then.
+    fn stream(&self, path: &str, secs: u32) -> String {
+        let (c, k) = self.cert.as_ref().expect("a client certificate");
+        let out = Command::new("curl")
+            .args(["-sS", "-N", "--max-time", &secs.to_string()])
+            .arg("--cacert")
+            .arg(&self.cacert)
+            .arg("--cert")
+            .arg(c)
+            .arg("--key")
+            .arg(k)
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl runs");
+        // 28: the operation timed out, which is how a follow ends here.
+        assert_eq!(
+            out.status.code(),
+            Some(28),
+            "curl {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_port_serves_logs_run_and_more_with_client_certificates() {
     let mut k = Kubelet::new();
@@ -156,7 +182,7 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
     k.write_manifest(
         "web.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  restartPolicy: Always\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo app-one; echo app-two; exec sleep 3600\"]\n  - name: crash\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo crash-one; echo crash-two; sleep 1; exit 3\"]\n"
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  restartPolicy: Always\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo app-one; echo app-two; exec sleep 3600\"]\n  - name: crash\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo crash-one; echo crash-two; sleep 1; exit 3\"]\n  - name: ticker\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done\"]\n"
         ),
     );
     k.start();
@@ -228,6 +254,32 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
     );
     assert_eq!((code, body.as_str()), (200, "crash-one\ncrash-two\n"));
     assert_eq!(alice.call("GET", "/containerLogs/default/nope/app").0, 404);
+    // follow streams lines written after the request started (curl stops it after 3 s).
+    let before = alice
+        .call("GET", &format!("/containerLogs/default/{pod}/ticker"))
+        .1;
+    let last_before: u64 = before
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("tick-"))
+        .and_then(|n| n.parse().ok())
+        .expect("ticker logged");
+    let followed = alice.stream(
+        &format!("/containerLogs/default/{pod}/ticker?follow=true&tailLines=1"),
+        3,
+    );
+    let ticks: Vec<u64> = followed
+        .lines()
+        .filter_map(|l| l.strip_prefix("tick-")?.parse().ok())
+        .collect();
+    assert!(
+        ticks.len() >= 5 && ticks.windows(2).all(|w| w[1] == w[0] + 1),
+        "a followed log streams consecutive new lines: {followed:?}"
+    );
+    assert!(
+        ticks.last().is_some_and(|&t| t >= last_before + 5),
+        "lines written after the request arrive while following: {ticks:?} (before: {last_before})"
+    );
 
     let (code, body) = alice.call("POST", &format!("/run/default/{pod}/app?cmd=echo+from+run"));
     assert_eq!((code, body.as_str()), (200, "from run\n"));
