@@ -5,10 +5,11 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::process::{Child, Command};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use rkubelet_cri::api::{
     ListPodSandboxRequest, PodSandboxFilter, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
@@ -152,4 +153,67 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
         rest = after.get(n + 2..)?;
     }
     Some(out)
+}
+
+/// A standalone release `rkubelet` under `dir`: static pods from `manifests`, the read-only
+/// port on `port` (the secure server off), its log in `dir/kubelet.log`.
+pub struct StandaloneKubelet {
+    pub child: ChildGuard,
+    pub port: u16,
+    pub manifests: PathBuf,
+}
+
+impl StandaloneKubelet {
+    /// Starts the kubelet binary with `extra_config` appended to its KubeletConfiguration and
+    /// waits until `/pods` answers.
+    pub async fn start(
+        kubelet: &Path,
+        endpoint: &str,
+        dir: &Path,
+        node: &str,
+        extra_config: &str,
+    ) -> Result<Self> {
+        let manifests = dir.join("manifests");
+        std::fs::create_dir_all(&manifests)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenableServer: false\nstaticPodPath: {}\nreadOnlyPort: {port}\nhealthzPort: 0\npodLogsDir: {}\n{extra_config}",
+            manifests.display(),
+            dir.join("logs").display()
+        );
+        std::fs::write(dir.join("config.yaml"), config)?;
+        let log = std::fs::File::create(dir.join("kubelet.log"))?;
+        let child = Command::new(kubelet)
+            .arg("--config")
+            .arg(dir.join("config.yaml"))
+            .arg("--container-runtime-endpoint")
+            .arg(endpoint)
+            .arg("--root-dir")
+            .arg(dir.join("root"))
+            .arg("--hostname-override")
+            .arg(node)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", kubelet.display()))?;
+        let k = Self {
+            child: ChildGuard(child),
+            port,
+            manifests,
+        };
+        let t = Instant::now();
+        while http_get(port, "/pods").await.is_none() {
+            if t.elapsed() > Duration::from_secs(20) {
+                bail!(
+                    "rkubelet did not come up; see {}",
+                    dir.join("kubelet.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(k)
+    }
 }

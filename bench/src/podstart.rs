@@ -10,11 +10,10 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::{ChildGuard, http_get, parse_counts, proc_status_kib, summary};
+use common::{StandaloneKubelet, http_get, parse_counts, proc_status_kib, summary};
 use rkubelet_cri::api::{
     ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig,
     PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest, StartContainerRequest,
@@ -128,12 +127,6 @@ async fn raw_round(
 
 // ---------- rkubelet ----------
 
-struct Kubelet {
-    child: ChildGuard,
-    port: u16,
-    manifests: PathBuf,
-}
-
 /// name → seconds since `t0` when first seen Running with all containers running.
 async fn poll_running(
     port: u16,
@@ -194,7 +187,7 @@ async fn wait_empty(port: u16, timeout: Duration) -> Result<()> {
 }
 
 async fn kubelet_round(
-    k: &Kubelet,
+    k: &StandaloneKubelet,
     rt: &RemoteRuntime,
     n: usize,
     round: usize,
@@ -233,48 +226,8 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let rt = RemoteRuntime::connect(&args.endpoint, Duration::from_secs(120)).await?;
     let dir = std::env::temp_dir().join(format!("rkubelet-bench-{}", std::process::id()));
-    let manifests = dir.join("manifests");
-    std::fs::create_dir_all(&manifests)?;
     let raw_logs = dir.join("raw-logs");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenableServer: false\nstaticPodPath: {}\nreadOnlyPort: {port}\nhealthzPort: 0\npodLogsDir: {}\n",
-        manifests.display(),
-        dir.join("logs").display()
-    );
-    std::fs::write(dir.join("config.yaml"), config)?;
-    let log = std::fs::File::create(dir.join("kubelet.log"))?;
-    let child = Command::new(&args.kubelet)
-        .arg("--config")
-        .arg(dir.join("config.yaml"))
-        .arg("--container-runtime-endpoint")
-        .arg(&args.endpoint)
-        .arg("--root-dir")
-        .arg(dir.join("root"))
-        .arg("--hostname-override")
-        .arg("bench-node")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", args.kubelet.display()))?;
-    let k = Kubelet {
-        child: ChildGuard(child),
-        port,
-        manifests,
-    };
-    let t = Instant::now();
-    while http_get(port, "/pods").await.is_none() {
-        if t.elapsed() > Duration::from_secs(20) {
-            bail!(
-                "rkubelet did not come up; see {}",
-                dir.join("kubelet.log").display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let k = StandaloneKubelet::start(&args.kubelet, &args.endpoint, &dir, "bench-node", "").await?;
 
     let mut rows = Vec::new();
     println!(

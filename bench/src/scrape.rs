@@ -11,11 +11,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::{ChildGuard, http_get, proc_status_kib, summary};
+use common::{StandaloneKubelet, http_get, proc_status_kib, summary};
 use rkubelet_cri::RemoteRuntime;
 use serde_json::{Value, json};
 
@@ -182,45 +182,15 @@ async fn main() -> Result<()> {
     let ticks = clock_ticks();
     let rt = RemoteRuntime::connect(&args.endpoint, Duration::from_secs(120)).await?;
     let dir = std::env::temp_dir().join(format!("rkubelet-scrape-{}", std::process::id()));
-    let manifests = dir.join("manifests");
-    std::fs::create_dir_all(&manifests)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let config = format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nenableServer: false\nstaticPodPath: {}\nreadOnlyPort: {port}\nhealthzPort: 0\npodLogsDir: {}\nmaxPods: {}\n",
-        manifests.display(),
-        dir.join("logs").display(),
-        args.pods.max(110),
-    );
-    std::fs::write(dir.join("config.yaml"), config)?;
-    let log = std::fs::File::create(dir.join("kubelet.log"))?;
-    let child = Command::new(&args.kubelet)
-        .arg("--config")
-        .arg(dir.join("config.yaml"))
-        .arg("--container-runtime-endpoint")
-        .arg(&args.endpoint)
-        .arg("--root-dir")
-        .arg(dir.join("root"))
-        .arg("--hostname-override")
-        .arg("scrape-node")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", args.kubelet.display()))?;
-    let kubelet = ChildGuard(child);
-    let pid = kubelet.pid();
-    let t = Instant::now();
-    while http_get(port, "/pods").await.is_none() {
-        if t.elapsed() > Duration::from_secs(20) {
-            bail!(
-                "rkubelet did not come up; see {}",
-                dir.join("kubelet.log").display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let kubelet = StandaloneKubelet::start(
+        &args.kubelet,
+        &args.endpoint,
+        &dir,
+        "scrape-node",
+        &format!("maxPods: {}\n", args.pods.max(110)),
+    )
+    .await?;
+    let (port, pid, manifests) = (kubelet.port, kubelet.child.pid(), kubelet.manifests.clone());
 
     write_manifests(&manifests, args.pods)?;
     let t = Instant::now();
