@@ -126,6 +126,11 @@ pub async fn wait_sandboxes_gone(
 /// A plain-HTTP GET on 127.0.0.1 (the kubelet's read-only port); the body (de-chunked), or
 /// `None` when the connection fails or the response is not HTTP.
 pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    http_get_status(port, path).await.map(|(_, body)| body)
+}
+
+/// [`http_get`] with the response's status code.
+pub async fn http_get_status(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -135,12 +140,13 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
     s.read_to_end(&mut buf).await.ok()?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
     let chunked = head.lines().any(|l| {
         l.to_ascii_lowercase()
             .starts_with("transfer-encoding: chunked")
     });
     if !chunked {
-        return Some(body.to_owned());
+        return Some((status, body.to_owned()));
     }
     let mut out = String::new();
     let mut rest = body;
@@ -152,7 +158,7 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
         out.push_str(after.get(..n)?);
         rest = after.get(n + 2..)?;
     }
-    Some(out)
+    Some((status, out))
 }
 
 /// A standalone release `rkubelet` under `dir`: static pods from `manifests`, the read-only

@@ -6,7 +6,8 @@
 //! Markdown table and writes JSON.
 //!
 //! Usage: scrape --endpoint unix:///tmp/rkubelet-dev/containerd.sock \
-//!               --kubelet target/release/rkubelet [--pods 110] [--requests 200] [--out FILE]
+//!               --kubelet target/release/rkubelet [--pods 110] [--requests 200]
+//!               [--paths /metrics,/stats/summary] [--out FILE]
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::{StandaloneKubelet, http_get, proc_status_kib, summary};
+use common::{StandaloneKubelet, http_get, http_get_status, proc_status_kib, summary};
 use rkubelet_cri::RemoteRuntime;
 use serde_json::{Value, json};
 
@@ -32,6 +33,7 @@ struct Args {
     kubelet: PathBuf,
     pods: usize,
     requests: usize,
+    paths: Vec<String>,
     out: Option<PathBuf>,
 }
 
@@ -41,6 +43,7 @@ fn parse_args() -> Result<Args> {
         kubelet: PathBuf::from("target/release/rkubelet"),
         pods: 110,
         requests: 200,
+        paths: ENDPOINTS.iter().map(|p| p.to_string()).collect(),
         out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -53,6 +56,7 @@ fn parse_args() -> Result<Args> {
             "--requests" => {
                 args.requests = val()?.parse().context("--requests: expected a number")?
             }
+            "--paths" => args.paths = val()?.split(',').map(str::to_owned).collect(),
             "--out" => args.out = Some(PathBuf::from(val()?)),
             other => bail!("unknown argument {other:?}"),
         }
@@ -121,8 +125,17 @@ async fn summary_pods(port: u16) -> usize {
         .unwrap_or(0)
 }
 
-struct EndpointResult {
-    path: &'static str,
+/// GET `path`, failing unless it answers 200.
+async fn get_ok(port: u16, path: &str) -> Result<String> {
+    match http_get_status(port, path).await {
+        Some((200, body)) => Ok(body),
+        Some((code, body)) => bail!("GET {path}: HTTP {code}: {body}"),
+        None => bail!("GET {path}: no HTTP response"),
+    }
+}
+
+struct EndpointResult<'a> {
+    path: &'a str,
     latencies_ms: Vec<f64>,
     bytes: usize,
     cpu_ms_per_scrape: f64,
@@ -131,15 +144,13 @@ struct EndpointResult {
 async fn scrape(
     port: u16,
     pid: u32,
-    path: &'static str,
+    path: &str,
     n: usize,
     idle_cores: f64,
     ticks: f64,
-) -> Result<EndpointResult> {
+) -> Result<EndpointResult<'_>> {
     for _ in 0..5 {
-        http_get(port, path)
-            .await
-            .with_context(|| format!("GET {path} failed"))?;
+        get_ok(port, path).await?;
     }
     let cpu0 = cpu_seconds(pid, ticks).context("reading the kubelet's CPU time")?;
     let t0 = Instant::now();
@@ -147,9 +158,7 @@ async fn scrape(
     let mut bytes = 0;
     for _ in 0..n {
         let t = Instant::now();
-        let body = http_get(port, path)
-            .await
-            .with_context(|| format!("GET {path} failed"))?;
+        let body = get_ok(port, path).await?;
         latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
         bytes = body.len();
     }
@@ -235,7 +244,7 @@ async fn main() -> Result<()> {
     println!("| endpoint | p50 (ms) | p99 (ms) | response (KiB) | kubelet CPU per scrape (ms) |");
     println!("|---|---:|---:|---:|---:|");
     let mut rows = Vec::new();
-    for &path in ENDPOINTS {
+    for path in &args.paths {
         let r = scrape(port, pid, path, args.requests, idle_cores, ticks).await?;
         let (p50, p99) = summary(r.latencies_ms.clone());
         println!(
