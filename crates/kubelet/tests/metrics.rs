@@ -505,7 +505,10 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap();
     (code, body)
 }
 
@@ -575,7 +578,10 @@ async fn resource_and_cadvisor_endpoints_serve_the_snapshot() {
         .and_then(|cs| cs.into_iter().next())
         .and_then(|c| c.container_id)
         .unwrap();
-    let cid = cid.split_once("://").map_or(cid.as_str(), |(_, id)| id).to_owned();
+    let cid = cid
+        .split_once("://")
+        .map_or(cid.as_str(), |(_, id)| id)
+        .to_owned();
     let now = chrono::Utc::now();
     let cpu = |ns| {
         Some(CpuStats {
@@ -647,7 +653,10 @@ async fn resource_and_cadvisor_endpoints_serve_the_snapshot() {
         )),
         "{resource}"
     );
-    assert!(resource.ends_with("resource_scrape_error 0\n"), "{resource}");
+    assert!(
+        resource.ends_with("resource_scrape_error 0\n"),
+        "{resource}"
+    );
     promtool_check(&resource);
 
     let want = format!(
@@ -685,7 +694,10 @@ async fn resource_and_cadvisor_endpoints_serve_the_snapshot() {
         "{cadvisor}"
     );
     assert!(cadvisor.contains("machine_cpu_cores{"), "{cadvisor}");
-    assert!(cadvisor.contains("container_scrape_error 0\n"), "{cadvisor}");
+    assert!(
+        cadvisor.contains("container_scrape_error 0\n"),
+        "{cadvisor}"
+    );
     promtool_check(&cadvisor);
     agent.shutdown().await;
 }

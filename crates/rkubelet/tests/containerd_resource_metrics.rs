@@ -183,7 +183,10 @@ async fn burner_cpu_and_allocator_memory_on_both_endpoints() {
     );
     assert!(resource.contains("resource_scrape_error 0\n"), "{resource}");
     assert!(
-        sample(&resource, "pod_memory_working_set_bytes", &[&hold_pod]).unwrap().0 >= 50.0 * MIB,
+        sample(&resource, "pod_memory_working_set_bytes", &[&hold_pod])
+            .unwrap()
+            .0
+            >= 50.0 * MIB,
         "{resource}"
     );
     assert!(
@@ -197,7 +200,10 @@ async fn burner_cpu_and_allocator_memory_on_both_endpoints() {
     // which for this image may be another tag than the one in the spec).
     let cadvisor = scrape(&k, "/metrics/cadvisor").await;
     let (burn_image, hold_image) = (runtime_image(&burn_id).await, runtime_image(&hold_id).await);
-    assert!(burn_image.starts_with("docker.io/library/busybox:"), "{burn_image}");
+    assert!(
+        burn_image.starts_with("docker.io/library/busybox:"),
+        "{burn_image}"
+    );
     let uid = |p: &serde_json::Value| p["metadata"]["uid"].as_str().unwrap().to_owned();
     let burn_row = format!(
         "container=\"burn\",cpu=\"total\",id=\"{}/kubepods/besteffort/pod{}/{burn_id}\",image=\"{burn_image}\",name=\"{burn_id}\",namespace=\"default\",{burn_pod}}}",
@@ -231,6 +237,9 @@ async fn burner_cpu_and_allocator_memory_on_both_endpoints() {
     );
     assert!(cadvisor.contains("id=\"/\""), "{cadvisor}");
     assert!(cadvisor.contains("machine_cpu_cores{"), "{cadvisor}");
-    assert!(cadvisor.contains("container_scrape_error 0\n"), "{cadvisor}");
+    assert!(
+        cadvisor.contains("container_scrape_error 0\n"),
+        "{cadvisor}"
+    );
     promtool_check(&cadvisor);
 }

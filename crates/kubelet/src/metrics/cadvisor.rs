@@ -240,8 +240,11 @@ impl Families {
             && ns > 0
         {
             // Without per-CPU figures cadvisor reports the total under `cpu="total"`.
-            self.cpu
-                .push(b.with("cpu", "total"), ns_to_seconds(ns), Some(millis(&cpu.time)));
+            self.cpu.push(
+                b.with("cpu", "total"),
+                ns_to_seconds(ns),
+                Some(millis(&cpu.time)),
+            );
         }
         if let Some(m) = r.memory {
             let ts = Some(millis(&m.time));

@@ -127,8 +127,7 @@ fn series<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
 }
 
 const APP: &str = "container=\"app\",id=\"/rk/kubepods/besteffort/podu1/c2\",image=\"docker.io/library/busybox:latest\",name=\"c2\",namespace=\"default\",pod=\"web\"";
-const WEB: &str =
-    "container=\"\",id=\"/rk/kubepods/besteffort/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"";
+const WEB: &str = "container=\"\",id=\"/rk/kubepods/besteffort/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"";
 const DB: &str = "container=\"\",id=\"/rk/kubepods/burstable/podu2\",image=\"\",name=\"\",namespace=\"prod\",pod=\"db\"";
 const ROOT: &str = "container=\"\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"";
 const KUBEPODS: &str =
@@ -150,11 +149,21 @@ fn cpu_rows_root_kubepods_pods_and_containers() {
     assert_eq!(
         series(&text, "container_cpu_usage_seconds_total"),
         vec![
-            format!("container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 12.5 {TS}"),
-            format!("container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 5 {TS}"),
-            format!("container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods/besteffort/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"}} 2 {TS}"),
-            format!("container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods/burstable/podu2\",image=\"\",name=\"\",namespace=\"prod\",pod=\"db\"}} 3 {TS}"),
-            format!("container_cpu_usage_seconds_total{{container=\"app\",cpu=\"total\",id=\"/rk/kubepods/besteffort/podu1/c2\",image=\"docker.io/library/busybox:latest\",name=\"c2\",namespace=\"default\",pod=\"web\"}} 1.5 {TS}"),
+            format!(
+                "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 12.5 {TS}"
+            ),
+            format!(
+                "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 5 {TS}"
+            ),
+            format!(
+                "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods/besteffort/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"}} 2 {TS}"
+            ),
+            format!(
+                "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods/burstable/podu2\",image=\"\",name=\"\",namespace=\"prod\",pod=\"db\"}} 3 {TS}"
+            ),
+            format!(
+                "container_cpu_usage_seconds_total{{container=\"app\",cpu=\"total\",id=\"/rk/kubepods/besteffort/podu1/c2\",image=\"docker.io/library/busybox:latest\",name=\"c2\",namespace=\"default\",pod=\"web\"}} 1.5 {TS}"
+            ),
         ]
     );
     // `pg` has stats but the runtime cache does not know it: no row (cadvisor would not
@@ -175,7 +184,9 @@ fn memory_network_fs_start_and_last_seen() {
             format!("container_memory_working_set_bytes{{{APP}}} 5.24288e+07 {TS}"),
         ]
     );
-    assert!(text.contains(&format!("container_memory_usage_bytes{{{APP}}} 6e+07 {TS}\n")));
+    assert!(text.contains(&format!(
+        "container_memory_usage_bytes{{{APP}}} 6e+07 {TS}\n"
+    )));
     assert!(text.contains(&format!("container_memory_rss{{{APP}}} 5e+07 {TS}\n")));
     assert!(text.contains(
         "# HELP container_memory_usage_bytes Current memory usage in bytes, including all memory regardless of when it was accessed\n"
@@ -192,7 +203,10 @@ fn memory_network_fs_start_and_last_seen() {
             ),
         ]
     );
-    assert_eq!(series(&text, "container_network_transmit_bytes_total").len(), 2);
+    assert_eq!(
+        series(&text, "container_network_transmit_bytes_total").len(),
+        2
+    );
     assert!(text.contains(&format!(
         "container_network_transmit_errors_total{{container=\"\",id=\"/\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"\",pod=\"\"}} 2 {TS}\n"
     )));
@@ -216,11 +230,15 @@ fn memory_network_fs_start_and_last_seen() {
     );
     // Last seen: the scrape time, stamped with the stats time.
     assert!(
-        text.contains(&format!("container_last_seen{{{APP}}} 1.76732305e+09 {TS}\n")),
+        text.contains(&format!(
+            "container_last_seen{{{APP}}} 1.76732305e+09 {TS}\n"
+        )),
         "{text}"
     );
     assert!(
-        text.contains(&format!("container_last_seen{{{SANDBOX}}} 1.76732305e+09 {TS}\n")),
+        text.contains(&format!(
+            "container_last_seen{{{SANDBOX}}} 1.76732305e+09 {TS}\n"
+        )),
         "{text}"
     );
     assert_eq!(series(&text, "container_last_seen").len(), 6, "{text}");

@@ -176,13 +176,23 @@ fn absent_figures_leave_their_series_out() {
     s.pods.truncate(1);
     s.pods[0].memory = None;
     s.pods[0].containers[0].start_time = Some(at("1970-01-01T00:00:00Z"));
-    s.pods[0].containers[0].cpu.as_mut().unwrap().usage_core_nano_seconds = None;
+    s.pods[0].containers[0]
+        .cpu
+        .as_mut()
+        .unwrap()
+        .usage_core_nano_seconds = None;
     let text = render(&s);
     assert!(!text.contains("node_cpu_usage_seconds_total"), "{text}");
     assert!(!text.contains("pod_memory_working_set_bytes"), "{text}");
-    assert!(!text.contains("container_cpu_usage_seconds_total"), "{text}");
+    assert!(
+        !text.contains("container_cpu_usage_seconds_total"),
+        "{text}"
+    );
     // Start times at the epoch are skipped, as upstream.
-    assert!(!text.contains("container=\"app\",namespace=\"default\",pod=\"web\"} 1.767"), "{text}");
+    assert!(
+        !text.contains("container=\"app\",namespace=\"default\",pod=\"web\"} 1.767"),
+        "{text}"
+    );
     assert!(text.contains("resource_scrape_error 0\n"), "{text}");
     assert!(
         text.contains("node_memory_working_set_bytes 2.147483648e+09 1767323045250\n"),

@@ -68,7 +68,8 @@ impl Family {
         });
         let mut w = out.family(self.name, &self.help, self.kind);
         for r in &self.rows {
-            let labels: Vec<(&str, &str)> = r.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let labels: Vec<(&str, &str)> =
+                r.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
             w.sample_at("", &labels, r.value, r.timestamp_ms);
         }
     }
@@ -99,9 +100,21 @@ mod tests {
     fn rows_sorted_by_label_values_and_empty_family_omitted() {
         let mut out = Exposition::new();
         let mut f = Family::new("x_total", "X.", MetricKind::Counter);
-        f.push(vec![("pod", "b".into()), ("container", "a".into())], 2.0, Some(5));
-        f.push(vec![("pod", "a".into()), ("container", "b".into())], 1.0, None);
-        f.push(vec![("pod", "z".into()), ("container", "a".into())], 3.0, None);
+        f.push(
+            vec![("pod", "b".into()), ("container", "a".into())],
+            2.0,
+            Some(5),
+        );
+        f.push(
+            vec![("pod", "a".into()), ("container", "b".into())],
+            1.0,
+            None,
+        );
+        f.push(
+            vec![("pod", "z".into()), ("container", "a".into())],
+            3.0,
+            None,
+        );
         f.write(&mut out);
         Family::new("y", "Y.", MetricKind::Gauge).write(&mut out);
         assert_eq!(
