@@ -417,3 +417,287 @@ fn synthetic_exposition_with_awkward_label_values_passes_promtool() {
     assert_eq!(names, sorted);
     promtool_check(&text);
 }
+
+/// Every family upstream's `/metrics/resource` can carry (`collectors/resource_metrics.go`;
+/// `scrape_error` is deprecated and hidden since 1.30).
+const UPSTREAM_RESOURCE_NAMES: &[&str] = &[
+    "node_cpu_usage_seconds_total",
+    "node_memory_working_set_bytes",
+    "node_swap_usage_bytes",
+    "container_start_time_seconds",
+    "container_cpu_usage_seconds_total",
+    "container_memory_working_set_bytes",
+    "container_swap_usage_bytes",
+    "container_swap_limit_bytes",
+    "pod_cpu_usage_seconds_total",
+    "pod_memory_working_set_bytes",
+    "pod_swap_usage_bytes",
+    "scrape_error",
+    "resource_scrape_error",
+];
+
+/// Families of cadvisor's container and machine collectors with the metric sets the kubelet
+/// enables (cpu, memory, network, disk usage/io, process, OOM, load) — the ones this kubelet
+/// may write.
+const UPSTREAM_CADVISOR_NAMES: &[&str] = &[
+    "container_cpu_usage_seconds_total",
+    "container_cpu_user_seconds_total",
+    "container_cpu_system_seconds_total",
+    "container_cpu_cfs_periods_total",
+    "container_cpu_cfs_throttled_periods_total",
+    "container_cpu_cfs_throttled_seconds_total",
+    "container_cpu_load_average_10s",
+    "container_memory_cache",
+    "container_memory_rss",
+    "container_memory_swap",
+    "container_memory_usage_bytes",
+    "container_memory_working_set_bytes",
+    "container_memory_max_usage_bytes",
+    "container_memory_failcnt",
+    "container_memory_failures_total",
+    "container_memory_mapped_file",
+    "container_network_receive_bytes_total",
+    "container_network_receive_errors_total",
+    "container_network_receive_packets_total",
+    "container_network_receive_packets_dropped_total",
+    "container_network_transmit_bytes_total",
+    "container_network_transmit_errors_total",
+    "container_network_transmit_packets_total",
+    "container_network_transmit_packets_dropped_total",
+    "container_fs_usage_bytes",
+    "container_fs_limit_bytes",
+    "container_fs_inodes_free",
+    "container_fs_inodes_total",
+    "container_start_time_seconds",
+    "container_last_seen",
+    "container_scrape_error",
+    "container_oom_events_total",
+    "container_processes",
+    "container_threads",
+    "machine_cpu_cores",
+    "machine_cpu_physical_cores",
+    "machine_cpu_sockets",
+    "machine_memory_bytes",
+    "machine_swap_bytes",
+    "machine_scrape_error",
+];
+
+/// The family names (`# TYPE` lines) of an exposition.
+fn families(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `GET path` on a plain-HTTP port: status code and body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap();
+    (code, body)
+}
+
+#[test]
+fn exported_name_lists_are_upstream_names() {
+    for n in kubelet::metrics::resource::RESOURCE_METRIC_NAMES {
+        assert!(UPSTREAM_RESOURCE_NAMES.contains(n), "{n}");
+    }
+    for n in kubelet::metrics::cadvisor::CADVISOR_METRIC_NAMES {
+        assert!(UPSTREAM_CADVISOR_NAMES.contains(n), "{n}");
+    }
+}
+
+/// `/metrics/resource` and `/metrics/cadvisor` of an agent on the fake runtime, with a stats
+/// snapshot injected as the provider would publish it: upstream names only, the running pod's
+/// container under its cgroup id / runtime ID / image, and promtool accepts both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_and_cadvisor_endpoints_serve_the_snapshot() {
+    use kubelet::cm::cgroups::CgroupVersion;
+    use kubelet::cm::cgroups::fake::FakeCgroupFs;
+    use kubelet::eviction::StatsSource;
+    use kubelet::stats::{
+        ContainerStats, CpuStats, InterfaceStats, MemoryStats, NetworkStats, PodReference,
+        PodStats, StatsHandle, Summary,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let (stats_tx, stats_rx) = tokio::sync::watch::channel(Arc::new(Summary::default()));
+    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
+    cfg.read_only_addr = Some("127.0.0.1:0".parse().unwrap());
+    cfg.cgroups.per_qos = true;
+    cfg.cgroups.fs = Some(Arc::new(FakeCgroupFs::new(CgroupVersion::V2)));
+    cfg.cgroups.cm.cgroup_root = "/rk".to_owned();
+    cfg.eviction.stats = StatsSource::Injected(StatsHandle::injected(stats_rx));
+    let agent = Agent::start(
+        cfg,
+        AgentDeps {
+            runtime: Arc::new(fake.clone()),
+            images: Arc::new(fake.clone()),
+            events: Arc::new(CollectingRecorder::default()),
+            api: None,
+        },
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let addr = agent.read_only_addr.unwrap();
+
+    // Before the first snapshot: scrape errors only.
+    let (code, body) = http_get(addr, "/metrics/resource").await;
+    assert_eq!(code, 200);
+    assert!(body.ends_with("resource_scrape_error 1\n"), "{body}");
+    let (_, body) = http_get(addr, "/metrics/cadvisor").await;
+    assert!(body.contains("container_scrape_error 1\n"), "{body}");
+
+    let web = simple("web-0", IMAGE, "");
+    set(&agent, vec![web.clone()]).await;
+    wait_until("web-0 running", Duration::from_secs(30), || {
+        running(&agent, &web)
+    })
+    .await;
+    let cid = agent
+        .status
+        .get_pod_status(uid(&web))
+        .and_then(|s| s.container_statuses)
+        .and_then(|cs| cs.into_iter().next())
+        .and_then(|c| c.container_id)
+        .unwrap();
+    let cid = cid
+        .split_once("://")
+        .map_or(cid.as_str(), |(_, id)| id)
+        .to_owned();
+    let now = chrono::Utc::now();
+    let cpu = |ns| {
+        Some(CpuStats {
+            time: now,
+            usage_nano_cores: None,
+            usage_core_nano_seconds: Some(ns),
+        })
+    };
+    let mem = |ws| {
+        Some(MemoryStats {
+            time: now,
+            working_set_bytes: Some(ws),
+            usage_bytes: Some(ws + 1000),
+            rss_bytes: Some(ws / 2),
+            ..Default::default()
+        })
+    };
+    let eth0 = InterfaceStats {
+        name: "eth0".into(),
+        rx_bytes: Some(100),
+        rx_errors: Some(0),
+        tx_bytes: Some(200),
+        tx_errors: Some(0),
+    };
+    let mut s = Summary::default();
+    s.node.node_name = NODE.into();
+    s.node.cpu = cpu(50_000_000_000);
+    s.node.memory = mem(1 << 30);
+    s.node.network = Some(NetworkStats {
+        time: now,
+        default: eth0.clone(),
+        interfaces: vec![eth0.clone()],
+    });
+    s.pods.push(PodStats {
+        pod_ref: PodReference {
+            name: web.metadata.name.clone().unwrap(),
+            namespace: web.metadata.namespace.clone().unwrap(),
+            uid: uid(&web).to_owned(),
+        },
+        start_time: Some(now),
+        containers: vec![ContainerStats {
+            name: "web-0-c".into(),
+            start_time: Some(now),
+            cpu: cpu(1_250_000_000),
+            memory: mem(52_428_800),
+            ..Default::default()
+        }],
+        cpu: cpu(1_300_000_000),
+        memory: mem(53_000_000),
+        network: Some(NetworkStats {
+            time: now,
+            default: eth0.clone(),
+            interfaces: vec![eth0],
+        }),
+        ..Default::default()
+    });
+    stats_tx.send(Arc::new(s)).unwrap();
+    let ts = now.timestamp_millis();
+    let pod_name = web.metadata.name.clone().unwrap();
+
+    let (code, resource) = http_get(addr, "/metrics/resource").await;
+    assert_eq!(code, 200);
+    for f in families(&resource) {
+        assert!(UPSTREAM_RESOURCE_NAMES.contains(&f.as_str()), "{f}");
+    }
+    assert!(
+        resource.contains(&format!(
+            "container_cpu_usage_seconds_total{{container=\"web-0-c\",namespace=\"default\",pod=\"{pod_name}\"}} 1.25 {ts}\n"
+        )),
+        "{resource}"
+    );
+    assert!(
+        resource.ends_with("resource_scrape_error 0\n"),
+        "{resource}"
+    );
+    promtool_check(&resource);
+
+    let want = format!(
+        "container_memory_working_set_bytes{{container=\"web-0-c\",id=\"/rk/kubepods/besteffort/pod{}/{cid}\",image=\"{IMAGE}\",name=\"{cid}\",namespace=\"default\",pod=\"{pod_name}\"}} 5.24288e+07 {ts}\n",
+        uid(&web)
+    );
+    // The container row appears once the runtime pod cache (PLEG relist) knows the container.
+    let start = Instant::now();
+    let cadvisor = loop {
+        let (code, body) = http_get(addr, "/metrics/cadvisor").await;
+        assert_eq!(code, 200);
+        if body.contains(&want) {
+            break body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no container row {want}\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for f in families(&cadvisor) {
+        assert!(UPSTREAM_CADVISOR_NAMES.contains(&f.as_str()), "{f}");
+    }
+    assert!(
+        cadvisor.contains(&format!(
+            "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 50 {ts}\n"
+        )),
+        "{cadvisor}"
+    );
+    assert!(
+        cadvisor.contains(&format!(
+            "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/rk/kubepods/besteffort/pod{}\",image=\"\",name=\"\",namespace=\"default\",pod=\"{pod_name}\"}} 1.3 {ts}\n",
+            uid(&web)
+        )),
+        "{cadvisor}"
+    );
+    assert!(cadvisor.contains("machine_cpu_cores{"), "{cadvisor}");
+    assert!(
+        cadvisor.contains("container_scrape_error 0\n"),
+        "{cadvisor}"
+    );
+    promtool_check(&cadvisor);
+    agent.shutdown().await;
+}

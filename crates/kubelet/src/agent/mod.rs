@@ -279,6 +279,7 @@ impl Agent {
         // Admission's view of the Node: computed locally now, replaced by the API server's
         // Node once registered.
         let host = HostInfo::read(&cfg.root_dir);
+        let machine = Arc::new(host.clone());
         let local_node = initial_node(
             &cfg.node_status,
             &host,
@@ -619,6 +620,11 @@ impl Agent {
         state.metrics = Some(metrics.clone());
         state.probe_metrics = Some(prober.metrics().clone());
         state.stats = stats.clone();
+        state.pod_cgroup_root = cfg
+            .cgroups
+            .per_qos
+            .then(|| cfg.cgroups.cm.cgroup_root.clone());
+        state.machine = Some(machine);
         state.cancel = cancel.child_token();
         let mut secure_addr = None;
         if let Some(sc) = &cfg.server {

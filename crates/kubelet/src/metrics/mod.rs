@@ -3,8 +3,14 @@
 //! the CRI services (`instrumented_cri`) and the pod syncer (`InstrumentedSyncer`, for
 //! `kubelet_pod_worker_duration_seconds` and the pod start durations). One `KubeletMetrics` is
 //! created by the agent and handed to the components it instruments; `render()` on it is
-//! `/metrics`, `render()` on the prober's `ProbeMetrics` is `/metrics/probes`.
+//! `/metrics`, `render()` on the prober's `ProbeMetrics` is `/metrics/probes`; `resource` and
+//! `cadvisor` render `/metrics/resource` and `/metrics/cadvisor` from the latest stats snapshot
+//! (`rows` sorts such scrape-time families).
 
+pub mod cadvisor;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod cadvisor_tests;
 pub mod instrumented_cri;
 pub mod kubelet;
 #[cfg(test)]
@@ -12,6 +18,11 @@ pub mod kubelet;
 mod kubelet_tests;
 pub mod process;
 pub mod registry;
+pub mod resource;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod resource_tests;
+pub mod rows;
 
 pub use instrumented_cri::{InstrumentedImages, InstrumentedRuntime};
 pub use kubelet::{KubeletMetrics, METRIC_NAMES};

@@ -3,8 +3,7 @@
 //! and the healthz port. Owns the listeners and connections; reads the desired pods (pod
 //! manager snapshot), statuses (status manager), the runtime's pods (pod cache), the CRI
 //! runtime, the effective configuration and the health checks; emits the responses built in
-//! `routes` (container logs read by `logs`). `/metrics*`, `/stats/*` and the streaming
-//! endpoints are not served yet (404).
+//! `routes` (container logs read by `logs`). The streaming endpoints are not served yet (404).
 
 pub mod authn;
 pub mod authz;
@@ -77,8 +76,14 @@ pub struct ServerState {
     pub metrics: Option<crate::metrics::KubeletMetrics>,
     /// `/metrics/probes`.
     pub probe_metrics: Option<crate::prober::metrics::ProbeMetrics>,
-    /// `/stats/summary` (the stats provider's latest snapshot; `None`: 404).
+    /// `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` (the stats provider's
+    /// latest snapshot; `None`: 404).
     pub stats: Option<crate::stats::StatsHandle>,
+    /// `cgroupRoot` when the kubelet runs per-QoS pod cgroups (`/metrics/cadvisor` ids);
+    /// `None`: pods have no cgroup of their own and only node rows are written.
+    pub pod_cgroup_root: Option<String>,
+    /// Host facts read at start-up (`machine_*` of `/metrics/cadvisor`).
+    pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
 }
 
 impl ServerState {
@@ -103,6 +108,8 @@ impl ServerState {
             metrics: None,
             probe_metrics: None,
             stats: None,
+            pod_cgroup_root: None,
+            machine: None,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Endpoint handlers of the kubelet's HTTP(S) ports. Own nothing; receive a request plus the
-//! server state (desired pods, statuses, runtime pod cache, CRI runtime, effective config);
-//! emit upstream-shaped responses: `/pods`, `/runningpods/`, `/healthz*`, `/configz`,
-//! `/containerLogs/…`, `/logs/…`, `/run/…`, `/checkpoint/…`. Unknown paths are 404.
+//! server state (desired pods, statuses, runtime pod cache, CRI runtime, effective config,
+//! metrics, the latest stats snapshot); emit upstream-shaped responses: `/pods`,
+//! `/runningpods/`, `/healthz*`, `/configz`, `/containerLogs/…`, `/logs/…`, `/run/…`,
+//! `/checkpoint/…`, `/stats/summary`, `/metrics`, `/metrics/{probes,resource,cadvisor}`.
+//! Unknown paths are 404.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -703,20 +705,52 @@ async fn checkpoint(
 #[path = "routes_tests.rs"]
 mod tests;
 
-/// `/metrics` (kubelet and process series) and `/metrics/probes`; `None` for other paths.
+/// `/metrics` (kubelet and process series), `/metrics/probes`, and the stats-based
+/// `/metrics/resource` and `/metrics/cadvisor` (rendered from the latest snapshot, 404 when
+/// stats are off); `None` for other paths.
 fn metrics_endpoint(state: &ServerState, path: &str, method: &Method) -> Option<Resp> {
-    let body = match path {
-        "/metrics" => state.metrics.as_ref().map(|m| m.render()),
-        "/metrics/probes" => state.probe_metrics.as_ref().map(|m| m.render()),
-        _ => return None,
-    };
+    if !matches!(
+        path,
+        "/metrics" | "/metrics/probes" | "/metrics/resource" | "/metrics/cadvisor"
+    ) {
+        return None;
+    }
     if method != Method::GET && method != Method::HEAD {
         return Some(method_not_allowed());
     }
+    let body = match path {
+        "/metrics" => state.metrics.as_ref().map(|m| m.render()),
+        "/metrics/probes" => state.probe_metrics.as_ref().map(|m| m.render()),
+        "/metrics/resource" => state
+            .stats
+            .as_ref()
+            .map(|s| crate::metrics::resource::render(&s.latest())),
+        _ => state.stats.as_ref().map(|s| cadvisor_text(state, s)),
+    };
     Some(match body {
         Some(body) => super::prometheus_text(body),
         None => not_found(),
     })
+}
+
+/// `/metrics/cadvisor` from the latest snapshot, the desired pods and the runtime pod cache.
+fn cadvisor_text(state: &ServerState, stats: &crate::stats::StatsHandle) -> String {
+    use crate::metrics::cadvisor::{CadvisorInput, render};
+    let summary = stats.latest();
+    let pods = state.pods.borrow().clone();
+    let runtime_pods = state
+        .pod_cache
+        .as_ref()
+        .map(|c| c.get_all())
+        .unwrap_or_default();
+    render(&CadvisorInput::new(
+        &summary,
+        &pods,
+        &runtime_pods,
+        state.pod_cgroup_root.as_deref(),
+        state.machine.as_deref(),
+        chrono::Utc::now(),
+    ))
 }
 
 /// `/stats/summary`: the stats provider's latest snapshot, collected in the background (never

@@ -437,3 +437,98 @@ async fn stats_summary_serves_the_latest_snapshot() {
         StatusCode::BAD_REQUEST
     );
 }
+
+#[tokio::test]
+async fn resource_and_cadvisor_metrics_from_the_latest_snapshot() {
+    use crate::stats::{CpuStats, PodReference, PodStats, StatsHandle, Summary};
+    let (mut st, _tx) = state(vec![pod("default", "web", "u1", &["app"])]);
+    for path in ["/metrics/resource", "/metrics/cadvisor"] {
+        assert_eq!(
+            get(&st, Endpoints::ReadOnly, Method::GET, path).await.0,
+            StatusCode::NOT_FOUND,
+            "{path} without stats"
+        );
+    }
+    let (stats_tx, stats_rx) = watch::channel(Arc::new(Summary::default()));
+    st.stats = Some(StatsHandle::injected(stats_rx));
+    st.pod_cgroup_root = Some("/".into());
+    let cache = PodCache::default();
+    cache.set(
+        "u1",
+        Ok(RtPodStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            container_statuses: vec![ContainerStatus {
+                id: "cid".into(),
+                name: "app".into(),
+                sandbox_id: "sb".into(),
+                state: ContainerState::Running,
+                created_at: None,
+                started_at: None,
+                finished_at: None,
+                exit_code: 0,
+                image: "busybox:latest".into(),
+                image_ref: String::new(),
+                image_id: String::new(),
+                hash: 0,
+                restart_count: 0,
+                reason: String::new(),
+                message: String::new(),
+                termination_message_path: None,
+                termination_grace_period: None,
+            }],
+            ..Default::default()
+        }),
+        tokio::time::Instant::now(),
+    );
+    st.pod_cache = Some(cache);
+
+    // Nothing collected yet: the scrape error is set.
+    let (c, b) = get(&st, Endpoints::Secure, Method::GET, "/metrics/resource").await;
+    assert_eq!(c, StatusCode::OK);
+    assert!(b.ends_with("resource_scrape_error 1\n"), "{b}");
+
+    let when = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+    let cpu = Some(CpuStats {
+        time: when,
+        usage_nano_cores: None,
+        usage_core_nano_seconds: Some(2_500_000_000),
+    });
+    let mut s = Summary::default();
+    s.node.node_name = "node-a".into();
+    s.pods.push(PodStats {
+        pod_ref: PodReference {
+            name: "web".into(),
+            namespace: "default".into(),
+            uid: "u1".into(),
+        },
+        containers: vec![crate::stats::ContainerStats {
+            name: "app".into(),
+            cpu: cpu.clone(),
+            ..Default::default()
+        }],
+        cpu,
+        ..Default::default()
+    });
+    stats_tx.send(Arc::new(s)).unwrap();
+    let (c, b) = get(&st, Endpoints::ReadOnly, Method::GET, "/metrics/resource").await;
+    assert_eq!(c, StatusCode::OK);
+    assert!(
+        b.contains("container_cpu_usage_seconds_total{container=\"app\",namespace=\"default\",pod=\"web\"} 2.5 1700000000123\n"),
+        "{b}"
+    );
+    assert!(b.ends_with("resource_scrape_error 0\n"), "{b}");
+    let (c, b) = get(&st, Endpoints::Secure, Method::GET, "/metrics/cadvisor").await;
+    assert_eq!(c, StatusCode::OK);
+    assert!(
+        b.contains("container_cpu_usage_seconds_total{container=\"app\",cpu=\"total\",id=\"/kubepods/besteffort/podu1/cid\",image=\"busybox:latest\",name=\"cid\",namespace=\"default\",pod=\"web\"} 2.5 1700000000123\n"),
+        "{b}"
+    );
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::PUT, "/metrics/cadvisor")
+            .await
+            .0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+}
