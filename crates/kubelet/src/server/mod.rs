@@ -3,8 +3,9 @@
 //! and the healthz port. Owns the listeners and connections; reads the desired pods (pod
 //! manager snapshot), statuses (status manager), the runtime's pods (pod cache), the CRI
 //! runtime, the effective configuration and the health checks; emits the responses built in
-//! `routes` (container logs read by `logs`). `/metrics*`, `/stats/*` and the streaming
-//! endpoints are not served yet (404).
+//! `routes` (container logs read by `logs`, exec/attach/port-forward proxied by `streaming`,
+//! whose spliced connections each server tracks and ends at shutdown). Connections are
+//! HTTP/1.1 with upgrades enabled.
 
 pub mod authn;
 pub mod authz;
@@ -13,6 +14,7 @@ pub mod logs;
 pub mod review;
 pub mod routes;
 pub mod setup;
+pub mod streaming;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -79,6 +81,8 @@ pub struct ServerState {
     pub probe_metrics: Option<crate::prober::metrics::ProbeMetrics>,
     /// `/stats/summary` (the stats provider's latest snapshot; `None`: 404).
     pub stats: Option<crate::stats::StatsHandle>,
+    /// Proxied streaming connections; a server ends them (and waits) when it stops.
+    pub streams: streaming::StreamTasks,
 }
 
 impl ServerState {
@@ -103,6 +107,7 @@ impl ServerState {
             metrics: None,
             probe_metrics: None,
             stats: None,
+            streams: streaming::StreamTasks::default(),
         }
     }
 }
@@ -155,6 +160,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, ?endpoints, "serving HTTP");
     }
+    let streams = state.streams.clone();
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -175,6 +181,7 @@ pub async fn serve(
                     });
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
                         .await
                     {
                         debug!(%peer, error = %e, "HTTP connection ended with an error");
@@ -185,6 +192,7 @@ pub async fn serve(
         }
     }
     conns.shutdown().await;
+    streams.shutdown().await;
 }
 
 /// Serves the authenticated HTTPS port until `cancel` fires.
@@ -198,6 +206,7 @@ pub async fn serve_secure(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "serving HTTPS");
     }
+    let streams = state.streams.clone();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut conns = JoinSet::new();
     loop {
@@ -240,6 +249,7 @@ pub async fn serve_secure(
                     });
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tls), svc)
+                        .with_upgrades()
                         .await
                     {
                         debug!(%peer, error = %e, "HTTPS connection ended with an error");
@@ -250,6 +260,7 @@ pub async fn serve_secure(
         }
     }
     conns.shutdown().await;
+    streams.shutdown().await;
 }
 
 fn is_healthz(path: &str) -> bool {
