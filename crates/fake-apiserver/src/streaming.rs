@@ -210,7 +210,9 @@ pub async fn proxy(
     }
     let url = format!("https://{host}:{port}{location}");
     let fail = |e: String| ApiError::internal(format!("error dialing backend: {url}: {e}"));
-    let mut out = Request::builder().method(req.method().clone()).uri(&location);
+    let mut out = Request::builder()
+        .method(req.method().clone())
+        .uri(&location);
     for (k, v) in req.headers() {
         // The caller's credentials stay here; the kubelet sees this server's client cert.
         if k != header::HOST
@@ -321,6 +323,7 @@ async fn splice(client: OnUpgrade, backend: OnUpgrade) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

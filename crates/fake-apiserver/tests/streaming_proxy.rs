@@ -49,9 +49,11 @@ async fn fake_kubelet(seen: Seen) -> u16 {
                         let seen = seen.clone();
                         async move {
                             let auth = req.headers().contains_key(http::header::AUTHORIZATION);
-                            seen.lock()
-                                .expect("seen")
-                                .push(format!("{} {} auth={auth}", req.method(), req.uri()));
+                            seen.lock().expect("seen").push(format!(
+                                "{} {} auth={auth}",
+                                req.method(),
+                                req.uri()
+                            ));
                             let upgrade = req
                                 .headers()
                                 .get(http::header::UPGRADE)
@@ -98,7 +100,11 @@ async fn raw(s: &FakeApiServer, request: &str) -> (TcpStream, u16, String, Strin
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(c.read(&mut b).await.expect("read"), 1, "response ended early");
+        assert_eq!(
+            c.read(&mut b).await.expect("read"),
+            1,
+            "response ended early"
+        );
         head.push(b[0]);
     }
     let head = String::from_utf8(head).expect("utf8");
@@ -174,7 +180,13 @@ async fn exec_attach_and_port_forward_are_proxied_to_the_kubelet() {
         )
         .expect("pod");
     }
-    let last_seen = || seen.lock().expect("seen").last().cloned().unwrap_or_default();
+    let last_seen = || {
+        seen.lock()
+            .expect("seen")
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    };
 
     // exec: the kubelet path with the only container, every command in order; the caller's
     // credentials are not forwarded; bytes flow both ways after the 101.
@@ -216,7 +228,10 @@ async fn exec_attach_and_port_forward_are_proxied_to_the_kubelet() {
     )
     .await;
     assert_eq!(code, 101);
-    assert_eq!(last_seen(), "GET /attach/default/two/b?error=1&output=1 auth=false");
+    assert_eq!(
+        last_seen(),
+        "GET /attach/default/two/b?error=1&output=1 auth=false"
+    );
     let (_c, code, _, _) = raw(
         &s,
         &upgrade(
@@ -270,7 +285,11 @@ async fn exec_attach_and_port_forward_are_proxied_to_the_kubelet() {
     for (path, msg, want) in cases {
         let (_c, code, _, body) = raw(&s, &upgrade("POST", path, "")).await;
         assert_eq!(code, want, "{path}: {body}");
-        assert_eq!(status_of(&body), (msg.to_owned(), i64::from(want)), "{path}");
+        assert_eq!(
+            status_of(&body),
+            (msg.to_owned(), i64::from(want)),
+            "{path}"
+        );
     }
     let (_c, code, _, body) = raw(
         &s,
@@ -286,12 +305,19 @@ async fn exec_attach_and_port_forward_are_proxied_to_the_kubelet() {
     let out = kubectl(&s, &["exec", "web", "-c", "nope", "--", "true"]).await;
     assert!(!out.ok);
     assert!(
-        out.stderr.contains("container nope is not valid for pod web"),
+        out.stderr
+            .contains("container nope is not valid for pod web"),
         "{}",
         out.stderr
     );
     let counts = s.request_counts();
-    assert!(counts.get("GET pods/exec").copied().unwrap_or(0) >= 1, "{counts:?}");
-    assert!(counts.get("POST pods/exec").copied().unwrap_or(0) >= 1, "{counts:?}");
+    assert!(
+        counts.get("GET pods/exec").copied().unwrap_or(0) >= 1,
+        "{counts:?}"
+    );
+    assert!(
+        counts.get("POST pods/exec").copied().unwrap_or(0) >= 1,
+        "{counts:?}"
+    );
     s.shutdown().await;
 }

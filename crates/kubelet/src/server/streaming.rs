@@ -232,7 +232,10 @@ pub fn parse_options(query: &[(String, String)]) -> Result<StreamOptions, Stream
 
 /// The exec command: every `command` value, in order.
 pub fn parse_command(query: &[(String, String)]) -> Vec<String> {
-    all(query, "command").into_iter().map(str::to_owned).collect()
+    all(query, "command")
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Port-forward ports (upstream `portforward.NewV4Options`): only websocket requests carry
@@ -412,9 +415,7 @@ pub async fn stream_url<B>(
                 .filter(|p| p.uid == pod.uid())
                 .flat_map(|p| p.sandbox_statuses.first())
                 .next()
-                .ok_or_else(|| {
-                    StreamError::NoSandbox(format!("{}({})", pod_full, pod.uid()))
-                })?;
+                .ok_or_else(|| StreamError::NoSandbox(format!("{}({})", pod_full, pod.uid())))?;
             let resp = runtime
                 .port_forward(api::PortForwardRequest {
                     pod_sandbox_id: sandbox.id.clone(),
@@ -454,7 +455,11 @@ fn forwarded(name: &header::HeaderName) -> bool {
 /// `url`; on `101` answers `101` with the runtime's headers and splices the two upgraded
 /// connections until either side ends; a `>= 400` answer is passed through; anything else
 /// is an error.
-pub async fn proxy<B>(state: &ServerState, req: &Request<B>, url: &str) -> Result<Resp, StreamError> {
+pub async fn proxy<B>(
+    state: &ServerState,
+    req: &Request<B>,
+    url: &str,
+) -> Result<Resp, StreamError> {
     if !is_upgrade_request(req.headers()) {
         return Err(StreamError::UpgradeRequired);
     }
@@ -471,7 +476,10 @@ pub async fn proxy<B>(state: &ServerState, req: &Request<B>, url: &str) -> Resul
         .ok_or_else(|| StreamError::Proxy(format!("stream URL {url:?} has no host")))?
         .clone();
     let port = authority.port_u16().unwrap_or(80);
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let mut out = Request::builder().method(req.method().clone()).uri(path);
     for (name, value) in req.headers() {
@@ -517,6 +525,13 @@ pub async fn proxy<B>(state: &ServerState, req: &Request<B>, url: &str) -> Resul
             StreamError::Proxy(format!("stream server {authority} did not answer in time"))
         })??;
     let status = resp.status();
+    debug!(
+        status = status.as_u16(),
+        websocket = is_websocket_request(req.headers()),
+        protocol = ?resp.headers().get("x-stream-protocol-version"),
+        url,
+        "stream server answered"
+    );
     if status == StatusCode::SWITCHING_PROTOCOLS {
         let mut answer = Response::new(Full::new(Bytes::new()).boxed());
         *answer.status_mut() = status;

@@ -141,7 +141,10 @@ fn upgrade_detection() {
         m
     };
     assert!(is_upgrade_request(&h(&[("connection", "Upgrade")])));
-    assert!(is_upgrade_request(&h(&[("connection", "keep-alive, upgrade")])));
+    assert!(is_upgrade_request(&h(&[(
+        "connection",
+        "keep-alive, upgrade"
+    )])));
     assert!(is_upgrade_request(&h(&[
         ("connection", "keep-alive"),
         ("connection", "Upgrade")
@@ -332,13 +335,12 @@ async fn runtime_requests_and_lookup_errors_as_upstream() {
     .await
     .unwrap();
     assert!(url.starts_with("http://127.0.0.1:1/exec/"), "{url}");
-    let main_id = f
-        .rt
-        .containers()
-        .into_iter()
-        .find(|c| c.metadata.as_ref().unwrap().name == "main")
-        .unwrap()
-        .id;
+    let main_id =
+        f.rt.containers()
+            .into_iter()
+            .find(|c| c.metadata.as_ref().unwrap().name == "main")
+            .unwrap()
+            .id;
     let Some(StreamRequest::Exec(exec)) = f.rt.stream_requests().pop() else {
         panic!("no exec request");
     };
@@ -360,9 +362,13 @@ async fn runtime_requests_and_lookup_errors_as_upstream() {
         panic!("no attach request");
     };
     assert!(attach.tty && attach.stdin && attach.stdout && !attach.stderr);
-    let e = url_of(&f, Method::POST, "/attach/default/web/other-uid/main?output=1")
-        .await
-        .unwrap_err();
+    let e = url_of(
+        &f,
+        Method::POST,
+        "/attach/default/web/other-uid/main?output=1",
+    )
+    .await
+    .unwrap_err();
     assert_eq!(
         (e.status(), e.to_string()),
         (
@@ -450,32 +456,36 @@ async fn stream_server() -> (String, tokio::task::JoinHandle<()>) {
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|mut req: Request<hyper::body::Incoming>| async move {
-                    let mut resp = Response::new(Full::new(Bytes::new()));
-                    if is_websocket_request(req.headers()) {
-                        *resp.status_mut() = StatusCode::FORBIDDEN;
-                        *resp.body_mut() = Full::new(Bytes::from_static(b"requested protocol(s) are not supported"));
-                        return Ok::<_, std::convert::Infallible>(resp);
-                    }
-                    if !is_upgrade_request(req.headers()) {
-                        return Ok(resp);
-                    }
-                    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-                    let h = resp.headers_mut();
-                    h.insert("connection", "Upgrade".parse().unwrap());
-                    h.insert("upgrade", "SPDY/3.1".parse().unwrap());
-                    h.insert("x-seen-path", req.uri().to_string().parse().unwrap());
-                    if let Some(v) = req.headers().get("x-stream-protocol-version") {
-                        h.insert("x-stream-protocol-version", v.clone());
-                    }
-                    let on = hyper::upgrade::on(&mut req);
-                    tokio::spawn(async move {
-                        let io = on.await.unwrap();
-                        let (mut r, mut w) = tokio::io::split(TokioIo::new(io));
-                        let _ = tokio::io::copy(&mut r, &mut w).await;
-                    });
-                    Ok(resp)
-                });
+                let svc = hyper::service::service_fn(
+                    |mut req: Request<hyper::body::Incoming>| async move {
+                        let mut resp = Response::new(Full::new(Bytes::new()));
+                        if is_websocket_request(req.headers()) {
+                            *resp.status_mut() = StatusCode::FORBIDDEN;
+                            *resp.body_mut() = Full::new(Bytes::from_static(
+                                b"requested protocol(s) are not supported",
+                            ));
+                            return Ok::<_, std::convert::Infallible>(resp);
+                        }
+                        if !is_upgrade_request(req.headers()) {
+                            return Ok(resp);
+                        }
+                        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                        let h = resp.headers_mut();
+                        h.insert("connection", "Upgrade".parse().unwrap());
+                        h.insert("upgrade", "SPDY/3.1".parse().unwrap());
+                        h.insert("x-seen-path", req.uri().to_string().parse().unwrap());
+                        if let Some(v) = req.headers().get("x-stream-protocol-version") {
+                            h.insert("x-stream-protocol-version", v.clone());
+                        }
+                        let on = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            let io = on.await.unwrap();
+                            let (mut r, mut w) = tokio::io::split(TokioIo::new(io));
+                            let _ = tokio::io::copy(&mut r, &mut w).await;
+                        });
+                        Ok(resp)
+                    },
+                );
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tcp), svc)
                     .with_upgrades()
@@ -493,14 +503,22 @@ async fn raw(stream: &mut tokio::net::TcpStream, request: &str) -> (u16, String,
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
-        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "response ended early");
+        assert_eq!(
+            stream.read(&mut byte).await.unwrap(),
+            1,
+            "response ended early"
+        );
         buf.push(byte[0]);
     }
     let head = String::from_utf8(buf).unwrap();
     let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     let len = head
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse::<usize>().unwrap())
+        })
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body).await.unwrap();
