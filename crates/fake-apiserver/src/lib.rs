@@ -14,6 +14,7 @@ pub mod server;
 pub mod smp;
 pub mod store;
 pub mod strategy;
+pub mod streaming;
 pub mod table;
 pub mod tls;
 pub mod watch;
@@ -315,6 +316,7 @@ async fn serve(
     mut shutdown: oneshot::Receiver<()>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
+    let streams = streaming::StreamTasks::default();
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => break,
@@ -330,6 +332,7 @@ async fn serve(
         };
         let api = api.clone();
         let acceptor = acceptor.clone();
+        let streams = streams.clone();
         conns.spawn(async move {
             match acceptor {
                 Some(acc) => match acc.accept(stream).await {
@@ -339,25 +342,36 @@ async fn serve(
                             .1
                             .peer_certificates()
                             .is_some_and(|c| !c.is_empty());
-                        serve_conn(TokioIo::new(tls), api, cert).await;
+                        serve_conn(TokioIo::new(tls), api, cert, streams).await;
                     }
                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
                 },
-                None => serve_conn(TokioIo::new(stream), api, false).await,
+                None => serve_conn(TokioIo::new(stream), api, false, streams).await,
             }
         });
     }
     conns.abort_all();
     while conns.join_next().await.is_some() {}
+    streams.shutdown().await;
 }
 
-async fn serve_conn<I>(io: I, api: Arc<server::Api>, client_cert: bool)
-where
+/// Serves one connection (HTTP/1.1 with upgrades: exec, attach, port-forward); upgraded
+/// streams are spliced on `streams`.
+async fn serve_conn<I>(
+    io: I,
+    api: Arc<server::Api>,
+    client_cert: bool,
+    streams: streaming::StreamTasks,
+) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let svc = hyper::service::service_fn(move |req| api.clone().handle(req, client_cert));
+    let svc = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(streams.clone());
+        api.clone().handle(req, client_cert)
+    });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, svc)
+        .with_upgrades()
         .await
     {
         tracing::debug!(error = %e, "connection ended with an error");

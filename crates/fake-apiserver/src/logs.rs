@@ -30,7 +30,7 @@ const PASSTHROUGH: &[&str] = &[
     "limitBytes",
 ];
 
-fn container_names(pod: &Value) -> Vec<String> {
+pub(crate) fn container_names(pod: &Value) -> Vec<String> {
     ["containers", "initContainers", "ephemeralContainers"]
         .iter()
         .flat_map(|l| pod["spec"][l].as_array().cloned().unwrap_or_default())
@@ -40,7 +40,7 @@ fn container_names(pod: &Value) -> Vec<String> {
 
 /// Where the node's kubelet listens: (host, port). InternalIP is preferred, then ExternalIP,
 /// then Hostname.
-fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
+pub(crate) fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
     let addrs = node["status"]["addresses"].as_array()?;
     let host = ["InternalIP", "ExternalIP", "Hostname"]
         .iter()
@@ -59,7 +59,7 @@ fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
     Some((host, port))
 }
 
-fn pct_encode(s: &str) -> String {
+pub(crate) fn pct_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {

@@ -1,6 +1,7 @@
 //! HTTP layer: owns routing of Kubernetes API paths, authentication, query parsing and
 //! response encoding; receives hyper requests, calls the store/watch modules and emits JSON
-//! responses (or a chunked watch stream).
+//! responses (or a chunked watch stream); pod `log` and `exec`/`attach`/`portforward` go to
+//! the `logs` and `streaming` proxies.
 
 use crate::error::ApiError;
 use crate::resources::{self, ResourceInfo};
@@ -88,6 +89,18 @@ fn pct_decode(s: &str) -> String {
 }
 
 fn parse_query(q: Option<&str>) -> HashMap<String, String> {
+    q.unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (pct_decode(k), pct_decode(v)),
+            None => (pct_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Every query parameter in order, percent-decoded (repeated keys kept: exec's `command`).
+fn query_pairs(q: Option<&str>) -> Vec<(String, String)> {
     q.unwrap_or_default()
         .split('&')
         .filter(|p| !p.is_empty())
@@ -313,6 +326,26 @@ impl Api {
         let Some(t) = parse_target(&path)? else {
             return Err(ApiError::path_not_found(&path));
         };
+        if t.info.kind == "Pod"
+            && let (Some(ns), Some(name), Some(sub @ ("exec" | "attach" | "portforward"))) =
+                (&t.namespace, &t.name, t.sub.as_deref())
+        {
+            if method != Method::GET && method != Method::POST {
+                return Err(ApiError::method_not_allowed(method.as_str()));
+            }
+            self.count(format!("{method} pods/{sub}"));
+            let query = query_pairs(req.uri().query());
+            return crate::streaming::proxy(
+                &self.store,
+                self.kubelet_tls.clone(),
+                ns,
+                name,
+                sub,
+                &query,
+                req,
+            )
+            .await;
+        }
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 pub use images::normalize_image;
 pub use server::{FakeServer, serve_unix};
-pub use state::{SIGKILL_EXIT, SIGTERM_EXIT};
+pub use state::{SIGKILL_EXIT, SIGTERM_EXIT, StreamRequest};
 
 use crate::api;
 use crate::error::CriError;
@@ -174,6 +174,17 @@ impl FakeRuntime {
     /// What `ExecSync` does in containers named `name`.
     pub fn on_exec(&self, name: &str, behaviour: ExecBehaviour) {
         self.lock().on_exec.insert(name.to_string(), behaviour);
+    }
+
+    /// Streaming URLs (`Exec`, `Attach`, `PortForward`) point at `base` (`http://host:port`)
+    /// instead of containerd's usual `http://127.0.0.1:10010`.
+    pub fn set_stream_base(&self, base: &str) {
+        self.lock().stream_base = Some(base.trim_end_matches('/').to_string());
+    }
+
+    /// The streaming requests answered so far, in order.
+    pub fn stream_requests(&self) -> Vec<StreamRequest> {
+        self.lock().stream_requests.clone()
     }
 
     /// Running container `id` exits now with `exit_code`; `false` if it is not running.

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use super::FakeRuntime;
 use super::images::normalize_image;
-use super::state::{ExecPlan, SIGKILL_EXIT, State, StopPlan};
+use super::state::{ExecPlan, SIGKILL_EXIT, State, StopPlan, StreamRequest};
 use crate::api;
 use crate::error::CriError;
 use crate::traits::{ImageService, RuntimeService};
@@ -225,6 +225,7 @@ impl RuntimeService for FakeRuntime {
         }
         let url = self.with(|s| {
             s.running_container(M, &req.container_id)?;
+            s.stream_requests.push(StreamRequest::Exec(req.clone()));
             Ok::<_, CriError>(s.stream_url("exec"))
         })?;
         Ok(api::ExecResponse { url })
@@ -241,6 +242,7 @@ impl RuntimeService for FakeRuntime {
         }
         let url = self.with(|s| {
             s.running_container(M, &req.container_id)?;
+            s.stream_requests.push(StreamRequest::Attach(req.clone()));
             Ok::<_, CriError>(s.stream_url("attach"))
         })?;
         Ok(api::AttachResponse { url })
@@ -265,6 +267,8 @@ impl RuntimeService for FakeRuntime {
             if status.state != api::PodSandboxState::SandboxReady as i32 {
                 return Err(CriError::unknown(M, "sandbox container is not running"));
             }
+            s.stream_requests
+                .push(StreamRequest::PortForward(req.clone()));
             Ok(s.stream_url("portforward"))
         })?;
         Ok(api::PortForwardResponse { url })

@@ -192,6 +192,14 @@ pub enum ExecPlan {
     Hang(i64),
 }
 
+/// A streaming request the fake runtime answered with a URL.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamRequest {
+    Exec(api::ExecRequest),
+    Attach(api::AttachRequest),
+    PortForward(api::PortForwardRequest),
+}
+
 pub struct State {
     pub calls: Vec<String>,
     pub failures: HashMap<String, VecDeque<CriError>>,
@@ -199,6 +207,10 @@ pub struct State {
     pub on_start: HashMap<String, Behaviour>,
     pub on_stop: HashMap<String, i32>,
     pub on_exec: HashMap<String, ExecBehaviour>,
+    /// Base of the streaming URLs (`http://host:port`); containerd-like default when unset.
+    pub stream_base: Option<String>,
+    /// The `Exec`/`Attach`/`PortForward` requests answered, in order.
+    pub stream_requests: Vec<StreamRequest>,
     pub pull_failures: HashMap<String, String>,
     pub conditions: Vec<api::RuntimeCondition>,
     pub runtime_config: Option<api::LinuxRuntimeConfiguration>,
@@ -263,6 +275,8 @@ impl State {
             on_start: HashMap::new(),
             on_stop: HashMap::new(),
             on_exec: HashMap::new(),
+            stream_base: None,
+            stream_requests: Vec::new(),
             pull_failures: HashMap::new(),
             conditions: vec![cond("RuntimeReady"), cond("NetworkReady")],
             runtime_config: None,
@@ -825,6 +839,10 @@ impl State {
     /// A streaming-server URL like containerd's (`http://127.0.0.1:<port>/<kind>/<token>`).
     pub fn stream_url(&mut self, kind: &str) -> String {
         let (id, _) = self.new_id();
-        format!("http://127.0.0.1:10010/{kind}/{}", &id[..8])
+        let base = self
+            .stream_base
+            .clone()
+            .unwrap_or_else(|| "http://127.0.0.1:10010".to_string());
+        format!("{base}/{kind}/{}", &id[..8])
     }
 }

@@ -3,7 +3,9 @@
 //! and the healthz port. Owns the listeners and connections; reads the desired pods (pod
 //! manager snapshot), statuses (status manager), the runtime's pods (pod cache), the CRI
 //! runtime, the effective configuration and the health checks; emits the responses built in
-//! `routes` (container logs read by `logs`). The streaming endpoints are not served yet (404).
+//! `routes` (container logs read by `logs`, exec/attach/port-forward proxied by `streaming`,
+//! whose spliced connections each server tracks and ends at shutdown). Connections are
+//! HTTP/1.1 with upgrades enabled.
 
 pub mod authn;
 pub mod authz;
@@ -12,6 +14,7 @@ pub mod logs;
 pub mod review;
 pub mod routes;
 pub mod setup;
+pub mod streaming;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -84,6 +87,8 @@ pub struct ServerState {
     pub pod_cgroup_root: Option<String>,
     /// Host facts read at start-up (`machine_*` of `/metrics/cadvisor`).
     pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
+    /// Proxied streaming connections; a server ends them (and waits) when it stops.
+    pub streams: streaming::StreamTasks,
 }
 
 impl ServerState {
@@ -110,6 +115,7 @@ impl ServerState {
             stats: None,
             pod_cgroup_root: None,
             machine: None,
+            streams: streaming::StreamTasks::default(),
         }
     }
 }
@@ -162,6 +168,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, ?endpoints, "serving HTTP");
     }
+    let streams = state.streams.clone();
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -182,6 +189,7 @@ pub async fn serve(
                     });
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
                         .await
                     {
                         debug!(%peer, error = %e, "HTTP connection ended with an error");
@@ -192,6 +200,7 @@ pub async fn serve(
         }
     }
     conns.shutdown().await;
+    streams.shutdown().await;
 }
 
 /// Serves the authenticated HTTPS port until `cancel` fires.
@@ -205,6 +214,7 @@ pub async fn serve_secure(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "serving HTTPS");
     }
+    let streams = state.streams.clone();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut conns = JoinSet::new();
     loop {
@@ -247,6 +257,7 @@ pub async fn serve_secure(
                     });
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tls), svc)
+                        .with_upgrades()
                         .await
                     {
                         debug!(%peer, error = %e, "HTTPS connection ended with an error");
@@ -257,6 +268,7 @@ pub async fn serve_secure(
         }
     }
     conns.shutdown().await;
+    streams.shutdown().await;
 }
 
 fn is_healthz(path: &str) -> bool {

@@ -2,8 +2,8 @@
 //! server state (desired pods, statuses, runtime pod cache, CRI runtime, effective config,
 //! metrics, the latest stats snapshot); emit upstream-shaped responses: `/pods`,
 //! `/runningpods/`, `/healthz*`, `/configz`, `/containerLogs/…`, `/logs/…`, `/run/…`,
-//! `/checkpoint/…`, `/stats/summary`, `/metrics`, `/metrics/{probes,resource,cadvisor}`.
-//! Unknown paths are 404.
+//! `/checkpoint/…`, `/stats/summary`, `/metrics`, `/metrics/{probes,resource,cadvisor}`, and
+//! hand `/exec/…`, `/attach/…`, `/portForward/…` to `streaming`. Unknown paths are 404.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -107,6 +107,13 @@ async fn route_request<B>(state: &ServerState, endpoints: Endpoints, req: &Reque
         (&Method::POST, ["checkpoint", ns, pod, container]) => {
             checkpoint(state, ns, pod, container, &query).await
         }
+        (&Method::GET | &Method::POST, ["exec" | "attach" | "portForward", ..]) => {
+            match super::streaming::parse_path(&segs) {
+                Some(target) => super::streaming::serve(state, &target, req).await,
+                None => not_found(),
+            }
+        }
+        (_, ["exec" | "attach" | "portForward", ..]) => method_not_allowed(),
         (_, ["runningpods", ..] | ["configz"] | ["containerLogs", _, _, _])
         | (_, ["run", ..] | ["checkpoint", ..]) => method_not_allowed(),
         _ => not_found(),
@@ -148,6 +155,18 @@ fn pct_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Every query parameter in order, percent-decoded (repeated keys kept).
+pub(super) fn query_pairs(q: Option<&str>) -> Vec<(String, String)> {
+    q.unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (pct_decode(k), pct_decode(v))
+        })
+        .collect()
 }
 
 /// Query parameters (the first value of each, percent-decoded).
