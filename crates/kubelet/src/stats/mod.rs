@@ -201,25 +201,31 @@ impl StatsProvider {
 
     /// One collection.
     pub async fn collect(&mut self) -> Summary {
-        let cri_stats = match self
-            .runtime
-            .list_container_stats(cri::ListContainerStatsRequest { filter: None })
-            .await
-        {
-            Ok(r) => r.stats,
-            Err(e) => {
-                warn!(error = %e, "stats: ListContainerStats failed");
-                Vec::new()
+        let container_stats = async {
+            match self
+                .runtime
+                .list_container_stats(cri::ListContainerStatsRequest { filter: None })
+                .await
+            {
+                Ok(r) => r.stats,
+                Err(e) => {
+                    warn!(error = %e, "stats: ListContainerStats failed");
+                    Vec::new()
+                }
             }
         };
-        let image_fs = match self.images.image_fs_info(cri::ImageFsInfoRequest {}).await {
-            Ok(r) => r.image_filesystems.into_iter().next(),
-            Err(e) => {
-                warn!(error = %e, "stats: ImageFsInfo failed");
-                None
+        let image_fs = async {
+            match self.images.image_fs_info(cri::ImageFsInfoRequest {}).await {
+                Ok(r) => r.image_filesystems.into_iter().next(),
+                Err(e) => {
+                    warn!(error = %e, "stats: ImageFsInfo failed");
+                    None
+                }
             }
         };
-        let created = self.created_times().await;
+        // The runtime calls of one collection go out together.
+        let (cri_stats, image_fs, created) =
+            tokio::join!(container_stats, image_fs, self.created_times());
         let pods = self.pods.borrow().clone();
         let mut input = CollectInput {
             fs: self.fs.clone(),
@@ -258,11 +264,13 @@ impl StatsProvider {
     /// and containers (by ID), from one `ListPodSandbox` and one `ListContainers`.
     async fn created_times(&self) -> CreatedTimes {
         let mut created = CreatedTimes::default();
-        match self
-            .runtime
-            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-            .await
-        {
+        let (sandboxes, containers) = tokio::join!(
+            self.runtime
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }),
+            self.runtime
+                .list_containers(cri::ListContainersRequest { filter: None })
+        );
+        match sandboxes {
             Ok(r) => {
                 // (ready, created_at) orders the candidates of one pod.
                 let mut best: HashMap<String, (bool, i64)> = HashMap::new();
@@ -286,11 +294,7 @@ impl StatsProvider {
             }
             Err(e) => warn!(error = %e, "stats: ListPodSandbox failed"),
         }
-        match self
-            .runtime
-            .list_containers(cri::ListContainersRequest { filter: None })
-            .await
-        {
+        match containers {
             Ok(r) => {
                 created.containers = r
                     .containers

@@ -358,3 +358,93 @@ async fn provider_task_publishes_and_answers_refresh_requests() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn provider_takes_start_times_from_the_ready_sandbox_and_the_container() {
+    use rkubelet_cri::RuntimeService;
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let sandbox = |attempt: u32| cri::RunPodSandboxRequest {
+        config: Some(cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u1".into(),
+                namespace: "default".into(),
+                attempt,
+            }),
+            log_directory: "/var/log/pods/default_p_u1".into(),
+            ..Default::default()
+        }),
+        runtime_handler: String::new(),
+    };
+    let stop = |id: String| cri::StopPodSandboxRequest { pod_sandbox_id: id };
+    // An old stopped attempt, the ready one, and a newer attempt that is not ready.
+    let old = rt.run_pod_sandbox(sandbox(0)).await.unwrap().pod_sandbox_id;
+    rt.stop_pod_sandbox(stop(old)).await.unwrap();
+    let ready = rt.run_pod_sandbox(sandbox(1)).await.unwrap().pod_sandbox_id;
+    let newer = rt.run_pod_sandbox(sandbox(2)).await.unwrap().pod_sandbox_id;
+    rt.stop_pod_sandbox(stop(newer)).await.unwrap();
+    let cid = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: ready.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: "c".into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: "docker.io/library/busybox:latest".into(),
+                    ..Default::default()
+                }),
+                log_path: "c/0.log".into(),
+                labels: [
+                    (POD_UID_LABEL.to_owned(), "u1".to_owned()),
+                    (CONTAINER_NAME_LABEL.to_owned(), "c".to_owned()),
+                ]
+                .into(),
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .unwrap()
+        .container_id;
+    rt.start_container(cri::StartContainerRequest {
+        container_id: cid.clone(),
+    })
+    .await
+    .unwrap();
+    let ready_created = rt.sandbox(&ready).unwrap().created_at;
+    let container_created = rt.container(&cid).unwrap().created_at;
+
+    let (_pods_tx, pods) = watch::channel(Arc::new(vec![pod(
+        "u1",
+        "p",
+        serde_json::json!({"containers": [{"name": "c"}]}),
+    )]));
+    let settings = StatsSettings {
+        cgroup_mount: "/cg".into(),
+        interval: Duration::from_secs(3600),
+        ..StatsSettings::new(
+            "n1",
+            Path::new("/var/lib/kubelet"),
+            Path::new("/var/log/pods"),
+        )
+    };
+    let fs: Arc<dyn StatsFs> = Arc::new(FakeFs::default());
+    let (provider, handle) =
+        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(provider.run(cancel.clone()));
+    let s = handle.refresh().await;
+    let p = s.pod("u1").unwrap();
+    assert_eq!(
+        p.start_time,
+        Some(DateTime::from_timestamp_nanos(ready_created))
+    );
+    assert_eq!(
+        p.containers[0].start_time,
+        Some(DateTime::from_timestamp_nanos(container_created))
+    );
+    cancel.cancel();
+    task.await.unwrap();
+}
