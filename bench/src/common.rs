@@ -6,11 +6,11 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use rkubelet_cri::api::{
     ListPodSandboxRequest, PodSandboxFilter, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
 use rkubelet_cri::{RemoteRuntime, RuntimeService};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Parses `--counts 1,10,30`.
 pub fn parse_counts(s: &str) -> Result<Vec<usize>> {
@@ -131,10 +131,9 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
     s.read_to_end(&mut buf).await.ok()?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let (head, body) = text.split_once("\r\n\r\n")?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
     if !chunked {
         return Some(body.to_owned());
     }

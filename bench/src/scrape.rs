@@ -214,10 +214,7 @@ async fn main() -> Result<()> {
     let t = Instant::now();
     while http_get(port, "/pods").await.is_none() {
         if t.elapsed() > Duration::from_secs(20) {
-            bail!(
-                "rkubelet did not come up; see {}",
-                dir.join("kubelet.log").display()
-            );
+            bail!("rkubelet did not come up; see {}", dir.join("kubelet.log").display());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -252,8 +249,9 @@ async fn main() -> Result<()> {
     let idle_window = Duration::from_secs(20);
     let c0 = cpu_seconds(pid, ticks).context("reading the kubelet's CPU time")?;
     tokio::time::sleep(idle_window).await;
-    let idle_cores = (cpu_seconds(pid, ticks).context("reading the kubelet's CPU time")? - c0)
-        / idle_window.as_secs_f64();
+    let idle_cores =
+        (cpu_seconds(pid, ticks).context("reading the kubelet's CPU time")? - c0)
+            / idle_window.as_secs_f64();
     let rss_idle = proc_status_kib(pid, "VmRSS");
     println!(
         "kubelet idle with {} pods: {:.2} % of a core, RSS {} KiB\n",
