@@ -144,6 +144,16 @@ pub struct Flags {
     pub resolv_conf: Option<String>,
     #[arg(long = "cgroup-driver", value_name = "string", help = deprecated!("Driver that the kubelet uses to manipulate cgroups on the host.  Possible values: 'cgroupfs', 'systemd' (default \"cgroupfs\")"))]
     pub cgroup_driver: Option<String>,
+    #[arg(long = "kubelet-cgroups", value_name = "string", help = deprecated!("Optional absolute name of cgroups to create and run the Kubelet in."))]
+    pub kubelet_cgroups: Option<String>,
+    #[arg(long = "system-cgroups", value_name = "string", help = deprecated!("Optional absolute name of cgroups in which to place all non-kernel processes that are not already inside a cgroup under '/'. Empty for no container. Rolling back the flag requires a reboot."))]
+    pub system_cgroups: Option<String>,
+    #[arg(
+        long = "runtime-cgroups",
+        value_name = "string",
+        help = "Optional absolute name of cgroups to create and run the runtime in."
+    )]
+    pub runtime_cgroups: Option<String>,
     #[arg(long = "fail-swap-on", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Makes the Kubelet fail to start if swap is enabled on the node.  (default true)"))]
     pub fail_swap_on: Option<bool>,
     #[arg(long = "register-node", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Register the node with the apiserver. If --kubeconfig is not provided, this flag is irrelevant, as the Kubelet won't have an apiserver to register with. (default true)"))]
@@ -189,6 +199,9 @@ pub struct NodeOptions {
     pub container_gc: ContainerGcPolicy,
     /// `--pod-infra-container-image`: kept by the image GC.
     pub pod_infra_container_image: String,
+    /// `--runtime-cgroups`: the runtime's cgroup for the `runtime` system container (empty:
+    /// the cgroup of the process serving the CRI socket).
+    pub runtime_cgroups: String,
 }
 
 /// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
@@ -345,6 +358,8 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
     set!(flags.cluster_domain, "cluster-domain", c.cluster_domain);
     set!(flags.resolv_conf, "resolv-conf", c.resolv_conf);
     set!(flags.cgroup_driver, "cgroup-driver", c.cgroup_driver);
+    set!(flags.kubelet_cgroups, "kubelet-cgroups", c.kubelet_cgroups);
+    set!(flags.system_cgroups, "system-cgroups", c.system_cgroups);
     set!(flags.fail_swap_on, "fail-swap-on", c.fail_swap_on);
     set!(flags.register_node, "register-node", c.register_node);
     // The first occurrence replaces the configured headers; later ones append per key.
@@ -525,6 +540,7 @@ fn resolve_with(
         container_gc,
         pod_infra_container_image: non_empty(&flags.pod_infra_container_image)
             .unwrap_or_else(|| DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned()),
+        runtime_cgroups: flags.runtime_cgroups.clone().unwrap_or_default(),
     };
     Ok((config, node))
 }
@@ -663,6 +679,28 @@ mod tests {
         assert_eq!(parse(&["-v", "3"]).verbosity, Some(3));
         assert_eq!(parse(&["-v5"]).verbosity, Some(5));
         assert_eq!(parse(&["--port=010"]).port, Some(8));
+    }
+
+    #[test]
+    fn cgroup_flags_reach_the_config_and_node_options() {
+        let f = parse(&[
+            "--kubelet-cgroups=/kubelet.slice",
+            "--runtime-cgroups=/runtime.slice",
+        ]);
+        let (c, n) = resolve_ok(&f);
+        assert_eq!(c.kubelet_cgroups, "/kubelet.slice");
+        assert_eq!(n.runtime_cgroups, "/runtime.slice");
+        // --kubelet-cgroups is a deprecated config-backed flag; --runtime-cgroups is not.
+        assert_eq!(n.warnings.len(), 1, "{:?}", n.warnings);
+        assert!(n.warnings[0].contains("--kubelet-cgroups"));
+        // --system-cgroups needs a cgroupRoot, as upstream validates.
+        let err = resolve(&parse(&["--system-cgroups", "/system.slice"])).unwrap_err();
+        assert!(
+            err.to_string().contains("systemCgroups (--system-cgroups)"),
+            "{err}"
+        );
+        let (_, n) = resolve_ok(&parse(&[]));
+        assert_eq!(n.runtime_cgroups, "");
     }
 
     #[test]

@@ -97,6 +97,8 @@ impl EvictionSettings {
 }
 
 /// Where the stats come from.
+// Built once at startup: the settings stay inline rather than boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Default)]
 pub enum StatsSource {
     /// No stats: no eviction manager runs and the node never reports pressure.

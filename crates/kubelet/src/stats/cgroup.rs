@@ -41,7 +41,8 @@ impl CgroupLayout {
         }
     }
 
-    fn dir(&self, controller: &str, rel: &str) -> PathBuf {
+    /// The directory of the cgroup at `rel` in `controller`'s hierarchy (v2: the unified one).
+    pub fn dir(&self, controller: &str, rel: &str) -> PathBuf {
         let rel = rel.trim_start_matches('/');
         match self.mode {
             CgroupMode::V1 => self.mount.join(controller).join(rel),

@@ -1,11 +1,13 @@
 //! The filesystem edge of the stats provider: owns nothing; receives paths and answers file
-//! contents, `statvfs(2)` figures, device numbers and `du`-style directory usage. [`SystemFs`]
+//! contents, directory listings, symlink targets, modification times, `statvfs(2)` figures,
+//! device numbers and `du`-style directory usage. [`SystemFs`]
 //! reads the host; tests point the readers at temp-dir trees or use [`FakeFs`].
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 /// `statvfs(2)` of one filesystem, in bytes and inodes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,6 +37,12 @@ pub trait StatsFs: Send + Sync {
     fn device(&self, path: &Path) -> io::Result<u64>;
     /// `du` of a tree; a missing directory is empty.
     fn dir_usage(&self, path: &Path) -> io::Result<DirUsage>;
+    /// The names of a directory's entries (any order).
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Where a symlink points (`/proc/<pid>/fd/<n>` → `socket:[inode]`).
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
+    /// Last modification time (a cgroup directory's: cadvisor's container creation time).
+    fn modified(&self, path: &Path) -> io::Result<SystemTime>;
 }
 
 /// The host's filesystems.
@@ -57,6 +65,17 @@ impl StatsFs for SystemFs {
     }
     fn dir_usage(&self, path: &Path) -> io::Result<DirUsage> {
         du(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        std::fs::read_dir(path)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(path)
+    }
+    fn modified(&self, path: &Path) -> io::Result<SystemTime> {
+        std::fs::metadata(path)?.modified()
     }
 }
 
@@ -129,8 +148,9 @@ pub fn statvfs(path: &Path) -> io::Result<FsUsage> {
     })
 }
 
-/// An in-memory [`StatsFs`]: files, filesystems (by path prefix) and directory usages set by
-/// the test. Clones share state.
+/// An in-memory [`StatsFs`]: files, symlinks, modification times, filesystems (by path
+/// prefix) and directory usages set by the test; directories exist implicitly above every
+/// file and link. Clones share state.
 #[derive(Debug, Clone, Default)]
 pub struct FakeFs {
     inner: Arc<Mutex<FakeInner>>,
@@ -141,6 +161,8 @@ struct FakeInner {
     files: HashMap<PathBuf, String>,
     filesystems: Vec<(PathBuf, u64, FsUsage)>,
     dirs: HashMap<PathBuf, DirUsage>,
+    links: HashMap<PathBuf, PathBuf>,
+    mtimes: HashMap<PathBuf, SystemTime>,
 }
 
 impl FakeFs {
@@ -159,6 +181,15 @@ impl FakeFs {
     }
     pub fn set_dir(&self, path: impl Into<PathBuf>, usage: DirUsage) {
         self.lock().dirs.insert(path.into(), usage);
+    }
+    pub fn set_link(&self, path: impl Into<PathBuf>, target: impl Into<PathBuf>) {
+        self.lock().links.insert(path.into(), target.into());
+    }
+    pub fn set_mtime(&self, path: impl Into<PathBuf>, t: SystemTime) {
+        self.lock().mtimes.insert(path.into(), t);
+    }
+    pub fn remove_file(&self, path: impl AsRef<Path>) {
+        self.lock().files.remove(path.as_ref());
     }
     fn fs_of(&self, path: &Path) -> io::Result<(u64, FsUsage)> {
         self.lock()
@@ -191,6 +222,41 @@ impl StatsFs for FakeFs {
     }
     fn dir_usage(&self, path: &Path) -> io::Result<DirUsage> {
         Ok(self.lock().dirs.get(path).copied().unwrap_or_default())
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let inner = self.lock();
+        let mut names: Vec<String> = inner
+            .files
+            .keys()
+            .chain(inner.links.keys())
+            .chain(inner.dirs.keys())
+            .filter_map(|p| p.strip_prefix(path).ok())
+            .filter_map(|rest| rest.components().next())
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if names.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                path.display().to_string(),
+            ));
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        self.lock()
+            .links
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
+    }
+    fn modified(&self, path: &Path) -> io::Result<SystemTime> {
+        self.lock()
+            .mtimes
+            .get(path)
+            .copied()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))
     }
 }
 

@@ -5,11 +5,17 @@
 //! imagefs (CRI `ImageFsInfo` + `statvfs` of its mountpoint), PID usage, and per pod the
 //! memory/CPU/process count of its cgroup (`<cgroupRoot>/kubepods[/burstable|/besteffort]/pod<uid>`,
 //! or the sum of CRI `ListContainerStats` when there is none), writable layers (CRI), log
-//! directory and disk emptyDir sizes. Tree walks happen here, in a blocking task, never on a
-//! request path. Receives the desired pods on a watch channel; file reads go through [`StatsFs`].
+//! directory and disk emptyDir sizes, start times (boot time; CRI sandbox / container
+//! `created_at` from one `ListPodSandbox` + `ListContainers` per collection), network
+//! (the host's `/proc/net/dev`; a pod's from a process of its cgroup) and the system
+//! containers (`kubelet`, `runtime`, `misc`, `pods`). Tree walks happen here, in a blocking
+//! task, never on a request path. Receives the desired pods on a watch channel; file reads go
+//! through [`StatsFs`].
 
 pub mod cgroup;
 pub mod fs;
+pub mod net;
+pub mod system;
 pub mod types;
 
 pub use fs::{DirUsage, FakeFs, FsUsage, StatsFs, SystemFs};
@@ -33,6 +39,7 @@ use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
 use crate::volumes::EMPTY_DIR_PLUGIN;
 use cgroup::{CgroupLayout, MemorySample};
+use system::{SystemCgroups, SystemLocator};
 
 /// Where the provider looks.
 #[derive(Debug, Clone)]
@@ -52,6 +59,15 @@ pub struct StatsSettings {
     pub cgroups_per_qos: bool,
     /// How often to collect (upstream's housekeeping: 10 s).
     pub interval: Duration,
+    /// `kubeletCgroups`: the kubelet's cgroup; empty: the kubelet process's own.
+    pub kubelet_cgroups: String,
+    /// `--runtime-cgroups`: the runtime's cgroup; empty: the cgroup of the process serving
+    /// the CRI socket.
+    pub runtime_cgroups: String,
+    /// `systemCgroups`: reported as the `misc` system container when set.
+    pub system_cgroups: String,
+    /// The CRI socket path (to find the runtime process when `runtime_cgroups` is empty).
+    pub runtime_endpoint: Option<PathBuf>,
 }
 
 impl StatsSettings {
@@ -65,6 +81,10 @@ impl StatsSettings {
             cgroup_root: "/".to_owned(),
             cgroups_per_qos: true,
             interval: Duration::from_secs(10),
+            kubelet_cgroups: String::new(),
+            runtime_cgroups: String::new(),
+            system_cgroups: String::new(),
+            runtime_endpoint: None,
         }
     }
 }
@@ -126,6 +146,8 @@ pub struct StatsProvider {
     refresh_rx: mpsc::Receiver<RefreshRequest>,
     /// Previous cumulative CPU readings (key → (ns, when)) for `usageNanoCores`.
     prev_cpu: HashMap<String, (u64, DateTime<Utc>)>,
+    /// Where the system containers are (the runtime's PID is cached here).
+    locator: SystemLocator,
 }
 
 impl StatsProvider {
@@ -150,6 +172,7 @@ impl StatsProvider {
                 tx,
                 refresh_rx,
                 prev_cpu: HashMap::new(),
+                locator: SystemLocator::default(),
             },
             StatsHandle {
                 rx,
@@ -178,36 +201,55 @@ impl StatsProvider {
 
     /// One collection.
     pub async fn collect(&mut self) -> Summary {
-        let cri_stats = match self
-            .runtime
-            .list_container_stats(cri::ListContainerStatsRequest { filter: None })
-            .await
-        {
-            Ok(r) => r.stats,
-            Err(e) => {
-                warn!(error = %e, "stats: ListContainerStats failed");
-                Vec::new()
+        let container_stats = async {
+            match self
+                .runtime
+                .list_container_stats(cri::ListContainerStatsRequest { filter: None })
+                .await
+            {
+                Ok(r) => r.stats,
+                Err(e) => {
+                    warn!(error = %e, "stats: ListContainerStats failed");
+                    Vec::new()
+                }
             }
         };
-        let image_fs = match self.images.image_fs_info(cri::ImageFsInfoRequest {}).await {
-            Ok(r) => r.image_filesystems.into_iter().next(),
-            Err(e) => {
-                warn!(error = %e, "stats: ImageFsInfo failed");
-                None
+        let image_fs = async {
+            match self.images.image_fs_info(cri::ImageFsInfoRequest {}).await {
+                Ok(r) => r.image_filesystems.into_iter().next(),
+                Err(e) => {
+                    warn!(error = %e, "stats: ImageFsInfo failed");
+                    None
+                }
             }
         };
+        // The runtime calls of one collection go out together.
+        let (cri_stats, image_fs, created) =
+            tokio::join!(container_stats, image_fs, self.created_times());
         let pods = self.pods.borrow().clone();
-        let input = CollectInput {
+        let mut input = CollectInput {
             fs: self.fs.clone(),
             settings: self.settings.clone(),
             layout: self.layout.clone(),
             pods,
             cri_stats,
             image_fs,
+            created,
+            system: SystemCgroups::default(),
             now: Utc::now(),
         };
-        let mut summary = match tokio::task::spawn_blocking(move || build_summary(&input)).await {
-            Ok(s) => s,
+        let mut locator = std::mem::take(&mut self.locator);
+        let collected = tokio::task::spawn_blocking(move || {
+            input.system =
+                locator.resolve(input.fs.as_ref(), &input.layout, &input.settings, input.now);
+            (build_summary(&input), locator)
+        })
+        .await;
+        let mut summary = match collected {
+            Ok((s, locator)) => {
+                self.locator = locator;
+                s
+            }
             Err(e) => {
                 warn!(error = %e, "stats: collection task failed");
                 return Summary::default();
@@ -216,6 +258,53 @@ impl StatsProvider {
         self.fill_nano_cores(&mut summary);
         debug!(pods = summary.pods.len(), "stats collected");
         summary
+    }
+
+    /// Creation times of the sandboxes (by pod UID: the newest ready one, else the newest)
+    /// and containers (by ID), from one `ListPodSandbox` and one `ListContainers`.
+    async fn created_times(&self) -> CreatedTimes {
+        let mut created = CreatedTimes::default();
+        let (sandboxes, containers) = tokio::join!(
+            self.runtime
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }),
+            self.runtime
+                .list_containers(cri::ListContainersRequest { filter: None })
+        );
+        match sandboxes {
+            Ok(r) => {
+                // (ready, created_at) orders the candidates of one pod.
+                let mut best: HashMap<String, (bool, i64)> = HashMap::new();
+                for sb in r.items {
+                    let Some(uid) = sb.metadata.as_ref().map(|m| m.uid.clone()) else {
+                        continue;
+                    };
+                    let key = (
+                        sb.state == cri::PodSandboxState::SandboxReady as i32,
+                        sb.created_at,
+                    );
+                    let e = best.entry(uid).or_insert(key);
+                    if key > *e {
+                        *e = key;
+                    }
+                }
+                created.sandboxes = best
+                    .into_iter()
+                    .map(|(uid, (_, at))| (uid, DateTime::from_timestamp_nanos(at)))
+                    .collect();
+            }
+            Err(e) => warn!(error = %e, "stats: ListPodSandbox failed"),
+        }
+        match containers {
+            Ok(r) => {
+                created.containers = r
+                    .containers
+                    .into_iter()
+                    .map(|c| (c.id, DateTime::from_timestamp_nanos(c.created_at)))
+                    .collect();
+            }
+            Err(e) => warn!(error = %e, "stats: ListContainers failed"),
+        }
+        created
     }
 
     fn fill_nano_cores(&mut self, summary: &mut Summary) {
@@ -235,6 +324,9 @@ impl StatsProvider {
             next.insert(key, (total, cpu.time));
         };
         rate("/".to_owned(), &mut summary.node.cpu);
+        for c in &mut summary.node.system_containers {
+            rate(format!("system/{}", c.name), &mut c.cpu);
+        }
         for p in &mut summary.pods {
             rate(p.pod_ref.uid.clone(), &mut p.cpu);
             for c in &mut p.containers {
@@ -253,7 +345,18 @@ pub struct CollectInput {
     pub pods: Arc<Vec<Pod>>,
     pub cri_stats: Vec<cri::ContainerStats>,
     pub image_fs: Option<cri::FilesystemUsage>,
+    /// Sandbox and container creation times (start times).
+    pub created: CreatedTimes,
+    /// The system containers to report.
+    pub system: SystemCgroups,
     pub now: DateTime<Utc>,
+}
+
+/// CRI creation times: sandboxes by pod UID, containers by container ID.
+#[derive(Debug, Clone, Default)]
+pub struct CreatedTimes {
+    pub sandboxes: HashMap<String, DateTime<Utc>>,
+    pub containers: HashMap<String, DateTime<Utc>>,
 }
 
 fn fs_stats(u: FsUsage, now: DateTime<Utc>) -> FsStats {
@@ -268,7 +371,11 @@ fn fs_stats(u: FsUsage, now: DateTime<Utc>) -> FsStats {
     }
 }
 
-fn memory_stats(m: MemorySample, capacity: Option<u64>, now: DateTime<Utc>) -> MemoryStats {
+pub(crate) fn memory_stats(
+    m: MemorySample,
+    capacity: Option<u64>,
+    now: DateTime<Utc>,
+) -> MemoryStats {
     MemoryStats {
         time: now,
         available_bytes: capacity.map(|c| c.saturating_sub(m.working_set)),
@@ -323,6 +430,9 @@ pub fn build_summary(inp: &CollectInput) -> Summary {
         usage_nano_cores: None,
         usage_core_nano_seconds: Some(ns),
     });
+    node.start_time = system::read_boot_time(fs, &s.proc_root);
+    node.network = net::read_node_network(fs, &s.proc_root, now);
+    node.system_containers = system::system_containers(fs, &inp.layout, &inp.system, now);
     match fs.statfs(&s.root_dir) {
         Ok(u) => node.fs = Some(fs_stats(u, now)),
         Err(e) => {
@@ -473,9 +583,14 @@ fn pod_stats(
             add(&mut eph.used_bytes, f.used_bytes);
             add(&mut eph.inodes_used, f.inodes_used);
         }
+        let start_time = stat
+            .attributes
+            .as_ref()
+            .and_then(|a| inp.created.containers.get(&a.id))
+            .copied();
         containers.push(ContainerStats {
             name: name.to_owned(),
-            start_time: None,
+            start_time,
             cpu,
             memory,
             rootfs,
@@ -505,10 +620,15 @@ fn pod_stats(
             });
         }
     }
-    let cg = s
+    let cg_path = s
         .cgroups_per_qos
-        .then(|| cgroup::read_cgroup(fs, &inp.layout, &pod_cgroup_path(&s.cgroup_root, pod)))
-        .flatten();
+        .then(|| pod_cgroup_path(&s.cgroup_root, pod));
+    let cg = cg_path
+        .as_ref()
+        .and_then(|p| cgroup::read_cgroup(fs, &inp.layout, p));
+    let network = cg_path
+        .as_ref()
+        .and_then(|p| net::read_cgroup_network(fs, &inp.layout, &s.proc_root, p, now));
     let (memory, cpu_ns, pids) = match cg {
         Some(cg) => (cg.memory, cg.cpu_usage_ns, cg.pids),
         None => (sum_mem, sum_cpu, None),
@@ -519,7 +639,7 @@ fn pod_stats(
             namespace: pod.namespace().to_owned(),
             uid: pod.uid().to_owned(),
         },
-        start_time: None,
+        start_time: inp.created.sandboxes.get(pod.uid()).copied(),
         containers,
         cpu: cpu_ns.map(|ns| CpuStats {
             time: now,
@@ -527,7 +647,7 @@ fn pod_stats(
             usage_core_nano_seconds: Some(ns),
         }),
         memory: memory.map(|m| memory_stats(m, None, now)),
-        network: None,
+        network,
         volume_stats,
         ephemeral_storage: Some(eph),
         process_stats: pids.map(|p| ProcessStats {

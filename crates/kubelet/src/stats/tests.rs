@@ -83,6 +83,19 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
         "total_inactive_file 100\n",
     );
     fake.set_file("/cg/cpuacct/kubepods/podg1/cpuacct.usage", "42");
+    // Start times, host and pod network, the `pods` system container.
+    fake.set_file("/proc/stat", "cpu 1 2 3 4\nbtime 1700000000\n");
+    fake.set_file(
+        "/proc/net/dev",
+        "h\nh\n  lo: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n  eth0: 10 1 0 0 0 0 0 0 20 1 0 0 0 0 0 0\n",
+    );
+    fake.set_file("/cg/pids/kubepods/podg1/sandbox/cgroup.procs", "4242\n");
+    fake.set_file(
+        "/proc/4242/net/dev",
+        "h\nh\n  eth0: 555 1 0 0 0 0 0 0 666 1 0 0 0 0 0 0\n",
+    );
+    fake.set_file("/cg/memory/kubepods/memory.usage_in_bytes", "900");
+    fake.set_file("/cg/memory/kubepods/memory.stat", "total_inactive_file 0\n");
     let best = pod(
         "b1",
         "bpod",
@@ -118,10 +131,19 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
     };
     let layout = CgroupLayout::detect(&fake, &settings.cgroup_mount);
     let now = Utc::now();
+    let sandbox_created = DateTime::from_timestamp(1_750_000_000, 0).unwrap();
+    let container_created = DateTime::from_timestamp(1_750_000_001, 0).unwrap();
+    let created = CreatedTimes {
+        sandboxes: [("g1".to_owned(), sandbox_created)].into(),
+        containers: [("b1-a".to_owned(), container_created)].into(),
+    };
+    let system = SystemLocator::default().resolve(&fake, &layout, &settings, now);
     let s = build_summary(&CollectInput {
         fs: Arc::new(fake),
         settings,
         layout,
+        created,
+        system,
         pods: Arc::new(vec![guaranteed, best]),
         cri_stats: vec![
             cri_stat("b1", "a", 10, 5, 1000),
@@ -158,6 +180,29 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
         "from the pod cgroup"
     );
     assert_eq!(g.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(42));
+    assert_eq!(g.start_time, Some(sandbox_created));
+    let gnet = g.network.as_ref().unwrap();
+    assert_eq!(
+        (gnet.default.name.as_str(), gnet.default.rx_bytes),
+        ("eth0", Some(555))
+    );
+    assert_eq!(s.node.start_time.unwrap().timestamp(), 1_700_000_000);
+    let nnet = s.node.network.as_ref().unwrap();
+    assert_eq!(
+        (nnet.default.name.as_str(), nnet.interfaces.len()),
+        ("eth0", 1)
+    );
+    let sys: Vec<&str> = s
+        .node
+        .system_containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        sys,
+        ["pods"],
+        "no /proc/self in the fake: no kubelet container"
+    );
 
     let b = s.pod("b1").unwrap();
     assert_eq!(
@@ -166,6 +211,13 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
         "sum of CRI containers"
     );
     assert_eq!(b.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(11));
+    assert_eq!(b.containers[0].start_time, Some(container_created));
+    assert_eq!(
+        b.containers[1].start_time, None,
+        "unknown to ListContainers"
+    );
+    assert_eq!(b.start_time, None);
+    assert!(b.network.is_none(), "no pod cgroup");
     assert_eq!(
         b.volume_stats.len(),
         1,
@@ -186,6 +238,27 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
     assert_eq!(json["pods"][1]["podRef"]["uid"], "b1");
     assert_eq!(json["pods"][1]["volume"][0]["usedBytes"], 5000);
     assert_eq!(json["pods"][1]["ephemeral-storage"]["usedBytes"], 8100);
+    assert_eq!(json["node"]["startTime"], "2023-11-14T22:13:20Z");
+    assert_eq!(json["node"]["network"]["name"], "eth0");
+    assert_eq!(json["node"]["systemContainers"][0]["name"], "pods");
+    assert_eq!(json["pods"][0]["startTime"], "2025-06-15T15:06:40Z");
+    assert_eq!(json["pods"][0]["network"]["rxBytes"], 555);
+    assert_eq!(
+        json["pods"][1]["containers"][0]["startTime"],
+        "2025-06-15T15:06:41Z"
+    );
+
+    // only_cpu_and_memory keeps start times, CPU, memory and system containers.
+    let mut slim = s.clone();
+    slim.retain_cpu_and_memory();
+    let json = serde_json::to_value(&slim).unwrap();
+    assert!(json["node"]["network"].is_null() && json["node"]["fs"].is_null());
+    assert_eq!(json["node"]["systemContainers"][0]["name"], "pods");
+    assert!(json["node"]["startTime"].is_string());
+    assert!(json["pods"][0]["network"].is_null());
+    assert!(json["pods"][0]["startTime"].is_string());
+    assert!(json["pods"][1]["containers"][0]["startTime"].is_string());
+    assert!(json["pods"][1]["ephemeral-storage"].is_null());
 }
 
 #[test]
@@ -217,6 +290,9 @@ fn pod_cgroup_paths_follow_the_qos_layout() {
 async fn provider_task_publishes_and_answers_refresh_requests() {
     let fake_fs = FakeFs::default();
     fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1000000000");
+    fake_fs.set_file("/cg/memory/kubepods/memory.usage_in_bytes", "100");
+    fake_fs.set_file("/cg/memory/kubepods/memory.stat", "");
+    fake_fs.set_file("/cg/cpuacct/kubepods/cpuacct.usage", "1000");
     fake_fs.set_fs(
         "/",
         1,
@@ -261,12 +337,114 @@ async fn provider_task_publishes_and_answers_refresh_requests() {
         None,
         "no rate from a single reading"
     );
-    // One more CPU second later: a rate appears.
+    assert_eq!(
+        first.node.system_containers[0]
+            .cpu
+            .as_ref()
+            .unwrap()
+            .usage_nano_cores,
+        None
+    );
+    // One more CPU second later: a rate appears, for the node and the system containers.
     tokio::time::sleep(Duration::from_millis(20)).await;
     fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1010000000");
+    fake_fs.set_file("/cg/cpuacct/kubepods/cpuacct.usage", "5000000");
     let second = handle.refresh().await;
     assert!(second.node.cpu.as_ref().unwrap().usage_nano_cores.unwrap() > 0);
+    let pods = &second.node.system_containers[0];
+    assert_eq!(pods.name, "pods");
+    assert!(pods.cpu.as_ref().unwrap().usage_nano_cores.unwrap() > 0);
     assert_eq!(handle.latest(), second);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn provider_takes_start_times_from_the_ready_sandbox_and_the_container() {
+    use rkubelet_cri::RuntimeService;
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let sandbox = |attempt: u32| cri::RunPodSandboxRequest {
+        config: Some(cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u1".into(),
+                namespace: "default".into(),
+                attempt,
+            }),
+            log_directory: "/var/log/pods/default_p_u1".into(),
+            ..Default::default()
+        }),
+        runtime_handler: String::new(),
+    };
+    let stop = |id: String| cri::StopPodSandboxRequest { pod_sandbox_id: id };
+    // An old stopped attempt, the ready one, and a newer attempt that is not ready.
+    let old = rt.run_pod_sandbox(sandbox(0)).await.unwrap().pod_sandbox_id;
+    rt.stop_pod_sandbox(stop(old)).await.unwrap();
+    let ready = rt.run_pod_sandbox(sandbox(1)).await.unwrap().pod_sandbox_id;
+    let newer = rt.run_pod_sandbox(sandbox(2)).await.unwrap().pod_sandbox_id;
+    rt.stop_pod_sandbox(stop(newer)).await.unwrap();
+    let cid = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: ready.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: "c".into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: "docker.io/library/busybox:latest".into(),
+                    ..Default::default()
+                }),
+                log_path: "c/0.log".into(),
+                labels: [
+                    (POD_UID_LABEL.to_owned(), "u1".to_owned()),
+                    (CONTAINER_NAME_LABEL.to_owned(), "c".to_owned()),
+                ]
+                .into(),
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .unwrap()
+        .container_id;
+    rt.start_container(cri::StartContainerRequest {
+        container_id: cid.clone(),
+    })
+    .await
+    .unwrap();
+    let ready_created = rt.sandbox(&ready).unwrap().created_at;
+    let container_created = rt.container(&cid).unwrap().created_at;
+
+    let (_pods_tx, pods) = watch::channel(Arc::new(vec![pod(
+        "u1",
+        "p",
+        serde_json::json!({"containers": [{"name": "c"}]}),
+    )]));
+    let settings = StatsSettings {
+        cgroup_mount: "/cg".into(),
+        interval: Duration::from_secs(3600),
+        ..StatsSettings::new(
+            "n1",
+            Path::new("/var/lib/kubelet"),
+            Path::new("/var/log/pods"),
+        )
+    };
+    let fs: Arc<dyn StatsFs> = Arc::new(FakeFs::default());
+    let (provider, handle) =
+        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(provider.run(cancel.clone()));
+    let s = handle.refresh().await;
+    let p = s.pod("u1").unwrap();
+    assert_eq!(
+        p.start_time,
+        Some(DateTime::from_timestamp_nanos(ready_created))
+    );
+    assert_eq!(
+        p.containers[0].start_time,
+        Some(DateTime::from_timestamp_nanos(container_created))
+    );
     cancel.cancel();
     task.await.unwrap();
 }

@@ -22,6 +22,31 @@ impl Summary {
     pub fn pod(&self, uid: &str) -> Option<&PodStats> {
         self.pods.iter().find(|p| p.pod_ref.uid == uid)
     }
+
+    /// Upstream's `only_cpu_and_memory` view (`GetCPUAndMemoryStats`): node name, start time,
+    /// CPU, memory and system containers' CPU/memory; pod reference, start time, CPU, memory
+    /// and containers' name/start time/CPU/memory. Everything else is dropped.
+    pub fn retain_cpu_and_memory(&mut self) {
+        let n = &mut self.node;
+        n.network = None;
+        n.fs = None;
+        n.runtime = None;
+        n.rlimit = None;
+        for c in &mut n.system_containers {
+            c.rootfs = None;
+            c.logs = None;
+        }
+        for p in &mut self.pods {
+            p.network = None;
+            p.volume_stats.clear();
+            p.ephemeral_storage = None;
+            p.process_stats = None;
+            for c in &mut p.containers {
+                c.rootfs = None;
+                c.logs = None;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,285 @@
+//! Network readers of the stats provider (what cadvisor reads for the kubelet): interface
+//! counters from `/proc/net/dev` (the host's) and `/proc/<pid>/net/dev` of a process in a
+//! pod's cgroup (the pod's network namespace), the default-route interface from
+//! `/proc/net/route`, and the upstream-shaped [`NetworkStats`] built from them. Pure parsers
+//! plus reads through [`StatsFs`]; owns no state.
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+
+use super::cgroup::CgroupLayout;
+use super::fs::StatsFs;
+use super::types::{InterfaceStats, NetworkStats};
+
+/// Upstream `defaultNetworkInterfaceName`: the interface a pod's counters are inlined from.
+pub const DEFAULT_POD_INTERFACE: &str = "eth0";
+
+/// Interfaces cadvisor leaves out (name prefixes, case-insensitive): loopback and the host
+/// sides of container links.
+const IGNORED_PREFIXES: &[&str] = &["lo", "veth", "docker", "nerdctl"];
+
+fn ignored(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    IGNORED_PREFIXES.iter().any(|p| lower.starts_with(p))
+}
+
+/// `/proc/net/dev`: one entry per interface (bytes and errors, both directions), in file
+/// order, without the interfaces cadvisor ignores.
+pub fn parse_net_dev(s: &str) -> Vec<InterfaceStats> {
+    s.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .map(|x| x.parse().ok())
+                .collect::<Option<_>>()?;
+            // rx: bytes packets errs drop fifo frame compressed multicast; tx: bytes packets errs …
+            if v.len() < 11 || name.is_empty() || ignored(name) {
+                return None;
+            }
+            Some(InterfaceStats {
+                name: name.to_owned(),
+                rx_bytes: Some(v[0]),
+                rx_errors: Some(v[2]),
+                tx_bytes: Some(v[8]),
+                tx_errors: Some(v[10]),
+            })
+        })
+        .collect()
+}
+
+/// `/proc/net/route`: the interface of the first default route (destination `00000000`,
+/// mask `00000000`).
+pub fn parse_default_route(s: &str) -> Option<String> {
+    s.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 8 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_owned())
+    })
+}
+
+/// Upstream's `NetworkStats` from a list of interfaces: `default` inlined when present.
+pub fn network_stats(
+    interfaces: Vec<InterfaceStats>,
+    default: Option<&str>,
+    now: DateTime<Utc>,
+) -> NetworkStats {
+    let inline = default
+        .and_then(|d| interfaces.iter().find(|i| i.name == d))
+        .cloned()
+        .unwrap_or_default();
+    NetworkStats {
+        time: now,
+        default: inline,
+        interfaces,
+    }
+}
+
+/// The host's interfaces; the default-route interface inline, else `eth0`, else the first.
+pub fn read_node_network(
+    fs: &dyn StatsFs,
+    proc: &Path,
+    now: DateTime<Utc>,
+) -> Option<NetworkStats> {
+    let dev = fs.read_to_string(&proc.join("net/dev")).ok()?;
+    let interfaces = parse_net_dev(&dev);
+    let route = fs
+        .read_to_string(&proc.join("net/route"))
+        .ok()
+        .and_then(|r| parse_default_route(&r));
+    let default = route
+        .filter(|r| interfaces.iter().any(|i| &i.name == r))
+        .or_else(|| {
+            interfaces
+                .iter()
+                .find(|i| i.name == DEFAULT_POD_INTERFACE)
+                .or(interfaces.first())
+                .map(|i| i.name.clone())
+        });
+    Some(network_stats(interfaces, default.as_deref(), now))
+}
+
+/// PIDs of the processes directly in a cgroup (`cgroup.procs`).
+fn procs(fs: &dyn StatsFs, dir: &Path) -> Vec<u32> {
+    fs.read_to_string(&dir.join("cgroup.procs"))
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Some processes of the cgroup at `rel` or of its direct children (a pod's processes live
+/// in its containers' cgroups); v1 reads the `pids` hierarchy, else `memory`.
+pub fn cgroup_pids(fs: &dyn StatsFs, layout: &CgroupLayout, rel: &str) -> Vec<u32> {
+    let dirs = [layout.dir("pids", rel), layout.dir("memory", rel)];
+    let Some(dir) = dirs.iter().find(|d| fs.exists(d)) else {
+        return Vec::new();
+    };
+    let mut pids = procs(fs, dir);
+    if pids.is_empty() {
+        let mut children = fs.list_dir(dir).unwrap_or_default();
+        children.sort();
+        for child in children {
+            let child = dir.join(child);
+            pids.extend(procs(fs, &child));
+        }
+    }
+    pids
+}
+
+/// The network of the namespace the cgroup's processes share: `/proc/<pid>/net/dev` of the
+/// first one readable, `eth0` inline (hostNetwork pods see the host's interfaces, as
+/// upstream reports them).
+pub fn read_cgroup_network(
+    fs: &dyn StatsFs,
+    layout: &CgroupLayout,
+    proc: &Path,
+    rel: &str,
+    now: DateTime<Utc>,
+) -> Option<NetworkStats> {
+    cgroup_pids(fs, layout, rel).into_iter().find_map(|pid| {
+        let dev = fs
+            .read_to_string(&proc.join(pid.to_string()).join("net/dev"))
+            .ok()?;
+        Some(network_stats(
+            parse_net_dev(&dev),
+            Some(DEFAULT_POD_INTERFACE),
+            now,
+        ))
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::fs::FakeFs;
+    use super::*;
+    use crate::stats::cgroup::CgroupMode;
+
+    const NET_DEV: &str = "Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:    3293      31    0    0    0     0          0         0     3293      31    0    0    0     0       0          0
+  eth0: 128537985    4021    3    0    0     0          0         0   222716    2334    7    0    0     0       0          0
+vethab12:  100  1 0 0 0 0 0 0  200 2 0 0 0 0 0 0
+  cni0:    10       1    0    0    0     0          0         0       20       2    0    0    0     0       0          0
+";
+
+    const ROUTE: &str =
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+cni0\t00580A0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+ens5\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0
+";
+
+    #[test]
+    fn net_dev_keeps_bytes_and_errors_and_drops_loopback_and_veths() {
+        let ifs = parse_net_dev(NET_DEV);
+        assert_eq!(
+            ifs,
+            vec![
+                InterfaceStats {
+                    name: "eth0".into(),
+                    rx_bytes: Some(128_537_985),
+                    rx_errors: Some(3),
+                    tx_bytes: Some(222_716),
+                    tx_errors: Some(7),
+                },
+                InterfaceStats {
+                    name: "cni0".into(),
+                    rx_bytes: Some(10),
+                    rx_errors: Some(0),
+                    tx_bytes: Some(20),
+                    tx_errors: Some(0),
+                },
+            ]
+        );
+        assert!(parse_net_dev("garbage\n x: 1 2\n").is_empty());
+    }
+
+    #[test]
+    fn default_route_is_the_zero_destination_with_a_zero_mask() {
+        assert_eq!(parse_default_route(ROUTE).as_deref(), Some("ens5"));
+        assert_eq!(parse_default_route("Iface\tDestination\n"), None);
+    }
+
+    #[test]
+    fn node_network_inlines_the_default_route_interface_else_eth0_else_the_first() {
+        let fs = FakeFs::default();
+        let now = Utc::now();
+        let dev = format!("{NET_DEV}  ens5: 500 5 1 0 0 0 0 0 600 6 2 0 0 0 0 0\n");
+        fs.set_file("/proc/net/dev", &dev);
+        fs.set_file("/proc/net/route", ROUTE);
+        let n = read_node_network(&fs, Path::new("/proc"), now).unwrap();
+        assert_eq!(n.default.name, "ens5");
+        assert_eq!(n.default.rx_bytes, Some(500));
+        assert_eq!(n.interfaces.len(), 3, "{n:?}");
+
+        // The default route's interface is not listed (filtered): eth0.
+        fs.set_file("/proc/net/dev", NET_DEV);
+        let n = read_node_network(&fs, Path::new("/proc"), now).unwrap();
+        assert_eq!(n.default.name, "eth0");
+
+        // No route table, no eth0: the first interface.
+        fs.remove_file("/proc/net/route");
+        fs.set_file(
+            "/proc/net/dev",
+            "h\nh\n  lo: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n  ens3: 9 1 0 0 0 0 0 0 8 1 0 0 0 0 0 0\n",
+        );
+        let n = read_node_network(&fs, Path::new("/proc"), now).unwrap();
+        assert_eq!(
+            (n.default.name.as_str(), n.default.tx_bytes),
+            ("ens3", Some(8))
+        );
+        let json = serde_json::to_value(&n).unwrap();
+        assert_eq!(json["name"], "ens3");
+        assert_eq!(json["rxBytes"], 9);
+        assert_eq!(json["interfaces"][0]["txBytes"], 8);
+    }
+
+    #[test]
+    fn pod_network_from_a_process_of_a_container_cgroup_v1() {
+        let fs = FakeFs::default();
+        let layout = CgroupLayout {
+            mount: "/cg".into(),
+            mode: CgroupMode::V1,
+        };
+        let pod = "/kubepods/besteffort/podu1";
+        // The pod cgroup itself holds no process; its sandbox's and container's do. The first
+        // listed process is gone: the next one answers.
+        fs.set_file(format!("/cg/pids{pod}/cgroup.procs"), "");
+        fs.set_file(format!("/cg/pids{pod}/aaa/cgroup.procs"), "41\n");
+        fs.set_file(format!("/cg/pids{pod}/bbb/cgroup.procs"), "42\n43\n");
+        fs.set_file("/proc/42/net/dev", NET_DEV);
+        let now = Utc::now();
+        let n = read_cgroup_network(&fs, &layout, Path::new("/proc"), pod, now).unwrap();
+        assert_eq!(n.default.name, "eth0");
+        assert_eq!(n.default.rx_bytes, Some(128_537_985));
+        assert_eq!(n.interfaces.len(), 2);
+        assert!(
+            read_cgroup_network(&fs, &layout, Path::new("/proc"), "/kubepods/podnone", now)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn pod_network_v2_reads_the_unified_dir_and_no_eth0_leaves_the_inline_part_empty() {
+        let fs = FakeFs::default();
+        let layout = CgroupLayout {
+            mount: "/cg".into(),
+            mode: CgroupMode::V2,
+        };
+        fs.set_file("/cg/kubepods/podu2/cgroup.procs", "7\n");
+        fs.set_file(
+            "/proc/7/net/dev",
+            "h\nh\n  lo: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n  net1: 5 1 0 0 0 0 0 0 6 1 0 0 0 0 0 0\n",
+        );
+        let n = read_cgroup_network(
+            &fs,
+            &layout,
+            Path::new("/proc"),
+            "/kubepods/podu2",
+            Utc::now(),
+        )
+        .unwrap();
+        assert_eq!(n.default, InterfaceStats::default());
+        assert_eq!(n.interfaces[0].name, "net1");
+    }
+}
