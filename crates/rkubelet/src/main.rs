@@ -212,10 +212,6 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
             kubelet_cgroups: c.kubelet_cgroups.clone(),
             system_cgroups: c.system_cgroups.clone(),
             runtime_cgroups: node.runtime_cgroups.clone(),
-            runtime_endpoint: c
-                .container_runtime_endpoint
-                .strip_prefix("unix://")
-                .map(PathBuf::from),
             ..kubelet::stats::StatsSettings::new(
                 &node.node_name,
                 &node.root_dir,

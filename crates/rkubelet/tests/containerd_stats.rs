@@ -62,10 +62,15 @@ fn check(summary: &Value, pod: &str) -> Result<(), String> {
 async fn summary_shows_cpu_memory_network_start_times_and_system_containers() {
     let test_start = Utc::now();
     let mut k = Kubelet::new();
+    // `runtime` and `misc` exist only when configured (as upstream); point both at this
+    // test's cgroupRoot, which exists in every hierarchy and holds the pods.
     k.append_config(&format!(
-        "evictionMonitoringInterval: {}s\n",
-        PERIOD.as_secs()
+        "evictionMonitoringInterval: {}s\nsystemCgroups: {}\n",
+        PERIOD.as_secs(),
+        k.cgroup_root
     ));
+    k.extra_args
+        .push(format!("--runtime-cgroups={}", k.cgroup_root).into());
     k.write_manifest(
         "stats.yaml",
         &format!(
@@ -155,12 +160,20 @@ async fn summary_shows_cpu_memory_network_start_times_and_system_containers() {
     let pod_ws = u64_at(p, &["memory", "workingSetBytes"]).unwrap();
     assert!(pod_ws >= holder_ws.min(50 * MIB), "{pod_ws} {holder_ws}");
 
-    // System containers: pods (our cgroupRoot's kubepods holds the burner), kubelet, runtime.
+    // System containers: pods (our cgroupRoot's kubepods holds the burner), runtime and misc
+    // (configured), kubelet (its own cgroup, left out as upstream does when its v1 cpu and
+    // memory cgroups differ — the rkubelet child shares this test's cgroups).
     let sys = &node["systemContainers"];
     let pods_sys = named(sys, "pods").expect("pods system container");
-    let kubelet_sys = named(sys, "kubelet").expect("kubelet system container");
     let runtime_sys = named(sys, "runtime").expect("runtime system container");
-    for s in [pods_sys, kubelet_sys, runtime_sys] {
+    let misc_sys = named(sys, "misc").expect("misc system container");
+    let unified = cgroups_unified(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+    let kubelet_sys = named(sys, "kubelet");
+    assert_eq!(kubelet_sys.is_some(), unified, "{sys}");
+    for s in [pods_sys, runtime_sys, misc_sys]
+        .into_iter()
+        .chain(kubelet_sys)
+    {
         assert!(
             u64_at(s, &["memory", "workingSetBytes"]).is_some()
                 && u64_at(s, &["cpu", "usageCoreNanoSeconds"]).is_some()
@@ -172,8 +185,15 @@ async fn summary_shows_cpu_memory_network_start_times_and_system_containers() {
     let pods_cores = u64_at(pods_sys, &["cpu", "usageNanoCores"]).unwrap();
     assert!(pods_cores >= MIN_NANO_CORES, "pods cgroup {pods_cores}");
     assert!(u64_at(pods_sys, &["memory", "workingSetBytes"]).unwrap() >= 50 * MIB);
-    let kubelet_start = time(&kubelet_sys["startTime"]).unwrap();
-    assert!(test_start - slack <= kubelet_start && kubelet_start <= now);
+    let runtime_cores = u64_at(runtime_sys, &["cpu", "usageNanoCores"]).unwrap();
+    assert!(
+        runtime_cores >= MIN_NANO_CORES,
+        "cgroupRoot {runtime_cores}"
+    );
+    if let Some(kubelet_sys) = kubelet_sys {
+        let kubelet_start = time(&kubelet_sys["startTime"]).unwrap();
+        assert!(test_start - slack <= kubelet_start && kubelet_start <= now);
+    }
 
     // only_cpu_and_memory keeps the start times and the system containers.
     let (code, body) = k
@@ -188,7 +208,7 @@ async fn summary_shows_cpu_memory_network_start_times_and_system_containers() {
     eprintln!(
         "stats after {waited:?}: burner {} nanocores, pod {} nanocores, holder ws {} MiB, pod ws {} MiB, \
          pod eth0 rx {} tx {}, node net {default} rx {}, pods sys {} nanocores / {} MiB, \
-         kubelet sys {} nanocores / {} MiB, runtime sys {} nanocores / {} MiB, boot {boot}, pod start {pod_start}",
+         kubelet sys {}, runtime sys {} nanocores / {} MiB, boot {boot}, pod start {pod_start}",
         u64_at(c("burner"), &["cpu", "usageNanoCores"]).unwrap(),
         u64_at(p, &["cpu", "usageNanoCores"]).unwrap(),
         holder_ws / MIB,
@@ -198,9 +218,28 @@ async fn summary_shows_cpu_memory_network_start_times_and_system_containers() {
         nnet["rxBytes"],
         pods_cores,
         u64_at(pods_sys, &["memory", "workingSetBytes"]).unwrap() / MIB,
-        u64_at(kubelet_sys, &["cpu", "usageNanoCores"]).unwrap(),
-        u64_at(kubelet_sys, &["memory", "workingSetBytes"]).unwrap() / MIB,
-        u64_at(runtime_sys, &["cpu", "usageNanoCores"]).unwrap(),
+        if unified {
+            "present"
+        } else {
+            "left out (cpu and memory cgroups differ)"
+        },
+        runtime_cores,
         u64_at(runtime_sys, &["memory", "workingSetBytes"]).unwrap() / MIB,
     );
+}
+
+/// Whether `/proc/<pid>/cgroup` puts the process in the same v1 `cpu` and `memory` cgroups
+/// (always on v2).
+fn cgroups_unified(proc_cgroup: &str) -> bool {
+    let path = |ctl: &str| {
+        proc_cgroup.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctls, path) = (f.next()?, f.next()?, f.next()?);
+            ctls.split(',').any(|c| c == ctl).then_some(path)
+        })
+    };
+    match (path("cpu"), path("memory")) {
+        (Some(cpu), Some(memory)) => cpu == memory,
+        _ => true,
+    }
 }

@@ -5,8 +5,9 @@
 //! Mapping as upstream (with fine-grained kubelet authz): resource `nodes`, name = node name,
 //! verb from the HTTP method; subresource `stats`/`metrics`/`log` by path prefix, `pods`,
 //! `healthz`, `configz` for those endpoints with `proxy` as the fallback checked second, and
-//! `proxy` for everything else. `/exec`, `/attach` and `/portForward` always need `create`,
-//! also for websocket upgrades (HTTP GET): see `request_attributes`.
+//! `proxy` for everything else. As upstream, the verb of `/exec`, `/attach` and `/portForward`
+//! follows the method too, so a websocket upgrade (HTTP GET) needs only `get` on
+//! `nodes/proxy` (upstream documents this rather than changing it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,17 +43,6 @@ pub fn request_attributes(method: &Method, path: &str, node_name: &str) -> Attri
         Method::PATCH => "patch",
         Method::DELETE => "delete",
         _ => "",
-    };
-    // Running commands or opening ports is `create`, whatever the method: a websocket
-    // upgrade is a GET, and `get` on nodes/proxy must not allow it. Upstream maps the method
-    // (kubernetes/kubernetes#136550 proposed this and was closed; the docs warn instead).
-    let verb = if ["/exec", "/attach", "/portForward"]
-        .iter()
-        .any(|p| is_subpath(path, p))
-    {
-        "create"
-    } else {
-        verb
     };
     let subresources = if is_subpath(path, "/stats") {
         vec!["stats"]
@@ -209,10 +199,11 @@ mod tests {
             (Method::GET, "/containerLogs/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/run/ns/p/c", "create", &["proxy"]),
             (Method::POST, "/checkpoint/ns/p/c", "create", &["proxy"]),
-            (Method::GET, "/exec/ns/p/c", "create", &["proxy"]),
+            // A websocket exec is a GET: `get` as upstream; SPDY posts.
+            (Method::GET, "/exec/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/exec/ns/p/uid/c", "create", &["proxy"]),
-            (Method::GET, "/attach/ns/p/c", "create", &["proxy"]),
-            (Method::GET, "/portForward/ns/p", "create", &["proxy"]),
+            (Method::GET, "/attach/ns/p/c", "get", &["proxy"]),
+            (Method::POST, "/portForward/ns/p", "create", &["proxy"]),
             (Method::GET, "/execx", "get", &["proxy"]),
             (Method::PUT, "/x", "update", &["proxy"]),
             (Method::PATCH, "/x", "patch", &["proxy"]),

@@ -791,18 +791,7 @@ fn stats_summary(state: &ServerState, query: &HashMap<String, String>) -> Resp {
     };
     let mut summary = (*stats.latest()).clone();
     if only_cpu_and_memory {
-        summary.node.fs = None;
-        summary.node.runtime = None;
-        summary.node.rlimit = None;
-        for pod in &mut summary.pods {
-            pod.volume_stats.clear();
-            pod.ephemeral_storage = None;
-            pod.process_stats = None;
-            for c in &mut pod.containers {
-                c.rootfs = None;
-                c.logs = None;
-            }
-        }
+        summary.retain_cpu_and_memory();
     }
     match serde_json::to_value(&summary) {
         Ok(v) => json(StatusCode::OK, &v),

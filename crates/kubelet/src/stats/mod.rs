@@ -66,8 +66,6 @@ pub struct StatsSettings {
     pub runtime_cgroups: String,
     /// `systemCgroups`: reported as the `misc` system container when set.
     pub system_cgroups: String,
-    /// The CRI socket path (to find the runtime process when `runtime_cgroups` is empty).
-    pub runtime_endpoint: Option<PathBuf>,
 }
 
 impl StatsSettings {
@@ -84,7 +82,6 @@ impl StatsSettings {
             kubelet_cgroups: String::new(),
             runtime_cgroups: String::new(),
             system_cgroups: String::new(),
-            runtime_endpoint: None,
         }
     }
 }
@@ -240,8 +237,7 @@ impl StatsProvider {
         };
         let mut locator = std::mem::take(&mut self.locator);
         let collected = tokio::task::spawn_blocking(move || {
-            input.system =
-                locator.resolve(input.fs.as_ref(), &input.layout, &input.settings, input.now);
+            input.system = locator.resolve(input.fs.as_ref(), &input.layout, &input.settings);
             (build_summary(&input), locator)
         })
         .await;

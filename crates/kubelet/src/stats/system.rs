@@ -1,10 +1,11 @@
 //! System containers and start times of the stats provider (upstream
 //! `GetSystemContainersStats`, `systemBootTime`): where the `kubelet`, `runtime`, `misc` and
-//! `pods` cgroups are (configured names, else the kubelet's own cgroup from
-//! `/proc/self/cgroup` and the container runtime's from the process serving the CRI socket),
-//! the node's boot time (`btime` of `/proc/stat`) and a process's start time. Owns the cached
-//! runtime PID ([`SystemLocator`]); receives settings and reads through [`StatsFs`]; emits
-//! [`SystemCgroups`] and the system [`ContainerStats`].
+//! `pods` cgroups are, the node's boot time (`btime` of `/proc/stat`) and a process's start
+//! time. As upstream, `kubelet` is `kubeletCgroups` or else the kubelet's own cgroup from
+//! `/proc/self/cgroup` (left out, with a warning, when its v1 `cpu` and `memory` cgroups
+//! differ: "not unified"), `runtime` only `--runtime-cgroups` and `misc` only `systemCgroups`.
+//! Owns the resolved kubelet cgroup ([`SystemLocator`]); receives settings and reads through
+//! [`StatsFs`]; emits [`SystemCgroups`] and the system [`ContainerStats`].
 
 use std::path::Path;
 
@@ -20,12 +21,6 @@ pub const KUBELET: &str = "kubelet";
 pub const RUNTIME: &str = "runtime";
 pub const MISC: &str = "misc";
 pub const PODS: &str = "pods";
-
-/// Process names (`/proc/<pid>/comm`) of container runtimes serving the CRI.
-const RUNTIME_COMMS: &[&str] = &["containerd", "crio", "cri-dockerd", "dockerd"];
-
-/// How long to wait before looking for the runtime process again when it was not found.
-const RUNTIME_RETRY: TimeDelta = TimeDelta::seconds(60);
 
 /// `USER_HZ`: the unit of `/proc/<pid>/stat` start times.
 const USER_HZ: i64 = 100;
@@ -60,8 +55,8 @@ pub struct SystemCgroups {
     pub pods: Option<SysCgroup>,
 }
 
-/// `/proc/<pid>/cgroup`: the process's memory and CPU accounting cgroups (v1: the `memory`
-/// and `cpuacct` lines, CPU falling back to memory's; v2: the `0::` line).
+/// `/proc/<pid>/cgroup`: the process's memory and CPU cgroups (v1: the `memory` and
+/// `cpu`/`cpuacct` lines, CPU falling back to memory's; v2: the `0::` line).
 pub fn parse_proc_cgroup(s: &str, mode: CgroupMode) -> Option<SysCgroup> {
     let mut memory = None;
     let mut cpu = None;
@@ -77,7 +72,7 @@ pub fn parse_proc_cgroup(s: &str, mode: CgroupMode) -> Option<SysCgroup> {
                 for c in controllers.split(',') {
                     match c {
                         "memory" => memory = Some(path.to_owned()),
-                        "cpuacct" => cpu = Some(path.to_owned()),
+                        "cpu" | "cpuacct" => cpu = Some(path.to_owned()),
                         _ => {}
                     }
                 }
@@ -118,64 +113,11 @@ pub fn process_start_time(
     Some(boot + TimeDelta::milliseconds(ticks.saturating_mul(1000 / USER_HZ)))
 }
 
-/// The socket inodes bound to `socket` (`/proc/net/unix`: the listener and its accepted
-/// connections carry the path).
-fn socket_inodes(fs: &dyn StatsFs, proc: &Path, socket: &Path) -> Vec<String> {
-    let Ok(table) = fs.read_to_string(&proc.join("net/unix")) else {
-        return Vec::new();
-    };
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 8 && Path::new(f[7]) == socket).then(|| f[6].to_owned())
-        })
-        .collect()
-}
-
-/// The container runtime's PID: among the processes named like a runtime, the one holding
-/// the CRI socket `socket`; without a socket match, the only such process (several runtimes,
-/// none serving our socket: none).
-pub fn find_runtime_pid(fs: &dyn StatsFs, proc: &Path, socket: Option<&Path>) -> Option<u32> {
-    let candidates: Vec<u32> = fs
-        .list_dir(proc)
-        .ok()?
-        .iter()
-        .filter_map(|n| n.parse::<u32>().ok())
-        .filter(|pid| {
-            fs.read_to_string(&proc.join(pid.to_string()).join("comm"))
-                .is_ok_and(|c| RUNTIME_COMMS.contains(&c.trim()))
-        })
-        .collect();
-    let inodes = socket.map_or_else(Vec::new, |s| socket_inodes(fs, proc, s));
-    if !inodes.is_empty() {
-        let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
-        for pid in &candidates {
-            let fd_dir = proc.join(pid.to_string()).join("fd");
-            let fds = fs.list_dir(&fd_dir).unwrap_or_default();
-            let holds = fds.iter().any(|fd| {
-                fs.read_link(&fd_dir.join(fd))
-                    .is_ok_and(|t| wanted.iter().any(|w| t.as_os_str() == w.as_str()))
-            });
-            if holds {
-                return Some(*pid);
-            }
-        }
-    }
-    match candidates.as_slice() {
-        [only] => Some(*only),
-        _ => None,
-    }
-}
-
-/// Resolves the system containers once per collection; caches the runtime PID (checked by
-/// name each time, looked up again at most once a minute when missing).
+/// Resolves the system containers once per collection; the kubelet's own cgroup is looked up
+/// once (a process does not change cgroups on its own).
 #[derive(Debug, Clone, Default)]
 pub struct SystemLocator {
-    runtime_pid: Option<u32>,
-    runtime_tried_at: Option<DateTime<Utc>>,
-    kubelet: Option<(SysCgroup, Option<DateTime<Utc>>)>,
+    kubelet: Option<Option<(SysCgroup, Option<DateTime<Utc>>)>>,
 }
 
 impl SystemLocator {
@@ -184,44 +126,11 @@ impl SystemLocator {
         fs: &dyn StatsFs,
         layout: &CgroupLayout,
         s: &StatsSettings,
-        now: DateTime<Utc>,
     ) -> SystemCgroups {
-        let proc = s.proc_root.as_path();
-        let own = |pid: &str| {
-            fs.read_to_string(&proc.join(pid).join("cgroup"))
-                .ok()
-                .and_then(|c| parse_proc_cgroup(&c, layout.mode))
-        };
-        if self.kubelet.is_none() {
-            let cg = if s.kubelet_cgroups.is_empty() {
-                own("self")
-            } else {
-                Some(SysCgroup::named(&s.kubelet_cgroups))
-            };
-            let start = read_boot_time(fs, proc)
-                .and_then(|boot| process_start_time(fs, proc, "self", boot));
-            self.kubelet = cg.map(|cg| (cg, start));
-        }
-        let runtime = if s.runtime_cgroups.is_empty() {
-            if let Some(pid) = self.runtime_pid {
-                let alive = fs
-                    .read_to_string(&proc.join(pid.to_string()).join("comm"))
-                    .is_ok_and(|c| RUNTIME_COMMS.contains(&c.trim()));
-                if !alive {
-                    self.runtime_pid = None;
-                }
-            }
-            let due = self
-                .runtime_tried_at
-                .is_none_or(|at| now - at >= RUNTIME_RETRY);
-            if self.runtime_pid.is_none() && due {
-                self.runtime_tried_at = Some(now);
-                self.runtime_pid = find_runtime_pid(fs, proc, s.runtime_endpoint.as_deref());
-            }
-            self.runtime_pid.and_then(|pid| own(&pid.to_string()))
-        } else {
-            Some(SysCgroup::named(&s.runtime_cgroups))
-        };
+        let kubelet = self
+            .kubelet
+            .get_or_insert_with(|| locate_kubelet(fs, layout, s))
+            .clone();
         let root = s.cgroup_root.trim_end_matches('/');
         let pods = if s.cgroups_per_qos {
             format!("{root}/kubepods")
@@ -230,14 +139,46 @@ impl SystemLocator {
         } else {
             root.to_owned()
         };
+        let named = |n: &str| (!n.is_empty()).then(|| SysCgroup::named(n));
         SystemCgroups {
-            kubelet: self.kubelet.as_ref().map(|(cg, _)| cg.clone()),
-            kubelet_start: self.kubelet.as_ref().and_then(|(_, t)| *t),
-            runtime,
-            misc: (!s.system_cgroups.is_empty()).then(|| SysCgroup::named(&s.system_cgroups)),
+            kubelet_start: kubelet.as_ref().and_then(|(_, t)| *t),
+            kubelet: kubelet.map(|(cg, _)| cg),
+            runtime: named(&s.runtime_cgroups),
+            misc: named(&s.system_cgroups),
             pods: Some(SysCgroup::named(&pods)),
         }
     }
+}
+
+/// The kubelet's cgroup (configured, else its own) and the kubelet process's start time.
+fn locate_kubelet(
+    fs: &dyn StatsFs,
+    layout: &CgroupLayout,
+    s: &StatsSettings,
+) -> Option<(SysCgroup, Option<DateTime<Utc>>)> {
+    let proc = s.proc_root.as_path();
+    let cg = if s.kubelet_cgroups.is_empty() {
+        let cg = fs
+            .read_to_string(&proc.join("self/cgroup"))
+            .ok()
+            .and_then(|c| parse_proc_cgroup(&c, layout.mode))?;
+        if cg.memory != cg.cpu {
+            // Upstream's getContainer refuses to account a split process the same way.
+            tracing::warn!(
+                cpu = %cg.cpu,
+                memory = %cg.memory,
+                "Failed to find cgroups of kubelet: cpu and memory cgroup hierarchy not unified; \
+                 the kubelet system container is left out of the stats (set kubeletCgroups)"
+            );
+            return None;
+        }
+        cg
+    } else {
+        SysCgroup::named(&s.kubelet_cgroups)
+    };
+    let start =
+        read_boot_time(fs, proc).and_then(|boot| process_start_time(fs, proc, "self", boot));
+    Some((cg, start))
 }
 
 /// One system container's stats (cpu, memory; no filesystems, as upstream); `None` when its

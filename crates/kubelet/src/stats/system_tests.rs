@@ -1,6 +1,5 @@
-//! System containers, boot and process start times, runtime process lookup.
+//! System containers, boot and process start times.
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -67,52 +66,8 @@ fn boot_time_and_process_start_time() {
     assert_eq!(read_boot_time(&fs, Path::new("/proc")), None);
 }
 
-fn runtime_proc(fs: &FakeFs, pid: u32, comm: &str, fds: &[(&str, &str)]) {
-    fs.set_file(format!("/proc/{pid}/comm"), &format!("{comm}\n"));
-    for (fd, target) in fds {
-        fs.set_link(format!("/proc/{pid}/fd/{fd}"), *target);
-    }
-}
-
 #[test]
-fn runtime_pid_is_the_runtime_process_holding_the_cri_socket() {
-    let fs = FakeFs::default();
-    fs.set_file("/proc/1/comm", "init\n");
-    runtime_proc(
-        &fs,
-        200,
-        "containerd",
-        &[("3", "socket:[111]"), ("4", "/dev/null")],
-    );
-    runtime_proc(
-        &fs,
-        300,
-        "containerd",
-        &[("3", "pipe:[5]"), ("9", "socket:[222]")],
-    );
-    fs.set_file(
-        "/proc/net/unix",
-        "Num       RefCount Protocol Flags    Type St Inode Path\n\
-         0000000000000000: 00000002 00000000 00010000 0001 01 111 /run/other.sock\n\
-         0000000000000000: 00000002 00000000 00010000 0001 01 222 /tmp/rk/containerd.sock\n\
-         0000000000000000: 00000003 00000000 00000000 0001 03 333\n",
-    );
-    let proc = Path::new("/proc");
-    let sock = PathBuf::from("/tmp/rk/containerd.sock");
-    assert_eq!(find_runtime_pid(&fs, proc, Some(&sock)), Some(300));
-    // Two runtimes, neither serving the socket: no guess.
-    assert_eq!(
-        find_runtime_pid(&fs, proc, Some(Path::new("/nowhere.sock"))),
-        None
-    );
-    assert_eq!(find_runtime_pid(&fs, proc, None), None);
-    // A single runtime process is taken without a socket match.
-    fs.remove_file("/proc/200/comm");
-    assert_eq!(find_runtime_pid(&fs, proc, None), Some(300));
-}
-
-#[test]
-fn system_containers_v1_from_own_cgroups_and_the_runtime_process() {
+fn system_containers_v1_kubelet_from_its_own_cgroup_runtime_only_when_configured() {
     let fs = FakeFs::default();
     let layout = v1();
     fs.set_file("/proc/stat", PROC_STAT);
@@ -120,13 +75,7 @@ fn system_containers_v1_from_own_cgroups_and_the_runtime_process() {
         "/proc/self/stat",
         "77 (rkubelet) S 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 9 0 500 1 1\n",
     );
-    fs.set_file("/proc/self/cgroup", "4:memory:/k\n2:cpuacct:/\n");
-    runtime_proc(&fs, 300, "containerd", &[("9", "socket:[222]")]);
-    fs.set_file("/proc/300/cgroup", "4:memory:/rt\n2:cpu,cpuacct:/rt\n");
-    fs.set_file(
-        "/proc/net/unix",
-        "Num RefCount Protocol Flags Type St Inode Path\n0: 2 0 10000 1 1 222 /run/c.sock\n",
-    );
+    fs.set_file("/proc/self/cgroup", "4:memory:/k\n2:cpu,cpuacct:/k\n");
     for (dir, usage) in [("k", 100), ("rt", 200), ("rk/kubepods", 300)] {
         fs.set_file(
             format!("/cg/memory/{dir}/memory.usage_in_bytes"),
@@ -137,26 +86,19 @@ fn system_containers_v1_from_own_cgroups_and_the_runtime_process() {
             "total_inactive_file 10\ntotal_rss 5\n",
         );
     }
-    fs.set_file("/cg/cpuacct/cpuacct.usage", "9000");
+    fs.set_file("/cg/cpuacct/k/cpuacct.usage", "9000");
     fs.set_file("/cg/cpuacct/rt/cpuacct.usage", "2000");
     fs.set_file("/cg/cpuacct/rk/kubepods/cpuacct.usage", "3000");
     let pods_created = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
     fs.set_mtime("/cg/memory/rk/kubepods", pods_created);
 
     let s = StatsSettings {
-        runtime_endpoint: Some("/run/c.sock".into()),
+        runtime_cgroups: "/rt".into(),
         ..settings()
     };
     let now = Utc::now();
-    let mut locator = SystemLocator::default();
-    let sys = locator.resolve(&fs, &layout, &s, now);
-    assert_eq!(
-        sys.kubelet,
-        Some(SysCgroup {
-            memory: "/k".into(),
-            cpu: "/".into()
-        })
-    );
+    let sys = SystemLocator::default().resolve(&fs, &layout, &s);
+    assert_eq!(sys.kubelet, Some(SysCgroup::named("/k")));
     assert_eq!(sys.runtime, Some(SysCgroup::named("/rt")));
     assert_eq!(sys.pods, Some(SysCgroup::named("/rk/kubepods")));
     assert_eq!(sys.misc, None);
@@ -187,15 +129,18 @@ fn system_containers_v1_from_own_cgroups_and_the_runtime_process() {
     );
     assert!(pods.rootfs.is_none() && pods.logs.is_none());
 
-    // The runtime restarts under a new PID: the cached one is dropped; the next lookup waits
-    // for the retry period.
-    fs.remove_file("/proc/300/comm");
-    runtime_proc(&fs, 301, "containerd", &[("9", "socket:[222]")]);
-    fs.set_file("/proc/301/cgroup", "4:memory:/rt2\n");
-    let sys = locator.resolve(&fs, &layout, &s, now + TimeDelta::seconds(10));
+    // Without --runtime-cgroups there is no runtime container (upstream does not look for
+    // the runtime's process); a kubelet whose v1 cpu and memory cgroups differ is left out.
+    let sys = SystemLocator::default().resolve(&fs, &layout, &settings());
     assert_eq!(sys.runtime, None);
-    let sys = locator.resolve(&fs, &layout, &s, now + TimeDelta::seconds(61));
-    assert_eq!(sys.runtime, Some(SysCgroup::named("/rt2")));
+    fs.set_file("/proc/self/cgroup", "4:memory:/k\n2:cpu,cpuacct:/\n");
+    let sys = SystemLocator::default().resolve(&fs, &layout, &settings());
+    assert_eq!((&sys.kubelet, sys.kubelet_start), (&None, None));
+    let names: Vec<String> = system_containers(&fs, &layout, &sys, now)
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["pods"]);
 }
 
 #[test]
@@ -228,7 +173,7 @@ fn system_containers_v2_with_configured_cgroups_and_misc() {
         system_cgroups: "/system.slice".into(),
         ..settings()
     };
-    let sys = SystemLocator::default().resolve(&fs, &layout, &s, Utc::now());
+    let sys = SystemLocator::default().resolve(&fs, &layout, &s);
     assert_eq!(sys.pods, Some(SysCgroup::named("/kubepods")));
     let cs = system_containers(&fs, &layout, &sys, Utc::now());
     let got: Vec<(&str, Option<u64>, Option<u64>)> = cs
@@ -256,7 +201,7 @@ fn system_containers_v2_with_configured_cgroups_and_misc() {
         cgroups_per_qos: false,
         ..s
     };
-    let sys = SystemLocator::default().resolve(&fs, &layout, &s, Utc::now());
+    let sys = SystemLocator::default().resolve(&fs, &layout, &s);
     assert_eq!(sys.pods, Some(SysCgroup::named("/")));
 }
 
@@ -265,8 +210,14 @@ fn this_host_kubelet_cgroup_and_boot_time_resolve() {
     use crate::stats::fs::SystemFs;
     let layout = CgroupLayout::detect(&SystemFs, Path::new("/sys/fs/cgroup"));
     let s = StatsSettings::new("n", Path::new("/tmp"), Path::new("/tmp"));
-    let sys = SystemLocator::default().resolve(&SystemFs, &layout, &s, Utc::now());
-    assert!(sys.kubelet.is_some(), "{sys:?}");
+    let sys = SystemLocator::default().resolve(&SystemFs, &layout, &s);
+    // This process's own cgroups decide whether upstream would account it.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let unified = parse_proc_cgroup(&own, layout.mode).is_some_and(|c| c.memory == c.cpu);
+    assert_eq!(sys.kubelet.is_some(), unified, "{own} {sys:?}");
+    if !unified {
+        return;
+    }
     let start = sys.kubelet_start.unwrap();
     let boot = read_boot_time(&SystemFs, Path::new("/proc")).unwrap();
     assert!(boot <= start && start <= Utc::now(), "{boot} {start}");

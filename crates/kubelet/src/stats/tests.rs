@@ -137,7 +137,7 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
         sandboxes: [("g1".to_owned(), sandbox_created)].into(),
         containers: [("b1-a".to_owned(), container_created)].into(),
     };
-    let system = SystemLocator::default().resolve(&fake, &layout, &settings, now);
+    let system = SystemLocator::default().resolve(&fake, &layout, &settings);
     let s = build_summary(&CollectInput {
         fs: Arc::new(fake),
         settings,
