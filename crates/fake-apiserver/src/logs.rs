@@ -59,6 +59,28 @@ pub(crate) fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
     Some((host, port))
 }
 
+/// Where the kubelet of the node the pod `name` is bound to listens (the API server's
+/// `getKubeletConnectionInfo`): an error when the pod is unbound or the node has no address.
+pub(crate) fn pod_kubelet(
+    store: &Store,
+    pod: &Value,
+    name: &str,
+) -> Result<(String, u16), ApiError> {
+    let nodes = resources::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes"))?;
+    let node_name = pod["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("pod {name} does not have a host assigned"))
+        })?;
+    let node = store.get(nodes, "", node_name)?;
+    kubelet_endpoint(&node).ok_or_else(|| {
+        ApiError::internal(format!(
+            "node {node_name} has no address to reach its kubelet"
+        ))
+    })
+}
+
 pub(crate) fn pct_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -79,7 +101,6 @@ pub async fn proxy(
     q: &HashMap<String, String>,
 ) -> Result<Response<Body>, ApiError> {
     let pods = resources::find("", "v1", "pods").ok_or_else(|| ApiError::internal("no pods"))?;
-    let nodes = resources::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes"))?;
     let pod = store.get(pods, ns, name)?;
     let names = container_names(&pod);
     let container = match q.get("container").filter(|c| !c.is_empty()) {
@@ -97,18 +118,7 @@ pub async fn proxy(
             )));
         }
     };
-    let node_name = pod["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| {
-            ApiError::bad_request(format!("pod {name} does not have a host assigned"))
-        })?;
-    let node = store.get(nodes, "", node_name)?;
-    let (host, port) = kubelet_endpoint(&node).ok_or_else(|| {
-        ApiError::internal(format!(
-            "node {node_name} has no address to reach its kubelet"
-        ))
-    })?;
+    let (host, port) = pod_kubelet(store, &pod, name)?;
     let query: Vec<String> = PASSTHROUGH
         .iter()
         .filter_map(|k| q.get(*k).map(|v| format!("{k}={}", pct_encode(v))))

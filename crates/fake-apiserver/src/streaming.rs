@@ -10,7 +10,7 @@
 //! API server >= 1.30 would translate websockets to SPDY itself; this one does not).
 
 use crate::error::ApiError;
-use crate::logs::{container_names, kubelet_endpoint, pct_encode};
+use crate::logs::{container_names, pct_encode, pod_kubelet};
 use crate::resources;
 use crate::server::Body;
 use crate::store::Store;
@@ -190,21 +190,9 @@ pub async fn proxy(
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let pods = resources::find("", "v1", "pods").ok_or_else(|| ApiError::internal("no pods"))?;
-    let nodes = resources::find("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes"))?;
     let pod = store.get(pods, ns, name)?;
     let location = kubelet_location(&pod, ns, name, sub, query)?;
-    let node_name = pod["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| {
-            ApiError::bad_request(format!("pod {name} does not have a host assigned"))
-        })?;
-    let node = store.get(nodes, "", node_name)?;
-    let (host, port) = kubelet_endpoint(&node).ok_or_else(|| {
-        ApiError::internal(format!(
-            "node {node_name} has no address to reach its kubelet"
-        ))
-    })?;
+    let (host, port) = pod_kubelet(store, &pod, name)?;
     if !is_upgrade(req.headers()) {
         return Err(ApiError::bad_request("Upgrade request required"));
     }
