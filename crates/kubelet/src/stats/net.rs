@@ -1,8 +1,8 @@
 //! Network readers of the stats provider (what cadvisor reads for the kubelet): interface
 //! counters from `/proc/net/dev` (the host's) and `/proc/<pid>/net/dev` of a process in a
-//! pod's cgroup (the pod's network namespace), the default-route interface from
-//! `/proc/net/route`, and the upstream-shaped [`NetworkStats`] built from them. Pure parsers
-//! plus reads through [`StatsFs`]; owns no state.
+//! pod's cgroup (the pod's network namespace), and the upstream-shaped [`NetworkStats`] built
+//! from them (`eth0` inline, as upstream's `cadvisorInfoToNetworkStats` for node and pods). Pure
+//! parsers plus reads through [`StatsFs`]; owns no state.
 
 use std::path::Path;
 
@@ -12,7 +12,8 @@ use super::cgroup::CgroupLayout;
 use super::fs::StatsFs;
 use super::types::{InterfaceStats, NetworkStats};
 
-/// Upstream `defaultNetworkInterfaceName`: the interface a pod's counters are inlined from.
+/// Upstream `defaultNetworkInterfaceName`: the interface whose counters are inlined (node and
+/// pods alike; a host without `eth0` gets an empty inline part, as upstream).
 pub const DEFAULT_POD_INTERFACE: &str = "eth0";
 
 /// Interfaces cadvisor leaves out (name prefixes, case-insensitive): loopback and the host
@@ -50,15 +51,6 @@ pub fn parse_net_dev(s: &str) -> Vec<InterfaceStats> {
         .collect()
 }
 
-/// `/proc/net/route`: the interface of the first default route (destination `00000000`,
-/// mask `00000000`).
-pub fn parse_default_route(s: &str) -> Option<String> {
-    s.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() >= 8 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_owned())
-    })
-}
-
 /// Upstream's `NetworkStats` from a list of interfaces: `default` inlined when present.
 pub fn network_stats(
     interfaces: Vec<InterfaceStats>,
@@ -76,28 +68,18 @@ pub fn network_stats(
     }
 }
 
-/// The host's interfaces; the default-route interface inline, else `eth0`, else the first.
+/// The host's interfaces (`/proc/net/dev`), `eth0` inline.
 pub fn read_node_network(
     fs: &dyn StatsFs,
     proc: &Path,
     now: DateTime<Utc>,
 ) -> Option<NetworkStats> {
     let dev = fs.read_to_string(&proc.join("net/dev")).ok()?;
-    let interfaces = parse_net_dev(&dev);
-    let route = fs
-        .read_to_string(&proc.join("net/route"))
-        .ok()
-        .and_then(|r| parse_default_route(&r));
-    let default = route
-        .filter(|r| interfaces.iter().any(|i| &i.name == r))
-        .or_else(|| {
-            interfaces
-                .iter()
-                .find(|i| i.name == DEFAULT_POD_INTERFACE)
-                .or(interfaces.first())
-                .map(|i| i.name.clone())
-        });
-    Some(network_stats(interfaces, default.as_deref(), now))
+    Some(network_stats(
+        parse_net_dev(&dev),
+        Some(DEFAULT_POD_INTERFACE),
+        now,
+    ))
 }
 
 /// PIDs of the processes directly in a cgroup (`cgroup.procs`).
@@ -163,12 +145,6 @@ vethab12:  100  1 0 0 0 0 0 0  200 2 0 0 0 0 0 0
   cni0:    10       1    0    0    0     0          0         0       20       2    0    0    0     0       0          0
 ";
 
-    const ROUTE: &str =
-        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
-cni0\t00580A0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
-ens5\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0
-";
-
     #[test]
     fn net_dev_keeps_bytes_and_errors_and_drops_loopback_and_veths() {
         let ifs = parse_net_dev(NET_DEV);
@@ -195,42 +171,27 @@ ens5\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0
     }
 
     #[test]
-    fn default_route_is_the_zero_destination_with_a_zero_mask() {
-        assert_eq!(parse_default_route(ROUTE).as_deref(), Some("ens5"));
-        assert_eq!(parse_default_route("Iface\tDestination\n"), None);
-    }
-
-    #[test]
-    fn node_network_inlines_the_default_route_interface_else_eth0_else_the_first() {
+    fn node_network_inlines_eth0_and_lists_every_interface() {
         let fs = FakeFs::default();
         let now = Utc::now();
         let dev = format!("{NET_DEV}  ens5: 500 5 1 0 0 0 0 0 600 6 2 0 0 0 0 0\n");
         fs.set_file("/proc/net/dev", &dev);
-        fs.set_file("/proc/net/route", ROUTE);
-        let n = read_node_network(&fs, Path::new("/proc"), now).unwrap();
-        assert_eq!(n.default.name, "ens5");
-        assert_eq!(n.default.rx_bytes, Some(500));
-        assert_eq!(n.interfaces.len(), 3, "{n:?}");
-
-        // The default route's interface is not listed (filtered): eth0.
-        fs.set_file("/proc/net/dev", NET_DEV);
         let n = read_node_network(&fs, Path::new("/proc"), now).unwrap();
         assert_eq!(n.default.name, "eth0");
+        assert_eq!(n.default.rx_bytes, Some(128_537_985));
+        assert_eq!(n.interfaces.len(), 3, "{n:?}");
 
-        // No route table, no eth0: the first interface.
-        fs.remove_file("/proc/net/route");
+        // No eth0: the inline part is empty (upstream), the interfaces are still listed.
         fs.set_file(
             "/proc/net/dev",
             "h\nh\n  lo: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n  ens3: 9 1 0 0 0 0 0 0 8 1 0 0 0 0 0 0\n",
         );
         let n = read_node_network(&fs, Path::new("/proc"), now).unwrap();
-        assert_eq!(
-            (n.default.name.as_str(), n.default.tx_bytes),
-            ("ens3", Some(8))
-        );
+        assert_eq!(n.default, InterfaceStats::default());
         let json = serde_json::to_value(&n).unwrap();
-        assert_eq!(json["name"], "ens3");
-        assert_eq!(json["rxBytes"], 9);
+        assert_eq!(json["name"], "");
+        assert!(json.get("rxBytes").is_none(), "{json}");
+        assert_eq!(json["interfaces"][0]["name"], "ens3");
         assert_eq!(json["interfaces"][0]["txBytes"], 8);
     }
 

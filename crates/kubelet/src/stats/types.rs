@@ -64,7 +64,7 @@ pub struct NodeStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
-    /// The host's network interfaces (the default route's interface inline).
+    /// The host's network interfaces (`eth0` inline).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
     /// The kubelet root dir's filesystem (nodefs).
