@@ -6,37 +6,28 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::cm::cgroups::fake::FakeCgroupFs;
 use kubelet::cm::cgroups::{CgroupVersion, ResourceConfig};
 use kubelet::events::CollectingRecorder;
-use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
-use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::fake::FakeRuntime;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "docker.io/library/busybox:latest";
+mod common;
+
+use common::agent::{IMAGE, fake_deps, set, static_pod, wait_until};
+
 const NODE: &str = "node-a";
 
 fn pod(name: &str, resources: &str) -> Pod {
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    resources: {resources}\n"
     );
-    let path = format!("/etc/manifests/{name}.yaml");
-    static_pods_from_manifest(
-        yaml.as_bytes(),
-        NODE,
-        &ManifestOrigin::File(Path::new(&path)),
-        false,
-    )
-    .unwrap()
-    .remove(0)
+    static_pod(&yaml, name, NODE)
 }
 
 fn uid(p: &Pod) -> String {
@@ -63,12 +54,7 @@ impl Harness {
         cfg.cgroups.per_qos = per_qos;
         cfg.cgroups.fs = Some(self.cgroups.clone());
         cfg.cgroups.cm.cgroup_root = "/rk".to_owned();
-        let deps = AgentDeps {
-            runtime: Arc::new(self.fake.clone()),
-            images: Arc::new(self.fake.clone()),
-            events: Arc::new(CollectingRecorder::default()),
-            api: None,
-        };
+        let deps = fake_deps(&self.fake, &CollectingRecorder::default());
         Agent::start(cfg, deps, CancellationToken::new())
             .await
             .unwrap()
@@ -84,29 +70,6 @@ impl Harness {
             .sandbox_config(&sb.id)
             .and_then(|c| c.linux)
             .map(|l| l.cgroup_parent)
-    }
-}
-
-async fn set(agent: &Agent, pods: Vec<Pod>) {
-    agent
-        .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
-        .await
-        .unwrap();
-}
-
-async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !pred() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

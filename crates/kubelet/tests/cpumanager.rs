@@ -7,21 +7,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
 use kubelet::events::CollectingRecorder;
-use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
-use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::fake::FakeRuntime;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "docker.io/library/busybox:latest";
+mod common;
+
+use common::agent::{IMAGE, fake_deps, phase, set, static_pod, wait_until};
+
 const NODE: &str = "node-a";
 
 fn pod(name: &str, cpu: Option<&str>) -> Pod {
@@ -35,15 +34,7 @@ fn pod(name: &str, cpu: Option<&str>) -> Pod {
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n{resources}"
     );
-    let path = format!("/etc/manifests/{name}.yaml");
-    static_pods_from_manifest(
-        yaml.as_bytes(),
-        NODE,
-        &ManifestOrigin::File(Path::new(&path)),
-        false,
-    )
-    .unwrap()
-    .remove(0)
+    static_pod(&yaml, name, NODE)
 }
 
 /// A sysfs CPU directory of a 2-CPU machine without hyperthreads.
@@ -90,12 +81,7 @@ impl Harness {
             sysfs_cpu_dir: fake_sysfs(&self.root),
             ..CpuManagerConfig::none(self.root.clone())
         };
-        let deps = AgentDeps {
-            runtime: Arc::new(self.fake.clone()),
-            images: Arc::new(self.fake.clone()),
-            events: Arc::new(self.events.clone()),
-            api: None,
-        };
+        let deps = fake_deps(&self.fake, &self.events);
         Agent::start(cfg, deps, CancellationToken::new())
             .await
             .unwrap()
@@ -126,36 +112,6 @@ impl Harness {
             .find(|c| c.labels.get("io.kubernetes.pod.uid").map(String::as_str) == Some(uid))
             .unwrap()
             .id
-    }
-}
-
-async fn set(agent: &Agent, pods: Vec<Pod>) {
-    agent
-        .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
-        .await
-        .unwrap();
-}
-
-fn phase(agent: &Agent, pod: &Pod) -> Option<String> {
-    agent
-        .status
-        .get_pod_status(pod.metadata.uid.as_deref().unwrap())
-        .and_then(|s| s.phase)
-}
-
-async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !pred() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

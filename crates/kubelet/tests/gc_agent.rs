@@ -6,37 +6,29 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps, GcSettings};
+use kubelet::agent::{Agent, AgentConfig, GcSettings};
 use kubelet::events::CollectingRecorder;
 use kubelet::images::gc::{ImageGcConfig, ImageGcPolicy};
 use kubelet::kuberuntime::gc::ContainerGcPolicy;
-use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
-use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::api::ContainerState;
 use rkubelet_cri::fake::{Behaviour, FakeRuntime};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "docker.io/library/busybox:latest";
+mod common;
+
+use common::agent::{IMAGE, fake_deps, set, static_pod};
+
 const NODE: &str = "node-gc";
 
 fn pod(name: &str) -> Pod {
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Always\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, \"exit 1\"]\n"
     );
-    let path = format!("/etc/manifests/{name}.yaml");
-    static_pods_from_manifest(
-        yaml.as_bytes(),
-        NODE,
-        &ManifestOrigin::File(Path::new(&path)),
-        false,
-    )
-    .unwrap()
-    .remove(0)
+    static_pod(&yaml, name, NODE)
 }
 
 async fn start(fake: &FakeRuntime, root: &Path, gc: GcSettings) -> Agent {
@@ -45,28 +37,11 @@ async fn start(fake: &FakeRuntime, root: &Path, gc: GcSettings) -> Agent {
     cfg.gc = gc;
     Agent::start(
         cfg,
-        AgentDeps {
-            runtime: Arc::new(fake.clone()),
-            images: Arc::new(fake.clone()),
-            events: Arc::new(CollectingRecorder::default()),
-            api: None,
-        },
+        fake_deps(fake, &CollectingRecorder::default()),
         CancellationToken::new(),
     )
     .await
     .unwrap()
-}
-
-async fn set(agent: &Agent, pods: Vec<Pod>) {
-    agent
-        .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
-        .await
-        .unwrap();
 }
 
 fn dead_attempts(fake: &FakeRuntime) -> Vec<u32> {

@@ -6,23 +6,23 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::events::CollectingRecorder;
 use kubelet::metrics::KubeletMetrics;
-use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
-use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::CriError;
 use rkubelet_cri::fake::{Behaviour, FakeRuntime};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "docker.io/library/busybox:latest";
+mod common;
+
+use common::agent::{IMAGE, fake_deps, set, static_pod, uid, wait_until};
+
 const NODE: &str = "node-m";
 
 /// Family names of the upstream kubelet's `/metrics` this kubelet must expose (from
@@ -110,15 +110,7 @@ fn promtool_check(text: &str) {
 
 fn pod(yaml_spec: &str, name: &str) -> Pod {
     let yaml = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{yaml_spec}");
-    let path = format!("/etc/manifests/{name}.yaml");
-    static_pods_from_manifest(
-        yaml.as_bytes(),
-        NODE,
-        &ManifestOrigin::File(Path::new(&path)),
-        false,
-    )
-    .unwrap()
-    .remove(0)
+    static_pod(&yaml, name, NODE)
 }
 
 fn simple(name: &str, image: &str, extra: &str) -> Pod {
@@ -128,10 +120,6 @@ fn simple(name: &str, image: &str, extra: &str) -> Pod {
         ),
         name,
     )
-}
-
-fn uid(p: &Pod) -> &str {
-    p.metadata.uid.as_deref().unwrap()
 }
 
 fn running(agent: &Agent, p: &Pod) -> bool {
@@ -144,29 +132,6 @@ fn running(agent: &Agent, p: &Pod) -> bool {
                         .all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
             })
     })
-}
-
-async fn set(agent: &Agent, pods: Vec<Pod>) {
-    agent
-        .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
-        .await
-        .unwrap();
-}
-
-async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !pred() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn value(m: &KubeletMetrics, name: &str, labels: &[&str]) -> f64 {
@@ -182,12 +147,7 @@ async fn metrics_follow_pods_through_the_agent() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeRuntime::with_images(&[IMAGE]);
     fake.on_start("withinit-init", Behaviour::ExitImmediately(0));
-    let deps = AgentDeps {
-        runtime: Arc::new(fake.clone()),
-        images: Arc::new(fake.clone()),
-        events: Arc::new(CollectingRecorder::default()),
-        api: None,
-    };
+    let deps = fake_deps(&fake, &CollectingRecorder::default());
     let agent = Agent::start(
         AgentConfig::for_tests(dir.path(), NODE),
         deps,
@@ -546,12 +506,7 @@ async fn resource_and_cadvisor_endpoints_serve_the_snapshot() {
     cfg.eviction.stats = StatsSource::Injected(StatsHandle::injected(stats_rx));
     let agent = Agent::start(
         cfg,
-        AgentDeps {
-            runtime: Arc::new(fake.clone()),
-            images: Arc::new(fake.clone()),
-            events: Arc::new(CollectingRecorder::default()),
-            api: None,
-        },
+        fake_deps(&fake, &CollectingRecorder::default()),
         CancellationToken::new(),
     )
     .await

@@ -4,35 +4,27 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::events::CollectingRecorder;
-use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
-use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::fake::{ExecBehaviour, FakeRuntime};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "docker.io/library/busybox:latest";
+mod common;
+
+use common::agent::{IMAGE, fake_deps, set, static_pod, uid, wait_until};
+
 const NODE: &str = "node-a";
 
 /// A static pod from YAML `spec` lines (indented two spaces under `spec:`).
 fn pod(name: &str, spec: &str) -> Pod {
     let yaml = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{spec}");
-    let path = format!("/etc/manifests/{name}.yaml");
-    static_pods_from_manifest(
-        yaml.as_bytes(),
-        NODE,
-        &ManifestOrigin::File(Path::new(&path)),
-        false,
-    )
-    .unwrap()
-    .remove(0)
+    static_pod(&yaml, name, NODE)
 }
 
 fn container(name: &str, extra: &str) -> String {
@@ -58,12 +50,7 @@ impl Harness {
 
     async fn start(&self) -> Agent {
         let cfg = AgentConfig::for_tests(self._dir.path(), NODE);
-        let deps = AgentDeps {
-            runtime: Arc::new(self.fake.clone()),
-            images: Arc::new(self.fake.clone()),
-            events: Arc::new(self.events.clone()),
-            api: None,
-        };
+        let deps = fake_deps(&self.fake, &self.events);
         Agent::start(cfg, deps, CancellationToken::new())
             .await
             .unwrap()
@@ -76,22 +63,6 @@ impl Harness {
             .map(|e| e.message)
             .collect()
     }
-}
-
-async fn set(agent: &Agent, pods: Vec<Pod>) {
-    agent
-        .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
-        .await
-        .unwrap();
-}
-
-fn uid(p: &Pod) -> &str {
-    p.metadata.uid.as_deref().unwrap()
 }
 
 fn api_status(agent: &Agent, p: &Pod) -> Option<k8s_openapi::api::core::v1::PodStatus> {
@@ -123,17 +94,6 @@ fn running(agent: &Agent, p: &Pod, name: &str) -> bool {
     container_status(agent, p, name)
         .and_then(|c| c.state)
         .is_some_and(|s| s.running.is_some())
-}
-
-async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !pred() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn reply(code: i32, out: &str) -> ExecBehaviour {

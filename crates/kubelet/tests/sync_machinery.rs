@@ -5,34 +5,27 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::events::CollectingRecorder;
 use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
-use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::fake::{Behaviour, FakeRuntime};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "docker.io/library/busybox:latest";
+mod common;
+
+use common::agent::{IMAGE, fake_deps, phase, set, static_pod, wait_until};
+
 const NODE: &str = "node-a";
 
 fn pod(name: &str, restart: &str, grace: u32) -> Pod {
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: {restart}\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: {name}-c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
     );
-    let path = format!("/etc/manifests/{name}.yaml");
-    static_pods_from_manifest(
-        yaml.as_bytes(),
-        NODE,
-        &ManifestOrigin::File(Path::new(&path)),
-        false,
-    )
-    .unwrap()
-    .remove(0)
+    static_pod(&yaml, name, NODE)
 }
 
 struct Harness {
@@ -61,35 +54,11 @@ impl Harness {
     async fn start_with(&self, tweak: impl FnOnce(&mut AgentConfig)) -> Agent {
         let mut cfg = AgentConfig::for_tests(&self.root, NODE);
         tweak(&mut cfg);
-        let deps = AgentDeps {
-            runtime: Arc::new(self.fake.clone()),
-            images: Arc::new(self.fake.clone()),
-            events: Arc::new(self.events.clone()),
-            api: None,
-        };
+        let deps = fake_deps(&self.fake, &self.events);
         Agent::start(cfg, deps, CancellationToken::new())
             .await
             .unwrap()
     }
-}
-
-async fn set(agent: &Agent, pods: Vec<Pod>) {
-    agent
-        .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
-        .await
-        .unwrap();
-}
-
-fn phase(agent: &Agent, pod: &Pod) -> Option<String> {
-    agent
-        .status
-        .get_pod_status(pod.metadata.uid.as_deref().unwrap())
-        .and_then(|s| s.phase)
 }
 
 fn all_running(agent: &Agent, pod: &Pod) -> bool {
@@ -105,18 +74,6 @@ fn all_running(agent: &Agent, pod: &Pod) -> bool {
                             .all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
                 })
         })
-}
-
-/// Advances paused time in small steps until `pred` holds.
-async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !pred() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(start_paused = true)]

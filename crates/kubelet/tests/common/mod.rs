@@ -1,8 +1,10 @@
-//! Shared set-up of the API-mode tests: the in-repo fake API server with its kubeconfig in a
-//! temporary directory, and a kubelet API client built from that kubeconfig exactly as
-//! `--kubeconfig` builds one.
+//! Shared set-up of the kubelet library's integration tests: the in-repo fake API server with
+//! its kubeconfig in a temporary directory and a kubelet API client built from that kubeconfig
+//! exactly as `--kubeconfig` builds one; `agent`: the fake-runtime agent helpers.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod agent;
 
 use fake_apiserver::{FakeApiServer, Options};
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
