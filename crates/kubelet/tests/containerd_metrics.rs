@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,40 +17,12 @@ use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::RemoteRuntime;
 use tokio_util::sync::CancellationToken;
 
+mod common;
+
+use common::promtool_check;
+
 const IMAGE: &str = "docker.io/library/busybox:latest";
 const NODE: &str = "metrics-node";
-
-/// `promtool check metrics` must accept `text`; the only lint finding allowed is upstream's own
-/// `kubelet_evictions` name. Fails (never skips) without promtool.
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect(
-            "promtool not found: install the Debian package `prometheus` (dev/runtime.sh up does)",
-        );
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ok = out.status.code() == Some(0)
-        || (out.status.code() == Some(3)
-            && report.lines().filter(|l| !l.trim().is_empty()).all(|l| {
-                l.trim() == "kubelet_evictions counter metrics should have \"_total\" suffix"
-            }));
-    assert!(ok, "promtool check metrics: {report}\n{text}");
-}
 
 async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) {
     let start = Instant::now();

@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 mod common;
 
 use common::agent::{IMAGE, fake_deps, set, static_pod, uid, wait_until};
+use common::promtool_check;
 
 const NODE: &str = "node-m";
 
@@ -65,48 +64,6 @@ const UPSTREAM_NAMES: &[&str] = &[
     "process_max_fds",
     "process_start_time_seconds",
 ];
-
-/// Lint findings promtool reports for names upstream itself uses (kept for compatibility).
-const ACCEPTED_LINT: &[&str] = &["kubelet_evictions counter metrics should have \"_total\" suffix"];
-
-/// Runs `promtool check metrics` on `text`; fails on a parse error or any lint finding not in
-/// `ACCEPTED_LINT`. Fails (never skips) when promtool is missing.
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect(
-            "promtool not found: install the Debian package `prometheus` (dev/runtime.sh up does)",
-        );
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    match out.status.code() {
-        Some(0) => {}
-        // 3: lint problems only; each must be an accepted one.
-        Some(3) => {
-            for line in report.lines().filter(|l| !l.trim().is_empty()) {
-                assert!(
-                    ACCEPTED_LINT.contains(&line.trim()),
-                    "promtool lint problem {line:?}\nfull report:\n{report}\ntext:\n{text}"
-                );
-            }
-        }
-        code => panic!("promtool check metrics failed ({code:?}):\n{report}\ntext:\n{text}"),
-    }
-}
 
 fn pod(yaml_spec: &str, name: &str) -> Pod {
     let yaml = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{yaml_spec}");

@@ -6,6 +6,9 @@
 
 pub mod agent;
 
+use std::io::Write;
+use std::process::{Command, Stdio};
+
 use fake_apiserver::{FakeApiServer, Options};
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 
@@ -32,5 +35,47 @@ pub async fn api_fixture(options: Options) -> ApiFixture {
         dir,
         server,
         client,
+    }
+}
+
+/// Lint findings promtool reports for names upstream itself uses (kept for compatibility).
+const ACCEPTED_LINT: &[&str] = &["kubelet_evictions counter metrics should have \"_total\" suffix"];
+
+/// Runs `promtool check metrics` on `text`; fails on a parse error or any lint finding not in
+/// `ACCEPTED_LINT`. Fails (never skips) when promtool is missing.
+pub fn promtool_check(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect(
+            "promtool not found: install the Debian package `prometheus` (dev/runtime.sh up does)",
+        );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match out.status.code() {
+        Some(0) => {}
+        // 3: lint problems only; each must be an accepted one.
+        Some(3) => {
+            for line in report.lines().filter(|l| !l.trim().is_empty()) {
+                assert!(
+                    ACCEPTED_LINT.contains(&line.trim()),
+                    "promtool lint problem {line:?}\nfull report:\n{report}\ntext:\n{text}"
+                );
+            }
+        }
+        code => panic!("promtool check metrics failed ({code:?}):\n{report}\ntext:\n{text}"),
     }
 }
