@@ -150,6 +150,7 @@ fn socket(addr: &str, port: i32) -> Result<Option<SocketAddr>> {
 
 fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<AgentConfig> {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let reserved_cpus = CpuSet::parse(&c.reserved_system_cpus).context("reservedSystemCPUs")?;
     let resolv_conf =
         non_empty(&c.resolv_conf).and_then(|path| match std::fs::read_to_string(&path) {
             Ok(s) => Some(s),
@@ -183,7 +184,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         port: c.port,
         node_status_max_images: c.node_status_max_images,
         local_storage_capacity_isolation: c.local_storage_capacity_isolation,
-        reservations: cpu_reservations(c)?,
+        reservations: cpu_reservations(c, &reserved_cpus),
         update_frequency,
         report_frequency: c.node_status_report_frequency.as_std(),
         // Upstream bounds heartbeat calls by min(nodeStatusUpdateFrequency, lease duration).
@@ -231,7 +232,8 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         .context("eviction settings")?,
         extra_reclaimers: Vec::new(),
     };
-    let cpu_manager = cpu_manager_config(c, &node.root_dir, &node_status.reservations)?;
+    let cpu_manager =
+        cpu_manager_config(c, &node.root_dir, &node_status.reservations, reserved_cpus)?;
     Ok(AgentConfig {
         node_name: node.node_name.clone(),
         root_dir: node.root_dir.clone(),
@@ -269,15 +271,14 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
     })
 }
 
-/// kube/system reservations; `reservedSystemCPUs` replaces their CPU part with its size, as
-/// upstream does (it is then what node allocatable and the CPU manager reserve).
-fn cpu_reservations(c: &KubeletConfiguration) -> Result<Reservations> {
+/// kube/system reservations; `reservedSystemCPUs` (`reserved`) replaces their CPU part with its
+/// size, as upstream does (it is then what node allocatable and the CPU manager reserve).
+fn cpu_reservations(c: &KubeletConfiguration, reserved: &CpuSet) -> Reservations {
     let mut r = Reservations {
         system_reserved: c.system_reserved.clone(),
         kube_reserved: c.kube_reserved.clone(),
         eviction_hard: c.effective_eviction_hard(),
     };
-    let reserved = CpuSet::parse(&c.reserved_system_cpus).context("reservedSystemCPUs")?;
     if !reserved.is_empty() {
         r.kube_reserved.remove("cpu");
         r.system_reserved.insert(
@@ -285,15 +286,16 @@ fn cpu_reservations(c: &KubeletConfiguration) -> Result<Reservations> {
             kubelet::config::Quantity::from_i64(i64::try_from(reserved.len()).unwrap_or(0)),
         );
     }
-    Ok(r)
+    r
 }
 
 /// `cpuManagerPolicy`, its reconcile period and the CPU reservation it needs (`r`: the
-/// reservations node status uses, from `cpu_reservations`).
+/// reservations node status uses, from `cpu_reservations`; `reserved`: `reservedSystemCPUs`).
 fn cpu_manager_config(
     c: &KubeletConfiguration,
     root_dir: &std::path::Path,
     r: &Reservations,
+    reserved: CpuSet,
 ) -> Result<CpuManagerConfig> {
     let policy = CpuManagerPolicy::parse(&c.cpu_manager_policy).with_context(|| {
         format!(
@@ -307,8 +309,7 @@ fn cpu_manager_config(
     Ok(CpuManagerConfig {
         policy,
         reconcile_period: c.cpu_manager_reconcile_period.as_std(),
-        reserved_system_cpus: CpuSet::parse(&c.reserved_system_cpus)
-            .context("reservedSystemCPUs")?,
+        reserved_system_cpus: reserved,
         reserved_cpu_millis: millis(&r.system_reserved) + millis(&r.kube_reserved),
         ..CpuManagerConfig::none(root_dir.to_path_buf())
     })
