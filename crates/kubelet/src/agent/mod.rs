@@ -307,10 +307,7 @@ impl Agent {
             },
             Arc::new(SystemMounter),
         );
-        let volumes = match &objects {
-            Some(objects) => volumes.with_objects(objects.clone()),
-            None => volumes,
-        };
+        let volumes = with_opt(volumes, objects.clone(), VolumeManager::with_objects);
 
         // PLEG: the only writer of the pod cache.
         let (pleg_tx, pleg_rx) = mpsc::channel(1000);
@@ -407,14 +404,8 @@ impl Agent {
         .with_prober(prober.clone())
         .with_cpu_manager(cpu_manager.clone())
         .with_metrics(metrics.clone());
-        let syncer = match &cm {
-            Some(cm) => syncer.with_cgroups(cm.clone()),
-            None => syncer,
-        };
-        let syncer = Arc::new(match &objects {
-            Some(objects) => syncer.with_objects(objects.clone()),
-            None => syncer,
-        });
+        let syncer = with_opt(syncer, cm.clone(), |s, cm| s.with_cgroups(cm));
+        let syncer = Arc::new(with_opt(syncer, objects.clone(), |s, o| s.with_objects(o)));
         let syncer = Arc::new(InstrumentedSyncer::new(
             syncer,
             metrics.clone(),
@@ -505,14 +496,10 @@ impl Agent {
         .with_probe_updates(probe_updates)
         .with_volumes(volumes)
         .with_metrics(metrics.clone());
-        let sync_loop = match objects {
-            Some(objects) => sync_loop.with_objects(objects),
-            None => sync_loop,
-        };
-        let sync_loop = match &cm {
-            Some(cm) => sync_loop.with_cgroups(cm.clone(), cfg.root_dir.clone()),
-            None => sync_loop,
-        };
+        let sync_loop = with_opt(sync_loop, objects, |l, o| l.with_objects(o));
+        let sync_loop = with_opt(sync_loop, cm.clone(), |l, cm| {
+            l.with_cgroups(cm, cfg.root_dir.clone())
+        });
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
         if let Some(cm) = cm {
@@ -702,6 +689,14 @@ struct EvictionInputs {
     events: Arc<dyn EventRecorder>,
     pressure: watch::Sender<NodePressure>,
     metrics: KubeletMetrics,
+}
+
+/// `f(value, x)` when `opt` holds an `x`, else `value` unchanged: an optional builder step.
+fn with_opt<V, T>(value: V, opt: Option<T>, f: impl FnOnce(V, T) -> V) -> V {
+    match opt {
+        Some(x) => f(value, x),
+        None => value,
+    }
 }
 
 /// Starts the stats provider (unless injected or disabled) and, with stats, the eviction
