@@ -88,6 +88,10 @@ impl StatsSettings {
 
 type RefreshRequest = oneshot::Sender<Arc<Summary>>;
 
+/// How long after a change of the desired pods the provider collects (coalescing a burst of
+/// pod additions into one collection).
+pub const POD_CHANGE_DELAY: Duration = Duration::from_secs(1);
+
 /// Read side of the stats: the latest snapshot, and a way to ask for a fresh one.
 #[derive(Clone)]
 pub struct StatsHandle {
@@ -178,16 +182,32 @@ impl StatsProvider {
         )
     }
 
-    /// Collects every `interval` and on request until `cancel` fires.
+    /// Collects every `interval`, on request, and [`POD_CHANGE_DELAY`] after the desired pods
+    /// change (so a new pod shows up in the Summary without waiting for the next period, as
+    /// upstream's CRI stats provider, which lists pods per request), until `cancel` fires.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(self.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pod_change_due: Option<tokio::time::Instant> = None;
         loop {
+            let due = pod_change_due;
+            let pod_change = async move {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let reply = tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => None,
                 r = self.refresh_rx.recv() => r,
+                Ok(()) = self.pods.changed(), if pod_change_due.is_none() => {
+                    pod_change_due = Some(tokio::time::Instant::now() + POD_CHANGE_DELAY);
+                    continue;
+                }
+                () = pod_change => None,
             };
+            pod_change_due = None;
             let summary = Arc::new(self.collect().await);
             self.tx.send_replace(summary.clone());
             if let Some(reply) = reply {
@@ -223,7 +243,7 @@ impl StatsProvider {
         // The runtime calls of one collection go out together.
         let (cri_stats, image_fs, created) =
             tokio::join!(container_stats, image_fs, self.created_times());
-        let pods = self.pods.borrow().clone();
+        let pods = self.pods.borrow_and_update().clone();
         let mut input = CollectInput {
             fs: self.fs.clone(),
             settings: self.settings.clone(),

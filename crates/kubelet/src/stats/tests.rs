@@ -287,6 +287,47 @@ fn pod_cgroup_paths_follow_the_qos_layout() {
 }
 
 #[tokio::test]
+async fn provider_collects_soon_after_the_desired_pods_change() {
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let (pods_tx, pods) = watch::channel(Arc::new(Vec::<Pod>::new()));
+    let settings = StatsSettings {
+        cgroup_mount: "/cg".into(),
+        interval: Duration::from_secs(3600),
+        ..StatsSettings::new(
+            "n1",
+            Path::new("/var/lib/kubelet"),
+            Path::new("/var/log/pods"),
+        )
+    };
+    let fs: Arc<dyn StatsFs> = Arc::new(FakeFs::default());
+    let (provider, handle) =
+        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(provider.run(cancel.clone()));
+    let mut snapshots = handle.subscribe();
+    snapshots.changed().await.unwrap();
+    assert!(
+        handle.latest().pods.is_empty(),
+        "the first, immediate collection"
+    );
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let changed_at = tokio::time::Instant::now();
+    pods_tx.send_replace(Arc::new(vec![pod]));
+    tokio::time::timeout(Duration::from_secs(5), snapshots.changed())
+        .await
+        .expect("a collection follows the pod change, not the 1 h period")
+        .unwrap();
+    assert!(changed_at.elapsed() >= POD_CHANGE_DELAY);
+    assert_eq!(handle.latest().pods[0].pod_ref.uid, "u1");
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
 async fn provider_task_publishes_and_answers_refresh_requests() {
     let fake_fs = FakeFs::default();
     fake_fs.set_file("/cg/cpuacct/cpuacct.usage", "1000000000");
