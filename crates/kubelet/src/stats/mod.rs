@@ -61,8 +61,7 @@ pub struct StatsSettings {
     pub interval: Duration,
     /// `kubeletCgroups`: the kubelet's cgroup; empty: the kubelet process's own.
     pub kubelet_cgroups: String,
-    /// `--runtime-cgroups`: the runtime's cgroup; empty: the cgroup of the process serving
-    /// the CRI socket.
+    /// `--runtime-cgroups`: reported as the `runtime` system container when set.
     pub runtime_cgroups: String,
     /// `systemCgroups`: reported as the `misc` system container when set.
     pub system_cgroups: String,
@@ -147,7 +146,7 @@ pub struct StatsProvider {
     refresh_rx: mpsc::Receiver<RefreshRequest>,
     /// Previous cumulative CPU readings (key → (ns, when)) for `usageNanoCores`.
     prev_cpu: HashMap<String, (u64, DateTime<Utc>)>,
-    /// Where the system containers are (the runtime's PID is cached here).
+    /// Where the system containers are (boot time and the kubelet's cgroup, read once).
     locator: SystemLocator,
 }
 
@@ -446,7 +445,7 @@ pub fn build_summary(inp: &CollectInput) -> Summary {
         usage_nano_cores: None,
         usage_core_nano_seconds: Some(ns),
     });
-    node.start_time = system::read_boot_time(fs, &s.proc_root);
+    node.start_time = inp.system.boot_time;
     node.network = net::read_node_network(fs, &s.proc_root, now);
     node.system_containers = system::system_containers(fs, &inp.layout, &inp.system, now);
     match fs.statfs(&s.root_dir) {

@@ -14,7 +14,7 @@ use super::types::{InterfaceStats, NetworkStats};
 
 /// Upstream `defaultNetworkInterfaceName`: the interface whose counters are inlined (node and
 /// pods alike; a host without `eth0` gets an empty inline part, as upstream).
-pub const DEFAULT_POD_INTERFACE: &str = "eth0";
+pub const DEFAULT_INTERFACE: &str = "eth0";
 
 /// Interfaces cadvisor leaves out (name prefixes, case-insensitive): loopback and the host
 /// sides of container links.
@@ -51,14 +51,11 @@ pub fn parse_net_dev(s: &str) -> Vec<InterfaceStats> {
         .collect()
 }
 
-/// Upstream's `NetworkStats` from a list of interfaces: `default` inlined when present.
-pub fn network_stats(
-    interfaces: Vec<InterfaceStats>,
-    default: Option<&str>,
-    now: DateTime<Utc>,
-) -> NetworkStats {
-    let inline = default
-        .and_then(|d| interfaces.iter().find(|i| i.name == d))
+/// Upstream's `NetworkStats` from a list of interfaces: `eth0` inline when present.
+fn network_stats(interfaces: Vec<InterfaceStats>, now: DateTime<Utc>) -> NetworkStats {
+    let inline = interfaces
+        .iter()
+        .find(|i| i.name == DEFAULT_INTERFACE)
         .cloned()
         .unwrap_or_default();
     NetworkStats {
@@ -68,18 +65,19 @@ pub fn network_stats(
     }
 }
 
+/// The network namespace of a process directory (`/proc` or `/proc/<pid>`): its `net/dev`.
+fn read_net_dev(fs: &dyn StatsFs, proc_dir: &Path, now: DateTime<Utc>) -> Option<NetworkStats> {
+    let dev = fs.read_to_string(&proc_dir.join("net/dev")).ok()?;
+    Some(network_stats(parse_net_dev(&dev), now))
+}
+
 /// The host's interfaces (`/proc/net/dev`), `eth0` inline.
 pub fn read_node_network(
     fs: &dyn StatsFs,
     proc: &Path,
     now: DateTime<Utc>,
 ) -> Option<NetworkStats> {
-    let dev = fs.read_to_string(&proc.join("net/dev")).ok()?;
-    Some(network_stats(
-        parse_net_dev(&dev),
-        Some(DEFAULT_POD_INTERFACE),
-        now,
-    ))
+    read_net_dev(fs, proc, now)
 }
 
 /// PIDs of the processes directly in a cgroup (`cgroup.procs`).
@@ -118,16 +116,9 @@ pub fn read_cgroup_network(
     rel: &str,
     now: DateTime<Utc>,
 ) -> Option<NetworkStats> {
-    cgroup_pids(fs, layout, rel).into_iter().find_map(|pid| {
-        let dev = fs
-            .read_to_string(&proc.join(pid.to_string()).join("net/dev"))
-            .ok()?;
-        Some(network_stats(
-            parse_net_dev(&dev),
-            Some(DEFAULT_POD_INTERFACE),
-            now,
-        ))
-    })
+    cgroup_pids(fs, layout, rel)
+        .into_iter()
+        .find_map(|pid| read_net_dev(fs, &proc.join(pid.to_string()), now))
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ impl SysCgroup {
 /// The system containers to report in one collection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SystemCgroups {
+    /// When the node booted (`btime`), read once.
+    pub boot_time: Option<DateTime<Utc>>,
     pub kubelet: Option<SysCgroup>,
     /// The kubelet process's start time (upstream reports the kubelet's own creation time).
     pub kubelet_start: Option<DateTime<Utc>>,
@@ -113,11 +115,14 @@ pub fn process_start_time(
     Some(boot + TimeDelta::milliseconds(ticks.saturating_mul(1000 / USER_HZ)))
 }
 
-/// Resolves the system containers once per collection; the kubelet's own cgroup is looked up
-/// once (a process does not change cgroups on its own).
+/// The kubelet's cgroup and the kubelet process's start time.
+type KubeletCgroup = Option<(SysCgroup, Option<DateTime<Utc>>)>;
+
+/// Resolves the system containers once per collection; the boot time and the kubelet's own
+/// cgroup are read once (neither changes while the kubelet runs).
 #[derive(Debug, Clone, Default)]
 pub struct SystemLocator {
-    kubelet: Option<Option<(SysCgroup, Option<DateTime<Utc>>)>>,
+    once: Option<(Option<DateTime<Utc>>, KubeletCgroup)>,
 }
 
 impl SystemLocator {
@@ -127,9 +132,12 @@ impl SystemLocator {
         layout: &CgroupLayout,
         s: &StatsSettings,
     ) -> SystemCgroups {
-        let kubelet = self
-            .kubelet
-            .get_or_insert_with(|| locate_kubelet(fs, layout, s))
+        let (boot_time, kubelet) = self
+            .once
+            .get_or_insert_with(|| {
+                let boot = read_boot_time(fs, &s.proc_root);
+                (boot, locate_kubelet(fs, layout, s, boot))
+            })
             .clone();
         let root = s.cgroup_root.trim_end_matches('/');
         let pods = if s.cgroups_per_qos {
@@ -141,6 +149,7 @@ impl SystemLocator {
         };
         let named = |n: &str| (!n.is_empty()).then(|| SysCgroup::named(n));
         SystemCgroups {
+            boot_time,
             kubelet_start: kubelet.as_ref().and_then(|(_, t)| *t),
             kubelet: kubelet.map(|(cg, _)| cg),
             runtime: named(&s.runtime_cgroups),
@@ -155,7 +164,8 @@ fn locate_kubelet(
     fs: &dyn StatsFs,
     layout: &CgroupLayout,
     s: &StatsSettings,
-) -> Option<(SysCgroup, Option<DateTime<Utc>>)> {
+    boot: Option<DateTime<Utc>>,
+) -> KubeletCgroup {
     let proc = s.proc_root.as_path();
     let cg = if s.kubelet_cgroups.is_empty() {
         let cg = fs
@@ -176,8 +186,7 @@ fn locate_kubelet(
     } else {
         SysCgroup::named(&s.kubelet_cgroups)
     };
-    let start =
-        read_boot_time(fs, proc).and_then(|boot| process_start_time(fs, proc, "self", boot));
+    let start = boot.and_then(|boot| process_start_time(fs, proc, "self", boot));
     Some((cg, start))
 }
 

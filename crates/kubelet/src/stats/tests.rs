@@ -286,10 +286,13 @@ fn pod_cgroup_paths_follow_the_qos_layout() {
     );
 }
 
-#[tokio::test]
-async fn provider_collects_soon_after_the_desired_pods_change() {
-    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
-    let (pods_tx, pods) = watch::channel(Arc::new(Vec::<Pod>::new()));
+/// A provider task (node `n1`, cgroups under `/cg`) that collects at start, on request and on
+/// pod changes only (its period is an hour).
+fn spawn_provider(
+    fs: FakeFs,
+    rt: rkubelet_cri::fake::FakeRuntime,
+    pods: watch::Receiver<Arc<Vec<Pod>>>,
+) -> (StatsHandle, CancellationToken, tokio::task::JoinHandle<()>) {
     let settings = StatsSettings {
         cgroup_mount: "/cg".into(),
         interval: Duration::from_secs(3600),
@@ -299,22 +302,34 @@ async fn provider_collects_soon_after_the_desired_pods_change() {
             Path::new("/var/log/pods"),
         )
     };
-    let fs: Arc<dyn StatsFs> = Arc::new(FakeFs::default());
-    let (provider, handle) =
-        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
+    let (provider, handle) = StatsProvider::new(
+        Arc::new(fs),
+        Arc::new(rt.clone()),
+        Arc::new(rt),
+        settings,
+        pods,
+    );
     let cancel = CancellationToken::new();
     let task = tokio::spawn(provider.run(cancel.clone()));
+    (handle, cancel, task)
+}
+
+#[tokio::test]
+async fn provider_collects_soon_after_the_desired_pods_change() {
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let (pods_tx, pods) = watch::channel(Arc::new(Vec::<Pod>::new()));
+    let (handle, cancel, task) = spawn_provider(FakeFs::default(), rt, pods);
     let mut snapshots = handle.subscribe();
     snapshots.changed().await.unwrap();
     assert!(
         handle.latest().pods.is_empty(),
         "the first, immediate collection"
     );
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
-    }))
-    .unwrap();
+    let pod = pod(
+        "u1",
+        "p",
+        serde_json::json!({"containers": [{"name": "c"}]}),
+    );
     let changed_at = tokio::time::Instant::now();
     pods_tx.send_replace(Arc::new(vec![pod]));
     tokio::time::timeout(Duration::from_secs(5), snapshots.changed())
@@ -347,20 +362,7 @@ async fn provider_task_publishes_and_answers_refresh_requests() {
     );
     let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
     let (_pods_tx, pods) = watch::channel(Arc::new(Vec::<Pod>::new()));
-    let settings = StatsSettings {
-        cgroup_mount: "/cg".into(),
-        interval: Duration::from_secs(3600),
-        ..StatsSettings::new(
-            "n1",
-            Path::new("/var/lib/kubelet"),
-            Path::new("/var/log/pods"),
-        )
-    };
-    let fs: Arc<dyn StatsFs> = Arc::new(fake_fs.clone());
-    let (provider, handle) =
-        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(provider.run(cancel.clone()));
+    let (handle, cancel, task) = spawn_provider(fake_fs.clone(), rt, pods);
     let first = handle.refresh().await;
     assert_eq!(first.node.node_name, "n1");
     assert_eq!(first.node.fs.as_ref().unwrap().available_bytes, Some(500));
@@ -462,20 +464,7 @@ async fn provider_takes_start_times_from_the_ready_sandbox_and_the_container() {
         "p",
         serde_json::json!({"containers": [{"name": "c"}]}),
     )]));
-    let settings = StatsSettings {
-        cgroup_mount: "/cg".into(),
-        interval: Duration::from_secs(3600),
-        ..StatsSettings::new(
-            "n1",
-            Path::new("/var/lib/kubelet"),
-            Path::new("/var/log/pods"),
-        )
-    };
-    let fs: Arc<dyn StatsFs> = Arc::new(FakeFs::default());
-    let (provider, handle) =
-        StatsProvider::new(fs, Arc::new(rt.clone()), Arc::new(rt), settings, pods);
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn(provider.run(cancel.clone()));
+    let (handle, cancel, task) = spawn_provider(FakeFs::default(), rt, pods);
     let s = handle.refresh().await;
     let p = s.pod("u1").unwrap();
     assert_eq!(
