@@ -172,9 +172,8 @@ pub(super) fn query_pairs(q: Option<&str>) -> Vec<(String, String)> {
 /// Query parameters (the first value of each, percent-decoded).
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
     let mut out = HashMap::new();
-    for p in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        out.entry(pct_decode(k)).or_insert_with(|| pct_decode(v));
+    for (k, v) in query_pairs(q) {
+        out.entry(k).or_insert(v);
     }
     out
 }
