@@ -81,6 +81,39 @@ pub(crate) fn pod_kubelet(
     })
 }
 
+/// An HTTP/1.1 connection to a kubelet over TLS with this server's kubelet-client config (the
+/// TCP connect bounded by `dial_timeout`); errors are shaped by `fail` (the caller's wording).
+pub(crate) async fn dial_kubelet(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    dial_timeout: Duration,
+    fail: &(dyn Fn(String) -> ApiError + Sync),
+) -> Result<KubeletConnection, ApiError> {
+    let tcp = tokio::time::timeout(dial_timeout, tokio::net::TcpStream::connect((host, port)))
+        .await
+        .map_err(|_| fail("dial tcp: i/o timeout".into()))?
+        .map_err(|e| fail(format!("dial tcp: {e}")))?;
+    let server_name = rustls::pki_types::ServerName::try_from(host.to_owned())
+        .map_err(|e| fail(format!("invalid host: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| fail(format!("tls: {e}")))?;
+    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| fail(e.to_string()))
+}
+
+/// The request sender and connection driver of [`dial_kubelet`].
+pub(crate) type KubeletConnection = (
+    hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    hyper::client::conn::http1::Connection<
+        TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+        Empty<Bytes>,
+    >,
+);
+
 pub(crate) fn pct_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -126,22 +159,7 @@ pub async fn proxy(
     let path = format!("/containerLogs/{ns}/{name}/{container}?{}", query.join("&"));
     let url = format!("https://{host}:{port}{path}");
     let fail = |e: String| ApiError::internal(format!("Get \"{url}\": {e}"));
-    let tcp = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::TcpStream::connect((host.as_str(), port)),
-    )
-    .await
-    .map_err(|_| fail("dial tcp: i/o timeout".into()))?
-    .map_err(|e| fail(format!("dial tcp: {e}")))?;
-    let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| fail(format!("invalid host: {e}")))?;
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(server_name, tcp)
-        .await
-        .map_err(|e| fail(format!("tls: {e}")))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| fail(e.to_string()))?;
+    let (mut sender, conn) = dial_kubelet(tls, &host, port, Duration::from_secs(5), &fail).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "kubelet log connection ended");

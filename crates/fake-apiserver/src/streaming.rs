@@ -10,7 +10,7 @@
 //! API server >= 1.30 would translate websockets to SPDY itself; this one does not).
 
 use crate::error::ApiError;
-use crate::logs::{container_names, pct_encode, pod_kubelet};
+use crate::logs::{container_names, dial_kubelet, pct_encode, pod_kubelet};
 use crate::resources;
 use crate::server::Body;
 use crate::store::Store;
@@ -222,18 +222,7 @@ pub async fn proxy(
         .unwrap_or_default();
     let client_upgrade = hyper::upgrade::on(&mut req);
     let connect = async {
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(|e| fail(format!("dial tcp: {e}")))?;
-        let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| fail(format!("invalid host: {e}")))?;
-        let stream = tokio_rustls::TlsConnector::from(tls)
-            .connect(server_name, tcp)
-            .await
-            .map_err(|e| fail(format!("tls: {e}")))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        let (mut sender, conn) = dial_kubelet(tls, &host, port, KUBELET_TIMEOUT, &fail).await?;
         let cancel = tasks.cancel.clone();
         tasks.tracker.spawn(async move {
             tokio::select! {
