@@ -10,9 +10,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 
+/// Records mounts; a bind records its source as `Some(-1)` in `mounted` and in `binds`.
 #[derive(Default)]
 pub(super) struct FakeMounter {
     pub(super) mounted: StdMutex<HashMap<PathBuf, Option<i64>>>,
+    /// `(source, target, what the source resolved to when the bind was asked for)`.
+    pub(super) binds: StdMutex<Vec<(PathBuf, PathBuf, PathBuf)>>,
+    /// Runs inside `bind_mount` before anything is recorded: the window between resolving a
+    /// subPath and mounting it.
+    #[allow(clippy::type_complexity)]
+    pub(super) before_bind: StdMutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 #[async_trait]
@@ -27,6 +34,22 @@ impl Mounter for FakeMounter {
     }
     fn is_mount_point(&self, dir: &Path) -> bool {
         self.mounted.lock().unwrap().contains_key(dir)
+    }
+    async fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        if let Some(hook) = self.before_bind.lock().unwrap().as_ref() {
+            hook();
+        }
+        let resolved = std::fs::read_link(source).map_err(|e| format!("{source:?}: {e}"))?;
+        self.binds.lock().unwrap().push((
+            source.to_path_buf(),
+            target.to_path_buf(),
+            resolved,
+        ));
+        self.mounted
+            .lock()
+            .unwrap()
+            .insert(target.to_path_buf(), Some(-1));
+        Ok(())
     }
 }
 
@@ -131,10 +154,20 @@ async fn empty_dirs_host_paths_and_mounts() {
         domain: "",
     };
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let mounts = m.container_mounts(&p, c, &vols, &hosts).unwrap();
+    let mounts = m
+        .container_mounts(&p, c, &vols, &hosts, &[])
+        .await
+        .unwrap();
     assert_eq!(mounts[0].container_path, "/work");
-    assert_eq!(mounts[0].host_path, work.join("sub/dir").to_string_lossy());
+    let target = dir.path().join("pods/uid-1/volume-subpaths/work/c/0");
+    assert_eq!(mounts[0].host_path, target.to_string_lossy());
     assert!(work.join("sub/dir").is_dir());
+    assert!(target.is_dir());
+    assert_eq!(
+        mounter.binds.lock().unwrap()[0].2,
+        work.join("sub/dir"),
+        "the bind source is the opened subPath"
+    );
     assert!(mounts[1].readonly);
     assert_eq!(
         mounts[1].propagation,
@@ -149,6 +182,7 @@ async fn empty_dirs_host_paths_and_mounts() {
     m.unmount_pod_volumes("uid-1").await.unwrap();
     assert!(mounter.mounted.lock().unwrap().is_empty());
     assert!(!work.exists());
+    assert!(!dir.path().join("pods/uid-1/volume-subpaths").exists());
     assert!(host.is_dir(), "hostPath contents are never removed");
     assert!(m.mounted_pods().is_empty());
 }
@@ -193,7 +227,8 @@ async fn bad_volumes_fail_with_upstream_wording() {
         domain: "",
     };
     let err = m
-        .container_mounts(&p, c, &BTreeMap::new(), &hosts)
+        .container_mounts(&p, c, &BTreeMap::new(), &hosts, &[])
+        .await
         .unwrap_err();
     assert_eq!(
         err.to_string(),
