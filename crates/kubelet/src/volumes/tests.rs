@@ -256,3 +256,39 @@ async fn orphaned_pod_dirs_are_cleaned() {
         "tmpfs unmounted before removal"
     );
 }
+
+/// Needs root (mount). A mount the manager does not know about (left by someone else) under an
+/// orphaned pod directory: the directory is not deleted through it; once unmounted it goes.
+#[tokio::test]
+async fn orphaned_pod_dirs_with_a_mount_inside_are_kept() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to mount");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager(dir.path());
+    let pod_dir = dir.path().join("pods/orphan");
+    let mp = pod_dir.join("plugins/foreign");
+    std::fs::create_dir_all(&mp).unwrap();
+    std::fs::write(pod_dir.join("etc-hosts"), "x").unwrap();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::fs::write(mp.join("canary"), "alive").unwrap();
+
+    m.cleanup_orphaned_pod_dirs(&HashSet::new()).await;
+    let canary = std::fs::read_to_string(mp.join("canary"));
+    let umount = std::process::Command::new("umount")
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(umount.status.success(), "{umount:?}");
+    assert_eq!(canary.unwrap(), "alive", "nothing deleted through the mount");
+    assert!(mp.is_dir());
+    assert!(!pod_dir.join("etc-hosts").exists(), "the rest was removed");
+    m.cleanup_orphaned_pod_dirs(&HashSet::new()).await;
+    assert!(!pod_dir.exists());
+}
