@@ -133,7 +133,11 @@ spec:
         .into_iter()
         .filter_map(|c| c.metadata.map(|m| m.name))
         .collect();
-    assert_eq!(created, vec!["plant".to_owned()], "only the init container ran");
+    assert_eq!(
+        created,
+        vec!["plant".to_owned()],
+        "only the init container ran"
+    );
 
     k.remove_manifest("escape.yaml");
     wait_pod_dir_gone(&k, &uid).await;
@@ -267,5 +271,50 @@ spec:
     }
 
     k.remove_manifest("subok.yaml");
+    wait_pod_dir_gone(&k, &uid).await;
+}
+
+/// The kubelet dies with a subPath bind mount in place and the pod is gone when it comes back:
+/// the orphaned pod's subPath mount is unmounted and its directory removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_cleans_up_the_sub_path_mounts_of_an_orphaned_pod() {
+    let mut k = Kubelet::new();
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: orphan
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: vol
+    emptyDir: {{}}
+  containers:
+  - name: main
+    image: {IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: vol
+      mountPath: /data
+      subPath: some/dir
+"#
+    );
+    k.write_manifest("orphan.yaml", &manifest);
+    k.start();
+    let p = k
+        .wait_pod("orphan", WAIT, "Running", |p| running(p, "main"))
+        .await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
+    let target = k
+        .root()
+        .join("pods")
+        .join(&uid)
+        .join("volume-subpaths/vol/main/0");
+    assert_eq!(mounts_under(&target).len(), 1);
+
+    k.kill9();
+    k.remove_manifest("orphan.yaml");
+    k.start();
     wait_pod_dir_gone(&k, &uid).await;
 }

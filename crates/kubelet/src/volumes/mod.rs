@@ -64,7 +64,9 @@ pub enum VolumeError {
     #[error("{0}")]
     SubPath(String),
     /// Upstream hides the cause (it could describe the host's filesystem); it is logged.
-    #[error("failed to create subPath directory for volumeMount {volume:?} of container {container:?}")]
+    #[error(
+        "failed to create subPath directory for volumeMount {volume:?} of container {container:?}"
+    )]
     SubPathCreate { volume: String, container: String },
     #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
     SubPathPrepare { volume: String, container: String },
@@ -126,10 +128,10 @@ impl Mounter for SystemMounter {
         let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
             return false;
         };
-        let want = dir.to_string_lossy();
+        let want = dir.as_os_str().as_encoded_bytes();
         info.lines()
             .filter_map(|l| l.split(' ').nth(4))
-            .any(|mp| mp == want)
+            .any(|mp| unescape_mountinfo(mp) == want)
     }
 
     /// `mount(2)` with `MS_BIND` in the kubelet's own process (the source path is handed to the
@@ -147,6 +149,29 @@ impl Mounter for SystemMounter {
                 )
             })
     }
+}
+
+/// A mountinfo path field: space, tab, newline and backslash come octal-escaped (`\040`).
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| {
+            b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) && d[0] <= b'3'
+        });
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 async fn run(mut cmd: tokio::process::Command) -> Result<(), String> {

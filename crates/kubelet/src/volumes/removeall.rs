@@ -169,12 +169,7 @@ pub fn remove_all_one_filesystem(path: &Path) -> Result<(), RemoveError> {
 
 /// Handles one entry of `top`: a directory on the same mount is opened (to be emptied next),
 /// anything else on the same mount is unlinked, anything on another mount is refused.
-fn step(
-    top: &Frame,
-    name: &[u8],
-    path: &Path,
-    home: Place,
-) -> Result<Option<Dir>, RemoveError> {
+fn step(top: &Frame, name: &[u8], path: &Path, home: Place) -> Result<Option<Dir>, RemoveError> {
     let dirfd = top.dir.fd().map_err(|e| RemoveError::io(&top.path, e))?;
     let st = match rustix::fs::statx(dirfd, name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
         Ok(st) => st,
@@ -206,7 +201,9 @@ fn step(
     if !Place::of(&st).same_mount(home) {
         return Err(RemoveError::MountPoint(path.to_path_buf()));
     }
-    Dir::new(child).map(Some).map_err(|e| RemoveError::io(path, e))
+    Dir::new(child)
+        .map(Some)
+        .map_err(|e| RemoveError::io(path, e))
 }
 
 fn unlink(parent: &Frame, name: &[u8], flags: AtFlags) -> rustix::io::Result<()> {
@@ -266,7 +263,10 @@ mod tests {
     }
 
     fn mount(args: &[&str]) {
-        let out = std::process::Command::new("mount").args(args).output().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(args)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "mount {args:?}: {out:?}");
     }
 
@@ -323,7 +323,10 @@ mod tests {
         let err = remove_all_one_filesystem(&mp).unwrap_err();
         let alive = mp.join("canary").exists();
         umount(&mp);
-        assert!(matches!(err, RemoveError::MountPoint(ref p) if p == &mp), "{err}");
+        assert!(
+            matches!(err, RemoveError::MountPoint(ref p) if p == &mp),
+            "{err}"
+        );
         assert!(alive);
 
         // Unmounted, the same tree goes.

@@ -175,7 +175,9 @@ pub fn resolve(volume_root: &Path, sub: &str) -> Result<Resolved, SubPathError> 
             stack.pop();
             continue;
         }
-        let (parent, parent_path) = stack.last().ok_or(SubPathError::Task("empty walk".into()))?;
+        let (parent, parent_path) = stack
+            .last()
+            .ok_or(SubPathError::Task("empty walk".into()))?;
         let path = parent_path.join(&name);
         let fd = match rustix::fs::openat(
             parent,
@@ -327,7 +329,10 @@ pub struct SubPathMount<'a> {
 /// Resolves the subPath and bind-mounts it onto its target (upstream `doBindSubPath`); returns
 /// the target, the host path to hand to the runtime. A target already mounted with the same
 /// object (a container restart) is reused; one mounted with something else is replaced.
-pub async fn prepare(mounter: &dyn Mounter, req: &SubPathMount<'_>) -> Result<PathBuf, SubPathError> {
+pub async fn prepare(
+    mounter: &dyn Mounter,
+    req: &SubPathMount<'_>,
+) -> Result<PathBuf, SubPathError> {
     let target = bind_target(req.pod_dir, req.volume, req.container, req.index)?;
     let (root, sub) = (req.volume_path.to_path_buf(), req.sub_path.to_owned());
     let resolved = tokio::task::spawn_blocking(move || resolve(&root, &sub))
@@ -335,10 +340,11 @@ pub async fn prepare(mounter: &dyn Mounter, req: &SubPathMount<'_>) -> Result<Pa
         .map_err(|e| SubPathError::Task(e.to_string()))??;
 
     if mounter.is_mount_point(&target) {
-        let mounted = std::fs::symlink_metadata(&target).map_err(|source| SubPathError::Target {
-            path: target.clone(),
-            source,
-        })?;
+        let mounted =
+            std::fs::symlink_metadata(&target).map_err(|source| SubPathError::Target {
+                path: target.clone(),
+                source,
+            })?;
         if (mounted.dev(), mounted.ino()) == (resolved.dev, resolved.ino) {
             debug!(target = %target.display(), "subpath already mounted");
             return Ok(target);

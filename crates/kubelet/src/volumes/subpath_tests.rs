@@ -72,7 +72,10 @@ fn absolute_and_backstepping_sub_paths_are_refused_with_upstream_wording() {
     }
     // A name that merely starts with dots is a name.
     std::fs::create_dir(vol.join("..data")).unwrap();
-    assert_eq!(opened(&resolve(&vol, "..data").unwrap()), vol.join("..data"));
+    assert_eq!(
+        opened(&resolve(&vol, "..data").unwrap()),
+        vol.join("..data")
+    );
 }
 
 /// A link out of the volume, planted at each level of the subPath, absolute or relative: the
@@ -434,7 +437,10 @@ async fn real_bind_mount_refers_to_the_opened_directory() {
     );
     assert_eq!(file_shown.unwrap().unwrap(), "a file");
     assert_eq!(again.unwrap(), file_res.unwrap());
-    assert_eq!(mounted_before_clean, 2, "one mount per target, none doubled");
+    assert_eq!(
+        mounted_before_clean, 2,
+        "one mount per target, none doubled"
+    );
     cleaned.unwrap();
     assert_eq!(mounted_after_clean, 0);
     assert!(!pod_dir.join("volume-subpaths").exists());

@@ -40,11 +40,10 @@ impl Mounter for FakeMounter {
             hook();
         }
         let resolved = std::fs::read_link(source).map_err(|e| format!("{source:?}: {e}"))?;
-        self.binds.lock().unwrap().push((
-            source.to_path_buf(),
-            target.to_path_buf(),
-            resolved,
-        ));
+        self.binds
+            .lock()
+            .unwrap()
+            .push((source.to_path_buf(), target.to_path_buf(), resolved));
         self.mounted
             .lock()
             .unwrap()
@@ -154,10 +153,7 @@ async fn empty_dirs_host_paths_and_mounts() {
         domain: "",
     };
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let mounts = m
-        .container_mounts(&p, c, &vols, &hosts, &[])
-        .await
-        .unwrap();
+    let mounts = m.container_mounts(&p, c, &vols, &hosts, &[]).await.unwrap();
     assert_eq!(mounts[0].container_path, "/work");
     let target = dir.path().join("pods/uid-1/volume-subpaths/work/c/0");
     assert_eq!(mounts[0].host_path, target.to_string_lossy());
@@ -286,9 +282,22 @@ async fn orphaned_pod_dirs_with_a_mount_inside_are_kept() {
         .output()
         .unwrap();
     assert!(umount.status.success(), "{umount:?}");
-    assert_eq!(canary.unwrap(), "alive", "nothing deleted through the mount");
+    assert_eq!(
+        canary.unwrap(),
+        "alive",
+        "nothing deleted through the mount"
+    );
     assert!(mp.is_dir());
     assert!(!pod_dir.join("etc-hosts").exists(), "the rest was removed");
     m.cleanup_orphaned_pod_dirs(&HashSet::new()).await;
     assert!(!pod_dir.exists());
+}
+
+#[test]
+fn mountinfo_paths_are_unescaped() {
+    assert_eq!(unescape_mountinfo("/a\\040b\\011c"), b"/a b\tc");
+    assert_eq!(unescape_mountinfo("/x\\134y"), b"/x\\y");
+    assert_eq!(unescape_mountinfo("/plain\\9"), b"/plain\\9");
+    assert!(SystemMounter.is_mount_point(Path::new("/proc")));
+    assert!(!SystemMounter.is_mount_point(Path::new("/proc/self")));
 }
