@@ -98,8 +98,15 @@ pub trait Mounter: Send + Sync {
     fn is_mount_point(&self, dir: &Path) -> bool;
     /// Bind-mounts `source` onto `target` (an existing empty directory or file). For subPaths
     /// `source` is `/proc/<pid>/fd/<n>` of an fd the caller keeps open until this returns: the
-    /// kernel resolves it to the opened object, and it must not be canonicalized.
-    async fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String>;
+    /// kernel resolves it to the opened object, and it must not be canonicalized. A mounter
+    /// without bind mounts fails every subPath mount.
+    async fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        Err(format!(
+            "bind-mounting {} onto {}: not supported by this mounter",
+            source.display(),
+            target.display()
+        ))
+    }
 }
 
 /// Mounts with the host's `mount`/`umount` (util-linux), as upstream's mounter does.
