@@ -426,6 +426,9 @@ impl Agent {
             },
             cancel.child_token(),
         );
+        // Per-pod tasks restart after a panic; the metric counts them.
+        workers.set_metrics(metrics.clone());
+        prober.set_metrics(metrics.clone());
 
         // Sources → merger.
         let (source_tx, source_rx) = mpsc::channel(64);
