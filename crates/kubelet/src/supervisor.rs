@@ -234,10 +234,14 @@ mod tests {
         tracker.close();
         tracker.wait().await;
         sup.spawn_critical("status", async { panic!("second") });
-        tokio::task::yield_now().await;
+        tracker.wait().await;
         let fatal = sup.fatal().await;
         assert_eq!(fatal.task, "sync loop");
         assert_eq!(fatal.message, "bad pod 7");
+        assert_eq!(
+            sup.health().unwrap_err(),
+            "task sync loop panicked: bad pod 7; task status panicked: second"
+        );
     }
 
     #[tokio::test]
