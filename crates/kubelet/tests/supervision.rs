@@ -1,7 +1,8 @@
 //! Long-running safety of a whole agent on the `FakeRuntime` (paused time): a panic in a pod
 //! or probe worker is caught, the worker restarts and the pod converges, counted in
 //! `rkubelet_task_panics_total{task}`; a panic in a singleton (PLEG, sync loop) is fatal and
-//! named, and `/healthz`'s `tasks` check reports it; an idle agent has no dead task.
+//! named, and `/healthz`'s `tasks` check reports it; an idle agent (standalone or API mode)
+//! has no dead task.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -150,4 +151,34 @@ async fn an_idle_agent_has_no_dead_task() {
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(agent.task_health(), Ok(()));
     agent.shutdown().await;
+}
+
+/// In API-server mode every singleton (node status, lease, API source, mirror pods, status
+/// syncer, event sink, API objects, container GC) keeps running: none stops early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_mode_agent_has_no_dead_task() {
+    let api = common::api_fixture(fake_apiserver::Options::default()).await;
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let mut cfg = AgentConfig::for_tests(api.dir.path(), NODE);
+    cfg.node_status.update_frequency = Duration::from_secs(1);
+    cfg.api.node_lease_duration_secs = 4;
+    cfg.api.status_sync_period = Duration::from_secs(1);
+    cfg.api.mirror_period = Duration::from_secs(1);
+    cfg.gc.container_gc = Some(kubelet::kuberuntime::gc::ContainerGcPolicy::default());
+    let agent = Agent::start(
+        cfg,
+        kubelet::agent::AgentDeps {
+            api: Some(api.client.clone()),
+            ..fake_deps(&fake, &CollectingRecorder::default())
+        },
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(agent.task_health(), Ok(()));
+    assert_eq!(health(&agent, "tasks"), Ok(()));
+    tokio::time::timeout(Duration::from_secs(30), agent.shutdown())
+        .await
+        .unwrap();
 }
