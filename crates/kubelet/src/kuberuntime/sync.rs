@@ -321,7 +321,7 @@ impl PodSyncer for Syncer {
         }
         self.make_pod_dirs(pod)?;
         if let Some(cm) = &self.cgroups
-            && let Err(e) = cm.ensure_pod_cgroup(pod)
+            && let Err(e) = ensure_pod_cgroup(cm, pod).await
         {
             self.events.event(
                 pod,
@@ -558,5 +558,15 @@ impl Syncer {
             }
         }
         Ok(())
+    }
+}
+
+/// `ContainerManager::ensure_pod_cgroup` off the async worker threads: it writes cgroupfs
+/// files (a memory limit write can wait on reclaim) under the QoS lock.
+async fn ensure_pod_cgroup(cm: &ContainerManager, pod: &Pod) -> Result<(), String> {
+    let (cm, pod) = (cm.clone(), pod.clone());
+    match tokio::task::spawn_blocking(move || cm.ensure_pod_cgroup(&pod)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("pod cgroup task failed: {e}")),
     }
 }
