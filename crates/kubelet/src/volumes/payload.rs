@@ -69,7 +69,7 @@ pub fn aggregate(errs: Vec<SourceError>) -> Result<(), SourceError> {
 /// A spec mode (`0..=0777`, validated by the API server) as a permission mode; nonsense values
 /// fall back to 0644 rather than failing the volume.
 pub fn file_mode(mode: i32) -> u32 {
-    u32::try_from(mode).map_or(0o644, |m| m & 0o7777)
+    u32::try_from(mode).map_or(0o644, super::atomic_writer::permission_bits)
 }
 
 #[cfg(test)]
