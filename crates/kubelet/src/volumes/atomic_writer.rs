@@ -127,7 +127,10 @@ impl Ctx<'_> {
         }
     }
 
-    fn io_err(&self, what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> AtomicWriteError + '_ {
+    fn io_err(
+        &self,
+        what: impl std::fmt::Display,
+    ) -> impl FnOnce(std::io::Error) -> AtomicWriteError + '_ {
         let what = what.to_string();
         move |source| AtomicWriteError::Io {
             dir: self.dir.to_path_buf(),
@@ -154,10 +157,7 @@ pub fn write_payload(
     let root = rustix::fs::openat(CWD, target_dir, dir_flags(), Mode::empty())
         .map_err(cx.err("opening the volume directory"))?;
     let root = root.as_fd();
-    let top: BTreeSet<&str> = files
-        .keys()
-        .filter_map(|k| k.split('/').next())
-        .collect();
+    let top: BTreeSet<&str> = files.keys().filter_map(|k| k.split('/').next()).collect();
 
     let current = trusted_data_dir(root);
     if let Some(ts) = &current
@@ -311,7 +311,12 @@ fn same_payload(root: BorrowedFd<'_>, ts: &str, files: &BTreeMap<String, &FilePr
 
 /// Regular files under `dir` by relative path; `false` when anything else (a link, a device,
 /// a non-UTF-8 name, a too-deep tree) is found.
-fn collect_files(dir: BorrowedFd<'_>, prefix: &str, depth: usize, out: &mut BTreeSet<String>) -> bool {
+fn collect_files(
+    dir: BorrowedFd<'_>,
+    prefix: &str,
+    depth: usize,
+    out: &mut BTreeSet<String>,
+) -> bool {
     if depth > MAX_DEPTH {
         return false;
     }
@@ -428,7 +433,9 @@ pub(crate) fn remove_entry(
 
 /// Creates `..<timestamp>` (mode 0755 whatever the umask) and returns its name.
 fn new_timestamp_dir(cx: &Ctx<'_>, root: BorrowedFd<'_>) -> Result<String, AtomicWriteError> {
-    let now = chrono::Utc::now().format("%Y_%m_%d_%H_%M_%S.%f").to_string();
+    let now = chrono::Utc::now()
+        .format("%Y_%m_%d_%H_%M_%S.%f")
+        .to_string();
     for attempt in 0..100u32 {
         let name = if attempt == 0 {
             format!("..{now}")
@@ -483,7 +490,8 @@ fn write_files(
             let sub = open_dir_at(base, OsStr::new(part))
                 .map_err(cx.err(format!("opening directory of {rel:?}")))?;
             if created {
-                exact_mode(&sub, DIR_MODE).map_err(cx.err(format!("chmod directory of {rel:?}")))?;
+                exact_mode(&sub, DIR_MODE)
+                    .map_err(cx.err(format!("chmod directory of {rel:?}")))?;
             }
             held = Some(sub);
         }
@@ -500,7 +508,8 @@ fn write_files(
         let mut f = std::fs::File::from(fd);
         f.write_all(&file.data)
             .map_err(cx.io_err(format!("writing {rel:?}")))?;
-        f.sync_all().map_err(cx.io_err(format!("syncing {rel:?}")))?;
+        f.sync_all()
+            .map_err(cx.io_err(format!("syncing {rel:?}")))?;
     }
     Ok(())
 }

@@ -43,7 +43,10 @@ fn assert_canary_intact(c: &Path) {
         std::fs::read_to_string(c.join("labels")).unwrap(),
         "host-labels"
     );
-    let mode = std::fs::metadata(c.join("keep")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(c.join("keep"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o7777, 0o644, "canary mode changed");
 }
 
@@ -54,7 +57,10 @@ fn assert_volume(vol: &Path, items: &[(&str, &str)]) {
     }
     let root = rustix::fs::openat(CWD, vol, dir_flags(), Mode::empty()).unwrap();
     let ts = trusted_data_dir(root.as_fd()).expect("..data trusted after the write");
-    let top: BTreeSet<&str> = items.iter().filter_map(|(k, _)| k.split('/').next()).collect();
+    let top: BTreeSet<&str> = items
+        .iter()
+        .filter_map(|(k, _)| k.split('/').next())
+        .collect();
     assert!(layout_is_ours(root.as_fd(), &ts, &top), "layout of {vol:?}");
     let p = payload(items);
     let files = p.iter().map(|(k, v)| (k.clone(), v)).collect();
@@ -129,7 +135,16 @@ fn readers_never_see_a_mix() {
 fn rejects_bad_paths_and_cleans_good_ones() {
     let dir = tempfile::tempdir().unwrap();
     let long = "x".repeat(256);
-    for bad in ["", "/abs", "..x", "a/../b", "..", "./..", ".", long.as_str()] {
+    for bad in [
+        "",
+        "/abs",
+        "..x",
+        "a/../b",
+        "..",
+        "./..",
+        ".",
+        long.as_str(),
+    ] {
         assert!(
             write_payload(dir.path(), &payload(&[(bad, "x")])).is_err(),
             "{bad:?}"
@@ -141,7 +156,15 @@ fn rejects_bad_paths_and_cleans_good_ones() {
     assert_volume(dir.path(), &[("a/b", "x")]);
     assert!(is_timestamp_name(b"..2026_11_26_02_33_21.123456789"));
     assert!(is_timestamp_name(b"..2016_02_01_15_04_05.12345678"));
-    for bad in ["..data", "..data_tmp", "../canary", "..2026_11_26_02_33_21.", "..2026_11_26_02_33_21.1/x", "x2026_11_26_02_33_21.1", "..2026-11-26_02_33_21.1"] {
+    for bad in [
+        "..data",
+        "..data_tmp",
+        "../canary",
+        "..2026_11_26_02_33_21.",
+        "..2026_11_26_02_33_21.1/x",
+        "x2026_11_26_02_33_21.1",
+        "..2026-11-26_02_33_21.1",
+    ] {
         assert!(!is_timestamp_name(bad.as_bytes()), "{bad}");
     }
 }
@@ -150,7 +173,12 @@ fn rejects_bad_paths_and_cleans_good_ones() {
 fn modes_are_final_and_never_special() {
     let dir = tempfile::tempdir().unwrap();
     let t = dir.path();
-    let mut p = payload(&[("default", "d"), ("dir/private", "p"), ("suid", "s"), ("sticky", "t")]);
+    let mut p = payload(&[
+        ("default", "d"),
+        ("dir/private", "p"),
+        ("suid", "s"),
+        ("sticky", "t"),
+    ]);
     p.get_mut("dir/private").unwrap().mode = 0o600;
     p.get_mut("suid").unwrap().mode = 0o4755;
     p.get_mut("sticky").unwrap().mode = 0o3777;
@@ -191,7 +219,9 @@ fn tamper_case(name: &str, next: &[(&str, &str)], tamper: impl FnOnce(&Path, &Pa
 #[test]
 fn data_link_to_an_absolute_host_dir_is_replaced_not_followed() {
     for next in [V1, V2] {
-        tamper_case("absolute ..data", next, |vol, c| relink(&vol.join(DATA_DIR), c));
+        tamper_case("absolute ..data", next, |vol, c| {
+            relink(&vol.join(DATA_DIR), c)
+        });
     }
 }
 
@@ -236,14 +266,18 @@ fn user_visible_names_replaced_are_unlinked_not_followed() {
             relink(&vol.join("labels"), &c.join("labels"));
             relink(&vol.join("sub"), c);
         });
-        tamper_case("visible names replaced by a file and a dir", next, |vol, c| {
-            relink(&vol.join("labels"), c);
-            std::fs::remove_file(vol.join("labels")).unwrap();
-            std::fs::write(vol.join("labels"), "forged").unwrap();
-            std::fs::remove_file(vol.join("sub")).unwrap();
-            std::fs::create_dir(vol.join("sub")).unwrap();
-            symlink(c, vol.join("sub/x")).unwrap();
-        });
+        tamper_case(
+            "visible names replaced by a file and a dir",
+            next,
+            |vol, c| {
+                relink(&vol.join("labels"), c);
+                std::fs::remove_file(vol.join("labels")).unwrap();
+                std::fs::write(vol.join("labels"), "forged").unwrap();
+                std::fs::remove_file(vol.join("sub")).unwrap();
+                std::fs::create_dir(vol.join("sub")).unwrap();
+                symlink(c, vol.join("sub/x")).unwrap();
+            },
+        );
     }
 }
 
