@@ -632,11 +632,11 @@ fn sub_path(volume: &str, base: &Path, sub: &str) -> Result<PathBuf, VolumeError
     Ok(full)
 }
 
-/// Sets the mode of a directory of the kubelet's tree (never through a symlink).
-fn set_mode(dir: &Path, mode: u32) -> Result<(), String> {
-    let fd = open_dir_nofollow(dir)?;
+fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+    // A directory of the kubelet's tree, never chmod'ed through a symlink.
+    let fd = open_dir_nofollow(path)?;
     rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(mode))
-        .map_err(|e| format!("chmod {}: {e}", dir.display()))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 /// Replaces `path` with a file holding `data`, created with its final `mode` (a fresh
