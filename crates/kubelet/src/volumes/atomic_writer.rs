@@ -202,7 +202,7 @@ pub fn write_payload(
     // 4. Everything else goes: names no longer in the payload, the old payload directory,
     //    stale or foreign entries.
     let mut last_err = None;
-    for name in list(root).map_err(cx.err("listing the volume directory"))? {
+    for name in list_dir(root).map_err(cx.err("listing the volume directory"))? {
         let keep = name == DATA_DIR
             || name.as_bytes() == stamp.as_bytes()
             || name.to_str().is_some_and(|n| top.contains(n));
@@ -270,7 +270,7 @@ fn trusted_data_dir(root: BorrowedFd<'_>) -> Option<String> {
 /// The volume directory holds exactly `..data`, its timestamped directory and one correct
 /// link per user-visible name.
 fn layout_is_ours(root: BorrowedFd<'_>, ts: &str, top: &BTreeSet<&str>) -> bool {
-    let Ok(names) = list(root) else {
+    let Ok(names) = list_dir(root) else {
         return false;
     };
     let mut seen = 0;
@@ -320,7 +320,7 @@ fn collect_files(
     if depth > MAX_DEPTH {
         return false;
     }
-    let Ok(names) = list(dir) else {
+    let Ok(names) = list_dir(dir) else {
         return false;
     };
     for name in names {
@@ -384,7 +384,7 @@ fn read_at(dir: BorrowedFd<'_>, rel: &str, limit: usize) -> Result<Vec<u8>, Errn
 }
 
 /// Entry names of `dir` (without `.` and `..`), listed before anything is changed.
-fn list(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     let mut names = Vec::new();
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
@@ -422,7 +422,7 @@ pub(crate) fn remove_entry(
             "{name:?} is on another filesystem; not removed"
         )));
     }
-    for child in list(dir.as_fd())? {
+    for child in list_dir(dir.as_fd())? {
         remove_entry(dir.as_fd(), &child, depth + 1)?;
     }
     match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
