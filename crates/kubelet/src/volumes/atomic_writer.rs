@@ -77,7 +77,7 @@ fn clean_path(path: &str) -> Result<String, AtomicWriteError> {
         .split('/')
         .filter(|p| !p.is_empty() && *p != ".")
         .collect();
-    if parts.iter().any(|p| *p == "..") {
+    if parts.contains(&"..") {
         return Err(bad("must not contain '..'"));
     }
     if parts.iter().any(|p| p.len() > MAX_FILE_NAME) {
