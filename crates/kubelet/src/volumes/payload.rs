@@ -97,5 +97,8 @@ mod tests {
         );
         assert_eq!(file_mode(0o600), 0o600);
         assert_eq!(file_mode(-1), 0o644);
+        // API validation admits 0..=0777; anything above never becomes setuid/setgid/sticky.
+        assert_eq!(file_mode(0o4755), 0o755);
+        assert_eq!(file_mode(0o7777), 0o777);
     }
 }
