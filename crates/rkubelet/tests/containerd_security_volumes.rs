@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -107,6 +108,24 @@ spec:
         .join(uid)
         .join("volumes/kubernetes.io~downward-api/info");
     let data = vol.join("..data");
+    // The created tree has upstream's modes (setupDataDirs, makePodDataDirs, the writer).
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let pod_dir = k.root().join("pods").join(uid);
+    for (path, want) in [
+        (k.root(), 0o750),
+        (k.root().join("pods"), 0o750),
+        (k.root().join("plugins"), 0o750),
+        (k.root().join("checkpoints"), 0o700),
+        (k.logs(), 0o750),
+        (pod_dir.clone(), 0o750),
+        (pod_dir.join("volumes"), 0o750),
+        (data.clone(), 0o755),
+        (vol.join("name"), 0o644),
+        (vol.join("meta"), 0o755),
+        (vol.join("meta/labels"), 0o644),
+    ] {
+        assert_eq!(mode(&path), want, "{path:?}");
+    }
     let old_ts = std::fs::read_link(&data).unwrap();
     std::fs::remove_dir_all(vol.join(&old_ts)).unwrap();
     std::fs::remove_file(&data).unwrap();
