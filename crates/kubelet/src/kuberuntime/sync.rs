@@ -518,10 +518,9 @@ impl PodSyncer for Syncer {
             return Ok(());
         }
         remove_pod_content(self, pod.uid(), pod.name(), pod.namespace()).await?;
-        let base = self.config.root_dir.join("pods").join(pod.uid());
-        if let Err(e) = std::fs::remove_dir_all(&base)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        // Never through a mount point: anything still mounted stays, named in the warning.
+        if let Err(e) = self.volumes.remove_pod_dir(pod.uid()).await {
+            let base = self.config.root_dir.join("pods").join(pod.uid());
             warn!(pod = %pod.full_name(), uid = %pod.uid(), dir = %base.display(), error = %e, "failed to remove pod directory");
         }
         self.forget_pod(pod);
