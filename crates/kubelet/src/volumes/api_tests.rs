@@ -677,7 +677,7 @@ fn payload_kinds_pod(objects: &FakeObjects) -> Pod {
         ),
         scratch,
     ];
-    let mounts = ["down", "cfg", "sec", "proj", "scratch"]
+    let mut mounts: Vec<_> = ["down", "cfg", "sec", "proj", "scratch"]
         .iter()
         .enumerate()
         .map(|(i, name)| k8s_openapi::api::core::v1::VolumeMount {
@@ -687,6 +687,14 @@ fn payload_kinds_pod(objects: &FakeObjects) -> Pod {
             ..Default::default()
         })
         .collect();
+    // A subPath of a payload volume is read-only too.
+    mounts.push(k8s_openapi::api::core::v1::VolumeMount {
+        name: "cfg".into(),
+        mount_path: "/one".into(),
+        sub_path: Some("a".into()),
+        read_only: Some(false),
+        ..Default::default()
+    });
     pod(vols, mounts)
 }
 
@@ -702,7 +710,7 @@ async fn payload_volumes_are_always_mounted_read_only() {
         domain: "",
     };
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let mounts = m.container_mounts(&p, c, &vols, &hosts).unwrap();
+    let mounts = m.container_mounts(&p, c, &vols, &hosts, &[]).await.unwrap();
     let ro: Vec<(&str, bool)> = mounts
         .iter()
         .map(|m| (m.container_path.as_str(), m.readonly))
@@ -715,6 +723,7 @@ async fn payload_volumes_are_always_mounted_read_only() {
             ("/sec", true),
             ("/proj", true),
             ("/scratch", false),
+            ("/one", true),
             ("/dev/termination-log", false),
         ]
     );
