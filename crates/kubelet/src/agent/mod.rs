@@ -5,6 +5,7 @@
 //! waits for every task. Shutting down never stops pods: a restarted kubelet adopts them.
 
 pub mod api;
+pub mod data_dirs;
 pub mod gc;
 
 pub use crate::cm::CmConfig;
@@ -253,16 +254,8 @@ impl Agent {
         deps: AgentDeps,
         cancel: CancellationToken,
     ) -> Result<Self, AgentError> {
-        for dir in [
-            cfg.root_dir.clone(),
-            cfg.root_dir.join("pods"),
-            cfg.pod_logs_dir.clone(),
-        ] {
-            std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        data_dirs::setup_data_dirs(&cfg.root_dir, &cfg.pod_logs_dir)
+            .map_err(|(path, source)| AgentError::Dir { path, source })?;
         let cpu_manager = CpuManager::new(&CpuManagerConfig {
             state_dir: cfg.root_dir.clone(),
             ..cfg.cpu_manager.clone()

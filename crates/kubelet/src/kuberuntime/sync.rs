@@ -287,14 +287,15 @@ impl Syncer {
     }
 
     fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
+        // Upstream `makePodDataDirs`: the pod directory and its subdirectories 0750.
         let base = self.config.root_dir.join("pods").join(pod.uid());
-        for sub in ["volumes", "plugins", "containers"] {
-            std::fs::create_dir_all(base.join(sub)).map_err(|e| {
-                SyncError(format!(
-                    "creating pod directory {}: {e}",
-                    base.join(sub).display()
-                ))
-            })?;
+        for sub in ["", "volumes", "plugins", "containers"] {
+            let dir = base.join(sub);
+            crate::agent::data_dirs::create_dir_with_mode(
+                &dir,
+                crate::agent::data_dirs::DATA_DIR_MODE,
+            )
+            .map_err(|e| SyncError(format!("creating pod directory {}: {e}", dir.display())))?;
         }
         Ok(())
     }

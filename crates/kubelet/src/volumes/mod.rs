@@ -214,6 +214,13 @@ impl VolumeKind {
             Self::DownwardApi | Self::ConfigMap | Self::Secret | Self::Projected
         )
     }
+
+    /// Mounted read-only into every container whatever `volumeMounts.readOnly` says (upstream's
+    /// payload plugins report `ReadOnly` attributes since CVE-2017-1002102): a container that
+    /// could write would tamper with what the kubelet rewrites as root.
+    pub fn always_read_only(self) -> bool {
+        self.is_refreshed()
+    }
 }
 
 /// One set-up volume of a pod.
@@ -380,15 +387,7 @@ impl VolumeManager {
         if let Some(da) = &vol.downward_api {
             let dir = self.plugin_dir(uid, DOWNWARD_API_PLUGIN, &vol.name);
             let payload = downward::payload(pod, da)?;
-            let changed =
-                atomic_writer::write_payload(&dir, &payload).map_err(|e| e.to_string())?;
-            return Ok((
-                MountedVolume {
-                    host_path: dir,
-                    kind: VolumeKind::DownwardApi,
-                },
-                changed,
-            ));
+            return write(dir, payload, VolumeKind::DownwardApi).await;
         }
         if let Some(src) = &vol.config_map {
             let payload = configmap::volume_payload(&*self.objects, pod.namespace(), src)
@@ -396,7 +395,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, CONFIG_MAP_PLUGIN, &vol.name);
             ensure_volume_dir(&dir)?;
-            return write(dir, &payload, VolumeKind::ConfigMap);
+            return write(dir, payload, VolumeKind::ConfigMap).await;
         }
         if let Some(src) = &vol.secret {
             let payload = secret::volume_payload(&*self.objects, pod.namespace(), src)
@@ -404,7 +403,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, SECRET_PLUGIN, &vol.name);
             self.ensure_tmpfs(&dir).await?;
-            return write(dir, &payload, VolumeKind::Secret);
+            return write(dir, payload, VolumeKind::Secret).await;
         }
         if let Some(src) = &vol.projected {
             let index = pod
@@ -419,7 +418,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, PROJECTED_PLUGIN, &vol.name);
             self.ensure_tmpfs(&dir).await?;
-            return write(dir, &payload, VolumeKind::Projected);
+            return write(dir, payload, VolumeKind::Projected).await;
         }
         Err(format!(
             "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI, configMap, secret, projected)",
@@ -543,7 +542,7 @@ impl VolumeManager {
             mounts.push(Mount {
                 container_path: vm.mount_path.clone(),
                 host_path: host_path.to_string_lossy().into_owned(),
-                readonly: vm.read_only.unwrap_or(false),
+                readonly: vm.read_only.unwrap_or(false) || vol.kind.always_read_only(),
                 propagation: propagation(vm.mount_propagation.as_deref()) as i32,
                 ..Default::default()
             });
@@ -652,13 +651,19 @@ fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
     ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind.is_refreshed())
 }
 
-/// Writes a payload volume's files atomically; `true` when anything changed.
-fn write(
+/// Writes a payload volume's files atomically (on a blocking thread: the writer does file
+/// I/O); `true` when anything changed.
+async fn write(
     dir: PathBuf,
-    payload: &payload::Payload,
+    payload: payload::Payload,
     kind: VolumeKind,
 ) -> Result<(MountedVolume, bool), String> {
-    let changed = atomic_writer::write_payload(&dir, payload).map_err(|e| e.to_string())?;
+    let target = dir.clone();
+    let changed =
+        tokio::task::spawn_blocking(move || atomic_writer::write_payload(&target, &payload))
+            .await
+            .map_err(|e| format!("writing the payload of {}: {e}", dir.display()))?
+            .map_err(|e| e.to_string())?;
     Ok((
         MountedVolume {
             host_path: dir,
@@ -669,18 +674,33 @@ fn write(
 }
 
 /// The volume root exists and is world-accessible (0777 as upstream's wrapped emptyDir; a
-/// tmpfs root's sticky bit is left alone).
+/// tmpfs root's sticky bit and an fsGroup's setgid bit are left alone).
 fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let mode = std::fs::metadata(dir)
+    let fd = open_dir_nofollow(dir)?;
+    let mode = rustix::fs::fstat(&fd)
         .map_err(|e| format!("{}: {e}", dir.display()))?
-        .permissions()
-        .mode();
+        .st_mode;
     if mode & 0o777 != 0o777 {
-        set_mode(dir, (mode & 0o7000) | 0o777)?;
+        rustix::fs::fchmod(
+            &fd,
+            rustix::fs::Mode::from_raw_mode((mode & 0o7000) | 0o777),
+        )
+        .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
     }
     Ok(())
+}
+
+/// Opens a directory of the kubelet's tree, refusing a symlink in its place.
+fn open_dir_nofollow(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::openat(
+        rustix::fs::CWD,
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("opening {}: {e}", dir.display()))
 }
 
 /// What the managed `/etc/hosts` needs.
@@ -711,13 +731,18 @@ async fn remove_all(path: PathBuf) -> Result<(), VolumeError> {
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    // A directory of the kubelet's tree, never chmod'ed through a symlink.
+    let fd = open_dir_nofollow(path)?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(mode))
         .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
+/// Replaces `path` with a file holding `data`, created with its final `mode` (a fresh
+/// temporary file opened with that mode and without following links, its mode corrected only
+/// when the umask narrowed it, then renamed over `path`).
 fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let io = |source| VolumeError::Io {
         path: path.to_path_buf(),
         source,
@@ -726,8 +751,23 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data).map_err(io)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(io)?;
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(io)?;
+    if f.metadata().map_err(io)?.permissions().mode() & 0o7777 != mode {
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io)?;
+    }
+    f.write_all(data).map_err(io)?;
+    drop(f);
     std::fs::rename(&tmp, path).map_err(io)
 }
 
