@@ -420,6 +420,12 @@ impl VolumeManager {
             self.ensure_tmpfs(&dir).await?;
             return write(dir, payload, VolumeKind::Projected).await;
         }
+        // API pods are not validated by us: refuse gitRepo here too (CVE-2024-10220/CVE-2025-1767).
+        if vol.git_repo.is_some() {
+            return Err(crate::sources::validation::git_repo_disabled_message(
+                &vol.name,
+            ));
+        }
         Err(format!(
             "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI, configMap, secret, projected)",
             vol.name

@@ -207,6 +207,21 @@ async fn bad_volumes_fail_with_upstream_wording() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not supported"), "{err}");
+    // gitRepo is refused with its own message and nothing is cloned (CVE-2024-10220).
+    let mut git = volume("repo");
+    git.git_repo = Some(k8s_openapi::api::core::v1::GitRepoVolumeSource {
+        repository: "https://example.invalid/r.git".into(),
+        ..Default::default()
+    });
+    let err = m
+        .mount_pod_volumes(&pod(vec![git], vec![]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("volume \"repo\": git-repo volume plugin has been disabled"),
+        "{err}"
+    );
 
     let p = pod(
         vec![],
