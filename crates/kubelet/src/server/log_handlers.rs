@@ -117,18 +117,18 @@ pub(super) async fn system_log(root: PathBuf, comps: Vec<OsString>, rel: String)
         );
     }
     match found_rx.await {
-        Ok(Found::File) => super::stream(rx),
-        Ok(Found::Listing(names)) => listing(&names),
-        Ok(Found::Redirect) => redirect(&format!("/logs{rel}/")),
-        Ok(Found::Forbidden) => text(StatusCode::FORBIDDEN, "403 Forbidden\n".into()),
-        Ok(Found::Error(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-        Ok(Found::NotFound) | Err(_) => super::routes::not_found(),
+        Ok(Target::File) => super::stream(rx),
+        Ok(Target::Listing(names)) => listing(&names),
+        Ok(Target::Redirect) => redirect(&format!("/logs{rel}/")),
+        Ok(Target::Forbidden) => text(StatusCode::FORBIDDEN, "403 Forbidden\n".into()),
+        Ok(Target::Error(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        Ok(Target::NotFound) | Err(_) => super::routes::not_found(),
     }
 }
 
 /// What a `/logs/` path names.
 #[derive(Debug, PartialEq)]
-enum Found {
+enum Target {
     /// A regular file, streamed on the channel.
     File,
     /// A directory's entries (directories end in `/`).
@@ -145,7 +145,7 @@ fn serve_system_log(
     root: &Path,
     comps: Vec<OsString>,
     wants_dir: bool,
-    found: oneshot::Sender<Found>,
+    found: oneshot::Sender<Target>,
     tx: mpsc::Sender<Bytes>,
 ) {
     let opened = match open_beneath(root, comps) {
@@ -157,19 +157,19 @@ fn serve_system_log(
     };
     let mut file = match opened {
         Opened::Dir(_) if !wants_dir => {
-            let _ = found.send(Found::Redirect);
+            let _ = found.send(Target::Redirect);
             return;
         }
         Opened::Dir(fd) => {
             let _ = found.send(match list_dir(&fd) {
-                Ok(names) => Found::Listing(names),
-                Err(e) => Found::Error(e.to_string()),
+                Ok(names) => Target::Listing(names),
+                Err(e) => Target::Error(e.to_string()),
             });
             return;
         }
         Opened::File(f) => f,
     };
-    if found.send(Found::File).is_err() {
+    if found.send(Target::File).is_err() {
         return;
     }
     let mut buf = vec![0u8; logs::CHUNK];
@@ -200,11 +200,11 @@ enum Opened {
 /// Symlinks followed in one resolution at most (Linux's own limit).
 const MAX_LINKS: usize = 40;
 
-fn errno_found(e: rustix::io::Errno) -> Found {
+fn errno_found(e: rustix::io::Errno) -> Target {
     if e == rustix::io::Errno::ACCESS || e == rustix::io::Errno::PERM {
-        Found::Forbidden
+        Target::Forbidden
     } else {
-        Found::NotFound
+        Target::NotFound
     }
 }
 
@@ -213,7 +213,7 @@ fn errno_found(e: rustix::io::Errno) -> Found {
 /// way (`..` pops a directory this walk opened, an absolute target must lie under `root`), so a
 /// link swapped in at any moment is either resolved inside or refused. Only directories and
 /// regular files are opened (a FIFO or a device never is). Escapes and loops are "not found".
-fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Found> {
+fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Target> {
     use rustix::fs::{CWD, fstat, openat, readlinkat, statat};
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     // The root itself comes from the configuration and is trusted.
@@ -236,20 +236,20 @@ fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Found> {
         }
         if c == ".." {
             if stack.len() == 1 {
-                return Err(Found::NotFound);
+                return Err(Target::NotFound);
             }
             stack.pop();
             continue;
         }
         let Some(dir) = stack.last() else {
-            return Err(Found::NotFound);
+            return Err(Target::NotFound);
         };
         let st = statat(dir, &c, AtFlags::SYMLINK_NOFOLLOW).map_err(errno_found)?;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Symlink => {
                 links += 1;
                 if links > MAX_LINKS {
-                    return Err(Found::NotFound);
+                    return Err(Target::NotFound);
                 }
                 let target = readlinkat(dir, &c, Vec::new()).map_err(errno_found)?;
                 let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
@@ -257,7 +257,7 @@ fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Found> {
                     let inside = roots
                         .iter()
                         .find_map(|r| target.strip_prefix(r).ok())
-                        .ok_or(Found::NotFound)?;
+                        .ok_or(Target::NotFound)?;
                     stack.truncate(1);
                     inside.to_owned()
                 } else {
@@ -277,7 +277,7 @@ fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Found> {
             }
             FileType::RegularFile => {
                 if pending.iter().any(|p| !p.is_empty() && p != ".") {
-                    return Err(Found::NotFound);
+                    return Err(Target::NotFound);
                 }
                 let fd = openat(
                     dir,
@@ -293,14 +293,14 @@ fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Found> {
                 // It may have been swapped since the stat: check what was opened.
                 let st = fstat(&fd).map_err(errno_found)?;
                 if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                    return Err(Found::NotFound);
+                    return Err(Target::NotFound);
                 }
                 return Ok(Opened::File(File::from(fd)));
             }
-            _ => return Err(Found::NotFound),
+            _ => return Err(Target::NotFound),
         }
     }
-    stack.pop().map(Opened::Dir).ok_or(Found::NotFound)
+    stack.pop().map(Opened::Dir).ok_or(Target::NotFound)
 }
 
 /// The entries of an open directory, sorted; directories end in `/` (a symlink does not).

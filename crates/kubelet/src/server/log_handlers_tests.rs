@@ -57,11 +57,20 @@ async fn system_logs_serve_links_that_stay_inside() {
     let (_d, root) = log_tree();
     let ok = |s: &str| (StatusCode::OK, s.to_owned());
     assert_eq!(get(&root, "/syslog").await, ok("hello\n"));
-    assert_eq!(get(&root, "/containers/abs.log").await, ok("from the pod\n"));
-    assert_eq!(get(&root, "/containers/rel.log").await, ok("from the pod\n"));
+    assert_eq!(
+        get(&root, "/containers/abs.log").await,
+        ok("from the pod\n")
+    );
+    assert_eq!(
+        get(&root, "/containers/rel.log").await,
+        ok("from the pod\n")
+    );
     assert_eq!(get(&root, "/podlink/p1/0.log").await, ok("from the pod\n"));
     let (code, list) = get(&root, "/podlink/").await;
-    assert_eq!((code, list.as_str()), (StatusCode::OK, "<pre>\n<a href=\"p1/\">p1/</a>\n</pre>\n"));
+    assert_eq!(
+        (code, list.as_str()),
+        (StatusCode::OK, "<pre>\n<a href=\"p1/\">p1/</a>\n</pre>\n")
+    );
     assert_eq!(
         get(&root, "/podlink").await.0,
         StatusCode::MOVED_PERMANENTLY
@@ -100,7 +109,10 @@ async fn system_logs_list_links_as_entries_not_directories() {
         "\"pods/\"",
         "\"syslog\"",
     ] {
-        assert!(list.contains(&format!("<a href={entry}>")), "{entry}: {list}");
+        assert!(
+            list.contains(&format!("<a href={entry}>")),
+            "{entry}: {list}"
+        );
     }
 }
 
@@ -109,7 +121,7 @@ async fn system_logs_refuse_fifos_without_blocking() {
     let (_d, root) = log_tree();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &root.join("fifo"),
+        root.join("fifo"),
         FileType::Fifo,
         Mode::from_raw_mode(0o600),
         0,
@@ -138,7 +150,9 @@ async fn system_logs_stream_a_large_file_in_chunks() {
     assert_eq!(got, content.as_bytes());
 }
 
-fn running(flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Box<dyn FnMut() -> bool + Send> {
+fn running(
+    flag: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Box<dyn FnMut() -> bool + Send> {
     let flag = flag.clone();
     Box::new(move || flag.load(std::sync::atomic::Ordering::SeqCst))
 }
@@ -149,22 +163,42 @@ async fn container_log_errors_before_text_are_400() {
     let p = dir.path().join("0.log");
     let never = || -> Box<dyn FnMut() -> bool + Send> { Box::new(|| false) };
     let (code, msg) = body(
-        container_log(p.clone(), LogOptions::default(), never(), CancellationToken::new()).await,
+        container_log(
+            p.clone(),
+            LogOptions::default(),
+            never(),
+            CancellationToken::new(),
+        )
+        .await,
     )
     .await;
     assert_eq!(code, StatusCode::BAD_REQUEST);
     assert!(msg.starts_with("failed to open log file"), "{msg}");
     std::fs::write(&p, "garbage\n").unwrap();
     let (code, msg) = body(
-        container_log(p.clone(), LogOptions::default(), never(), CancellationToken::new()).await,
+        container_log(
+            p.clone(),
+            LogOptions::default(),
+            never(),
+            CancellationToken::new(),
+        )
+        .await,
     )
     .await;
     assert_eq!(code, StatusCode::BAD_REQUEST);
     assert!(msg.contains("unsupported log format"), "{msg}");
     std::fs::write(&p, "").unwrap();
     assert_eq!(
-        body(container_log(p.clone(), LogOptions::default(), never(), CancellationToken::new()).await)
-            .await,
+        body(
+            container_log(
+                p.clone(),
+                LogOptions::default(),
+                never(),
+                CancellationToken::new()
+            )
+            .await
+        )
+        .await,
         (StatusCode::OK, String::new())
     );
     std::fs::write(&p, "2024-01-01T00:00:01Z stdout F one\n").unwrap();
@@ -193,7 +227,8 @@ async fn a_followed_container_log_answers_before_anything_is_written() {
     .expect("headers come while the log is empty");
     assert_eq!(resp.status(), StatusCode::OK);
     let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
-    f.write_all(b"2024-01-01T00:00:01Z stdout F later\n").unwrap();
+    f.write_all(b"2024-01-01T00:00:01Z stdout F later\n")
+        .unwrap();
     drop(f);
     let mut b = resp.into_body();
     let frame = tokio::time::timeout(Duration::from_secs(5), b.frame())

@@ -321,9 +321,9 @@ impl Emitter<'_> {
     }
 
     fn put(&mut self, data: &[u8]) -> Flow {
-        let take = self
-            .remaining
-            .map_or(data.len(), |r| data.len().min(usize::try_from(r).unwrap_or(usize::MAX)));
+        let take = self.remaining.map_or(data.len(), |r| {
+            data.len().min(usize::try_from(r).unwrap_or(usize::MAX))
+        });
         if take > 0 && !self.out.write(&data[..take]) {
             return Flow::Done;
         }

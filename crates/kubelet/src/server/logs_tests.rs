@@ -62,7 +62,12 @@ fn thread_rchar() -> u64 {
 fn write_big_log(path: &Path, lines: usize) -> u64 {
     let mut w = std::io::BufWriter::new(File::create(path).unwrap());
     for i in 0..lines {
-        writeln!(w, "2024-01-01T00:00:00.000000000Z stdout F line-{i:08} {:60}", "").unwrap();
+        writeln!(
+            w,
+            "2024-01-01T00:00:00.000000000Z stdout F line-{i:08} {:60}",
+            ""
+        )
+        .unwrap();
     }
     w.flush().unwrap();
     std::fs::metadata(path).unwrap().len()
@@ -118,7 +123,10 @@ fn since_skips_older_records() {
         since: Some(t(s)),
         ..Default::default()
     };
-    assert_eq!(read(&p, since("2024-01-01T00:00:02Z")), "two\nthree\nfour\n");
+    assert_eq!(
+        read(&p, since("2024-01-01T00:00:02Z")),
+        "two\nthree\nfour\n"
+    );
     assert_eq!(read(&p, since("2024-01-01T00:00:03.55Z")), "ee\nfour\n");
     assert_eq!(read(&p, since("2030-01-01T00:00:00Z")), "");
 }
@@ -345,7 +353,10 @@ async fn expect(rx: &mut mpsc::Receiver<LogChunk>, want: &str) {
 }
 
 /// A running-check that reports `running` and flags when the reader dropped it.
-fn running_flag(running: Arc<AtomicBool>, dropped: Arc<AtomicBool>) -> Box<dyn FnMut() -> bool + Send> {
+fn running_flag(
+    running: Arc<AtomicBool>,
+    dropped: Arc<AtomicBool>,
+) -> Box<dyn FnMut() -> bool + Send> {
     struct OnDrop(Arc<AtomicBool>);
     impl Drop for OnDrop {
         fn drop(&mut self) {
