@@ -799,6 +799,7 @@ fn follow(
     running: &mut dyn FnMut() -> bool,
 ) -> Result<Flow, LogError> {
     let mut waiter = Waiter::new(path);
+    let mut first_wait = true;
     loop {
         let before = live.as_ref().map(|l| l.lines.pos);
         if let Some(l) = &mut live
@@ -834,7 +835,9 @@ fn follow(
         if !em.out.flush() {
             return Ok(Flow::Done);
         }
-        if !waiter.wait(FOLLOW_CHECK) && !running() {
+        // Asked once before the first wait too, so following a stopped container ends at once.
+        let woken = !std::mem::take(&mut first_wait) && waiter.wait(FOLLOW_CHECK);
+        if !woken && !running() {
             // The container is gone: one last read for what it wrote before it stopped.
             if let Some(l) = &mut live {
                 return pump(&mut l.lines, em, path);

@@ -540,3 +540,17 @@ async fn a_slow_consumer_holds_the_reader_back() {
     }
     assert_eq!(lines, 50_000);
 }
+
+#[test]
+fn following_a_stopped_container_ends_without_waiting() {
+    let (_d, p) = dir_with(LOG);
+    let mut out = Vec::new();
+    let started = std::time::Instant::now();
+    read_logs_blocking(&p, &follow_opts(), &mut out, &mut || false).unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "one\ntwo\nthree\nfour\n");
+    assert!(
+        started.elapsed() < FOLLOW_CHECK / 2,
+        "{:?}",
+        started.elapsed()
+    );
+}
