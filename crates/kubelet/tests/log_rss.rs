@@ -3,7 +3,8 @@
 //! at most 16 MiB. Its own test binary, so no other test's allocations share the process.
 //!
 //! The manual variant reads 1 GiB: `cargo nextest run -p rkubelet-kubelet --test log_rss
-//! --run-ignored only`.
+//! --run-ignored only --no-capture` (measured on the 2-core dev machine, dev profile: 1 GiB of
+//! log, 725 MiB of text, in 3.9 s; VmRSS 6 MiB → peak 7 MiB; 256 MiB: 0.9 s, 6 → 8 MiB).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -554,3 +554,23 @@ fn following_a_stopped_container_ends_without_waiting() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_consumer_that_goes_away_mid_read_stops_the_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("0.log");
+    write_big_log(&p, 200_000);
+    let dropped = Arc::new(AtomicBool::new(false));
+    // Following a running container: only the consumer's going away can end this read, and it
+    // goes away while the reader is blocked on the full channel.
+    let mut rx = spawn_reader(
+        p,
+        follow_opts(),
+        running_flag(Arc::new(AtomicBool::new(true)), dropped.clone()),
+        CancellationToken::new(),
+    )
+    .unwrap();
+    assert!(!rx.recv().await.unwrap().unwrap().is_empty());
+    drop(rx);
+    until(&dropped).await;
+}
