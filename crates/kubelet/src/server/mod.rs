@@ -10,6 +10,7 @@
 pub mod authn;
 pub mod authz;
 pub mod cache;
+mod log_handlers;
 pub mod logs;
 pub mod review;
 pub mod routes;

@@ -9,15 +9,14 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
+use http::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rkubelet_cri::{CriError, api};
-use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::logs::{self, LogOptions, LogSink};
-use super::{Endpoints, Resp, ServerState, json, stream, text};
+use super::logs::LogOptions;
+use super::{Endpoints, Resp, ServerState, json, text};
 use crate::types::PodExt;
 
 /// Routes that exist only with debugging handlers (upstream `InstallDebuggingHandlers`).
@@ -98,7 +97,7 @@ async fn route_request<B>(state: &ServerState, endpoints: Endpoints, req: &Reque
             container_logs(state, ns, pod, container, &query).await
         }
         (&Method::GET | &Method::HEAD, ["logs", ..]) if state.system_logs.is_some() => {
-            system_logs(state, path)
+            system_logs(state, path).await
         }
         (&Method::POST, ["run", ns, pod, container])
         | (&Method::POST, ["run", ns, pod, _, container]) => {
@@ -433,64 +432,40 @@ async fn container_logs(
         );
     }
     let path = PathBuf::from(path);
-    let running = {
-        let runtime = runtime.clone();
-        let id = id.clone();
-        move || {
-            let runtime = runtime.clone();
-            let id = id.clone();
-            async move {
-                runtime
-                    .container_status(api::ContainerStatusRequest {
-                        container_id: id,
-                        verbose: false,
-                    })
-                    .await
-                    .ok()
-                    .and_then(|r| r.status)
-                    .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)
-            }
-        }
-    };
-    if !opts.follow {
-        let mut sink = LogSink::Buffer(Vec::new());
-        return match logs::read_logs(&path, &opts, &mut sink, running).await {
-            Ok(()) => match sink {
-                LogSink::Buffer(b) => {
-                    text(StatusCode::OK, String::from_utf8_lossy(&b).into_owned())
-                }
-                LogSink::Channel(_) => text(StatusCode::OK, String::new()),
-            },
-            Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
-        };
-    }
-    // Follow: open first so a missing file is still a plain error.
-    if let Err(e) = std::fs::metadata(&path)
-        && logs::rotated_files(&path).is_empty()
-    {
-        return text(
-            StatusCode::BAD_REQUEST,
-            format!("failed to open log file {}: {e}", path.display()),
-        );
-    }
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let cancel = state.cancel.clone();
-    tokio::spawn(async move {
-        let mut sink = LogSink::Channel(tx);
-        tokio::select! {
-            r = logs::read_logs(&path, &opts, &mut sink, running) => {
-                if let Err(e) = r {
-                    debug!(error = %e, "following container log ended");
-                }
-            }
-            _ = cancel.cancelled() => {}
-        }
-    });
-    stream(rx)
+    super::log_handlers::container_log(
+        path,
+        opts,
+        container_running(runtime, id),
+        state.cancel.clone(),
+    )
+    .await
+}
+
+/// Whether container `id` still runs, asked from a log reader's own thread (a blocking call on
+/// the runtime's handle; a CRI call that fails or hangs for 10 s counts as stopped).
+fn container_running(
+    runtime: std::sync::Arc<dyn rkubelet_cri::RuntimeService>,
+    id: String,
+) -> Box<dyn FnMut() -> bool + Send> {
+    let handle = tokio::runtime::Handle::current();
+    Box::new(move || {
+        let status = runtime.container_status(api::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        });
+        handle.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), status)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .and_then(|r| r.status)
+                .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)
+        })
+    })
 }
 
 /// `GET /logs/…`: files and directory listings under the system log directory.
-fn system_logs(state: &ServerState, path: &str) -> Resp {
+async fn system_logs(state: &ServerState, path: &str) -> Resp {
     let Some(root) = &state.system_logs else {
         return not_found();
     };
@@ -500,84 +475,17 @@ fn system_logs(state: &ServerState, path: &str) -> Resp {
         return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into());
     }
     if rel.is_empty() {
-        return redirect("/logs/");
+        return super::log_handlers::redirect("/logs/");
     }
-    let mut full = root.clone();
+    let mut comps = Vec::new();
     for c in Path::new(rel.trim_start_matches('/')).components() {
         match c {
-            Component::Normal(n) => full.push(n),
+            Component::Normal(n) => comps.push(n.to_owned()),
             Component::CurDir => {}
             _ => return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into()),
         }
     }
-    // Symlinks may not lead out of the log directory.
-    let (Ok(canon), Ok(root_canon)) = (full.canonicalize(), root.canonicalize()) else {
-        return not_found();
-    };
-    if !canon.starts_with(&root_canon) {
-        return not_found();
-    }
-    if canon.is_dir() {
-        if !rel.ends_with('/') {
-            return redirect(&format!("/logs{rel}/"));
-        }
-        let mut names: Vec<String> = match std::fs::read_dir(&canon) {
-            Ok(rd) => rd
-                .flatten()
-                .map(|e| {
-                    let mut n = e.file_name().to_string_lossy().into_owned();
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        n.push('/');
-                    }
-                    n
-                })
-                .collect(),
-            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-        };
-        names.sort();
-        let mut body = String::from("<pre>\n");
-        for n in names {
-            let esc = html_escape(&n);
-            body.push_str(&format!("<a href=\"{esc}\">{esc}</a>\n"));
-        }
-        body.push_str("</pre>\n");
-        let mut r = text(StatusCode::OK, body);
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/html; charset=utf-8"),
-        );
-        return r;
-    }
-    match std::fs::read(&canon) {
-        Ok(data) => {
-            let mut r = super::bytes_response(StatusCode::OK, Bytes::from(data));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            r
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            text(StatusCode::FORBIDDEN, "403 Forbidden\n".into())
-        }
-        Err(_) => not_found(),
-    }
-}
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&#34;")
-        .replace('\'', "&#39;")
-}
-
-fn redirect(to: &str) -> Resp {
-    let mut r = text(StatusCode::MOVED_PERMANENTLY, String::new());
-    if let Ok(v) = header::HeaderValue::from_str(to) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    r
+    super::log_handlers::system_log(root.clone(), comps, rel).await
 }
 
 /// The running container `name` of `pod` (from the status manager's view).
