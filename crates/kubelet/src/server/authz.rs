@@ -3,9 +3,9 @@
 //! and the request's method and path; emits allowed / forbidden (with upstream's 403 text).
 //!
 //! Mapping as upstream (with fine-grained kubelet authz): resource `nodes`, name = node name,
-//! verb from the HTTP method; subresource `stats`/`metrics`/`log` by path prefix, `pods`,
-//! `healthz`, `configz` for those endpoints with `proxy` as the fallback checked second, and
-//! `proxy` for everything else. As upstream, the verb of `/exec`, `/attach` and `/portForward`
+//! verb from the HTTP method; subresource `stats`/`metrics`/`log`/`spec`/`checkpoint` by the
+//! parsed route's root, `pods`, `healthz`, `configz` for those endpoints with `proxy` as the
+//! fallback checked second, and `proxy` for everything else (malformed paths included). As upstream, the verb of `/exec`, `/attach` and `/portForward`
 //! follows the method too, so a websocket upgrade (HTTP GET) needs only `get` on
 //! `nodes/proxy` (upstream documents this rather than changing it).
 
@@ -16,6 +16,7 @@ use http::Method;
 
 use super::authn::UserInfo;
 use super::cache::TtlCache;
+use super::path::Route;
 use super::review::ReviewApi;
 
 /// What a request asks for, in API terms.
@@ -24,18 +25,12 @@ pub struct Attributes {
     pub verb: String,
     pub node_name: String,
     /// Checked in order; any one allowed is enough.
-    pub subresources: Vec<&'static str>,
-    pub path: String,
+    pub subresources: &'static [&'static str],
 }
 
-/// `true` when `path` is `prefix` or below it.
-fn is_subpath(path: &str, prefix: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
-}
-
-/// Upstream `GetRequestAttributes`.
-pub fn request_attributes(method: &Method, path: &str, node_name: &str) -> Attributes {
+/// Upstream `GetRequestAttributes`, from the parsed route (never the raw path): the verb
+/// from the method, the subresources from the route's root.
+pub fn request_attributes(method: &Method, route: &Route, node_name: &str) -> Attributes {
     let verb = match *method {
         Method::POST => "create",
         Method::GET | Method::HEAD => "get",
@@ -44,26 +39,10 @@ pub fn request_attributes(method: &Method, path: &str, node_name: &str) -> Attri
         Method::DELETE => "delete",
         _ => "",
     };
-    let subresources = if is_subpath(path, "/stats") {
-        vec!["stats"]
-    } else if is_subpath(path, "/metrics") {
-        vec!["metrics"]
-    } else if is_subpath(path, "/logs") {
-        vec!["log"]
-    } else if is_subpath(path, "/pods") || is_subpath(path, "/runningpods") {
-        vec!["pods", "proxy"]
-    } else if is_subpath(path, "/healthz") {
-        vec!["healthz", "proxy"]
-    } else if is_subpath(path, "/configz") {
-        vec!["configz", "proxy"]
-    } else {
-        vec!["proxy"]
-    };
     Attributes {
         verb: verb.to_owned(),
         node_name: node_name.to_owned(),
-        subresources,
-        path: path.to_owned(),
+        subresources: route.root().subresources(),
     }
 }
 
@@ -150,7 +129,7 @@ impl Authorizer {
             return Ok(true);
         };
         let mut last_err = None;
-        for sub in &attrs.subresources {
+        for sub in attrs.subresources {
             match w.allowed(user, attrs, sub).await {
                 Ok(true) => return Ok(true),
                 Ok(false) => {}
@@ -198,7 +177,16 @@ mod tests {
             (Method::GET, "/configz", "get", &["configz", "proxy"]),
             (Method::GET, "/containerLogs/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/run/ns/p/c", "create", &["proxy"]),
-            (Method::POST, "/checkpoint/ns/p/c", "create", &["proxy"]),
+            (
+                Method::POST,
+                "/checkpoint/ns/p/c",
+                "create",
+                &["checkpoint"],
+            ),
+            (Method::GET, "/spec/", "get", &["spec"]),
+            // Malformed spellings are never promoted to a narrower subresource.
+            (Method::GET, "//stats/summary", "get", &["proxy"]),
+            (Method::GET, "/stats/../run/a/b/c", "get", &["proxy"]),
             // A websocket exec is a GET: `get` as upstream; SPDY posts.
             (Method::GET, "/exec/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/exec/ns/p/uid/c", "create", &["proxy"]),
@@ -211,13 +199,12 @@ mod tests {
             (Method::OPTIONS, "/x", "", &["proxy"]),
         ];
         for (m, path, verb, subs) in cases {
-            let a = request_attributes(m, path, "node-1");
+            let a = request_attributes(m, &crate::server::path::parse(path), "node-1");
             assert_eq!(a.verb, *verb, "{m} {path}");
             assert_eq!(a.subresources, *subs, "{m} {path}");
             assert_eq!(a.node_name, "node-1");
-            assert_eq!(a.path, *path);
         }
-        let a = request_attributes(&Method::GET, "/pods", "n");
+        let a = request_attributes(&Method::GET, &crate::server::path::parse("/pods"), "n");
         assert_eq!(
             forbidden_message(&UserInfo::anonymous(), &a),
             "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
@@ -278,8 +265,8 @@ mod tests {
             Duration::from_secs(300),
             Duration::from_secs(30),
         ));
-        let pods = request_attributes(&Method::GET, "/pods", "n");
-        let logs = request_attributes(&Method::GET, "/logs/x", "n");
+        let pods = request_attributes(&Method::GET, &crate::server::path::parse("/pods"), "n");
+        let logs = request_attributes(&Method::GET, &crate::server::path::parse("/logs/x"), "n");
         // `pods` denied, then the `proxy` fallback allowed.
         assert_eq!(authz.authorize(&user("alice"), &pods).await, Ok(true));
         assert_eq!(authz.authorize(&user("alice"), &logs).await, Ok(false));

@@ -11,6 +11,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod logs;
+pub mod path;
 pub mod review;
 pub mod routes;
 pub mod setup;
@@ -271,36 +272,31 @@ pub async fn serve_secure(
     streams.shutdown().await;
 }
 
-fn is_healthz(path: &str) -> bool {
-    path == "/healthz" || path.starts_with("/healthz/")
-}
-
-/// Authenticates, authorizes and routes one request of the HTTPS port.
+/// Authenticates, authorizes and routes one request of the HTTPS port. Every path needs an
+/// identity (`/healthz` too, as upstream); the path is parsed once and that route is what
+/// the authorization attributes, the debug gate and the dispatcher read.
 async fn handle_secure<B>(
     state: &ServerState,
     auth: &Auth,
     cert: Option<&Result<UserInfo, AuthnError>>,
     req: &Request<B>,
 ) -> Resp {
-    let path = req.uri().path();
+    let route = path::parse(req.uri().path());
     let header = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok());
     let user = match auth.authenticator.authenticate(cert, header).await {
         Ok(Some(u)) => u,
-        Ok(None) if is_healthz(path) => {
-            return routes::route(state, Endpoints::Secure, req).await;
-        }
         Ok(None) => return text(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
         Err(e) => {
-            debug!(error = %e, path, "authentication failed");
+            debug!(error = %e, route = route.metrics_label(), "authentication failed");
             return text(StatusCode::UNAUTHORIZED, "Unauthorized".into());
         }
     };
-    let attrs = authz::request_attributes(req.method(), path, &state.node_name);
+    let attrs = authz::request_attributes(req.method(), &route, &state.node_name);
     match auth.authorizer.authorize(&user, &attrs).await {
-        Ok(true) => routes::route(state, Endpoints::Secure, req).await,
+        Ok(true) => routes::dispatch(state, Endpoints::Secure, &route, req).await,
         Ok(false) => {
             let msg = authz::forbidden_message(&user, &attrs);
             debug!(msg = msg.trim_end(), "request forbidden");

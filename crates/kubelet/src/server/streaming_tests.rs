@@ -21,44 +21,6 @@ fn q(s: &str) -> Vec<(String, String)> {
 }
 
 #[test]
-fn paths_of_the_three_endpoints() {
-    let p = |s: &'static str| {
-        let segs: Vec<&str> = s.trim_start_matches('/').split('/').collect();
-        parse_path(&segs).map(|t| (t.kind, t.namespace, t.pod, t.uid, t.container))
-    };
-    assert_eq!(
-        p("/exec/ns/web/main"),
-        Some((StreamKind::Exec, "ns", "web", None, Some("main")))
-    );
-    assert_eq!(
-        p("/exec/ns/web/u1/main"),
-        Some((StreamKind::Exec, "ns", "web", Some("u1"), Some("main")))
-    );
-    assert_eq!(
-        p("/attach/ns/web/main"),
-        Some((StreamKind::Attach, "ns", "web", None, Some("main")))
-    );
-    assert_eq!(
-        p("/portForward/ns/web"),
-        Some((StreamKind::PortForward, "ns", "web", None, None))
-    );
-    assert_eq!(
-        p("/portForward/ns/web/u1"),
-        Some((StreamKind::PortForward, "ns", "web", Some("u1"), None))
-    );
-    for bad in [
-        "/exec/ns/web",
-        "/exec/ns/web/u/c/x",
-        "/portForward/ns",
-        "/portForward/ns/web/u/x",
-        "/exec/ns//main",
-        "/attach",
-    ] {
-        assert_eq!(p(bad), None, "{bad}");
-    }
-}
-
-#[test]
 fn remote_command_options_as_upstream() {
     // Every `command` value, in order, percent-decoded.
     let query = q("command=sh&command=-c&command=echo%20a%26b&output=1&error=1");
@@ -313,13 +275,17 @@ fn upgrade_req(method: Method, uri: &str) -> Request<()> {
 
 async fn url_of(f: &Fixture, method: Method, uri: &str) -> Result<String, StreamError> {
     let req = upgrade_req(method, uri);
-    let segs: Vec<&str> = req
-        .uri()
-        .path()
-        .trim_start_matches('/')
-        .split('/')
-        .collect();
-    let target = parse_path(&segs).unwrap();
+    let crate::server::path::Route::Stream(kind, c) = crate::server::path::parse(req.uri().path())
+    else {
+        panic!("{uri} is not a streaming path");
+    };
+    let target = StreamTarget {
+        kind,
+        namespace: &c.namespace,
+        pod: &c.pod,
+        uid: c.uid.as_deref(),
+        container: (kind != StreamKind::PortForward).then_some(c.container.as_str()),
+    };
     stream_url(&f.state, &target, &req).await
 }
 
@@ -629,6 +595,6 @@ async fn read_only_port_has_no_streaming() {
     let f = fixture("http://127.0.0.1:1").await;
     let req = upgrade_req(Method::POST, "/exec/default/web/main?output=1");
     let resp = crate::server::routes::route(&f.state, Endpoints::ReadOnly, &req).await;
-    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     assert!(f.rt.stream_requests().is_empty());
 }
