@@ -15,7 +15,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::authn::UserInfo;
-use super::cache::TtlCache;
+use super::cache::ReviewCache;
 use super::path::Route;
 use super::review::ReviewApi;
 
@@ -74,13 +74,27 @@ pub enum Authorizer {
     Webhook(WebhookAuthorizer),
 }
 
-/// SubjectAccessReview with allowed answers cached for `allowed_ttl` and denied ones for
-/// `denied_ttl` (errors are not cached).
+/// How many SubjectAccessReview answers are kept (least recently used evicted first).
+pub const ACCESS_CACHE_SIZE: usize = 8192;
+
+/// What a SubjectAccessReview answer depends on: a structured key, so no two different
+/// requests can share an entry (`groups ["a,b"]` and `["a", "b"]` differ).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct AccessKey {
+    user: UserInfo,
+    verb: String,
+    node_name: String,
+    subresource: &'static str,
+}
+
+/// SubjectAccessReview with allowed answers cached for `allowed_ttl`
+/// (`cacheAuthorizedTTL`) and denied ones for `denied_ttl` (`cacheUnauthorizedTTL`); errors
+/// are not cached; identical reviews in flight are made once.
 pub struct WebhookAuthorizer {
     api: Arc<dyn ReviewApi>,
     allowed_ttl: Duration,
     denied_ttl: Duration,
-    cache: TtlCache<String, bool>,
+    cache: ReviewCache<AccessKey, bool>,
 }
 
 impl WebhookAuthorizer {
@@ -89,7 +103,7 @@ impl WebhookAuthorizer {
             api,
             allowed_ttl,
             denied_ttl,
-            cache: TtlCache::new(10_000),
+            cache: ReviewCache::new(ACCESS_CACHE_SIZE),
         }
     }
 
@@ -97,28 +111,25 @@ impl WebhookAuthorizer {
         &self,
         user: &UserInfo,
         attrs: &Attributes,
-        sub: &str,
+        sub: &'static str,
     ) -> Result<bool, String> {
-        let key = format!(
-            "{}\x00{}\x00{}\x00{}\x00{}\x00{}",
-            user.name,
-            user.uid,
-            user.groups.join(","),
-            attrs.verb,
-            attrs.node_name,
-            sub
-        );
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
-        }
-        let d = self.api.access_review(user, attrs, sub).await?;
-        let ttl = if d.allowed {
-            self.allowed_ttl
-        } else {
-            self.denied_ttl
+        let key = AccessKey {
+            user: user.clone(),
+            verb: attrs.verb.clone(),
+            node_name: attrs.node_name.clone(),
+            subresource: sub,
         };
-        self.cache.insert(key, d.allowed, ttl);
-        Ok(d.allowed)
+        self.cache
+            .get_or_fetch(key, || async {
+                let d = self.api.access_review(user, attrs, sub).await?;
+                let ttl = if d.allowed {
+                    self.allowed_ttl
+                } else {
+                    self.denied_ttl
+                };
+                Ok((d.allowed, ttl))
+            })
+            .await
     }
 }
 
@@ -315,5 +326,73 @@ mod tests {
             Authorizer::AlwaysAllow.authorize(&user("x"), &logs).await,
             Ok(true)
         );
+    }
+
+    /// Allows only the user whose groups are exactly `["a,b"]`.
+    struct ExactGroups;
+
+    #[async_trait::async_trait]
+    impl ReviewApi for ExactGroups {
+        async fn token_review(&self, _: &str) -> Result<Option<UserInfo>, String> {
+            unreachable!()
+        }
+        async fn access_review(
+            &self,
+            user: &UserInfo,
+            _: &Attributes,
+            _: &str,
+        ) -> Result<AccessDecision, String> {
+            Ok(AccessDecision {
+                allowed: user.groups == ["a,b"],
+                reason: String::new(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn cache_keys_do_not_collide() {
+        let authz = Authorizer::Webhook(WebhookAuthorizer::new(
+            Arc::new(ExactGroups),
+            Duration::from_secs(300),
+            Duration::from_secs(300),
+        ));
+        let attrs = request_attributes(&Method::GET, &crate::server::path::parse("/pods"), "n");
+        let joined = UserInfo {
+            name: "u".into(),
+            uid: String::new(),
+            groups: vec!["a,b".into()],
+        };
+        let split = UserInfo {
+            groups: vec!["a".into(), "b".into()],
+            ..joined.clone()
+        };
+        // Either order: the first answer must not be reused for the other user.
+        assert_eq!(authz.authorize(&joined, &attrs).await, Ok(true));
+        assert_eq!(authz.authorize(&split, &attrs).await, Ok(false));
+        let authz2 = Authorizer::Webhook(WebhookAuthorizer::new(
+            Arc::new(ExactGroups),
+            Duration::from_secs(300),
+            Duration::from_secs(300),
+        ));
+        assert_eq!(authz2.authorize(&split, &attrs).await, Ok(false));
+        assert_eq!(authz2.authorize(&joined, &attrs).await, Ok(true));
+        // Name/uid boundaries are structural too.
+        let a = UserInfo {
+            name: "x".into(),
+            uid: "y\u{0}z".into(),
+            groups: vec![],
+        };
+        let b = UserInfo {
+            name: "x\u{0}y".into(),
+            uid: "z".into(),
+            groups: vec![],
+        };
+        let key = |u: &UserInfo| AccessKey {
+            user: u.clone(),
+            verb: "get".into(),
+            node_name: "n".into(),
+            subresource: "pods",
+        };
+        assert_ne!(key(&a), key(&b));
     }
 }

@@ -159,7 +159,34 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
+/// How long a client may take to send a request's headers (also bounds an idle keep-alive
+/// connection: the timer runs while the next request is awaited, which keeps idle
+/// connections below upstream's 90 s idle timeout).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head accepted (upstream `MaxHeaderBytes`: 1 MiB); larger is a 431.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+/// How long a TLS handshake may take.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The HTTP/1.1 settings of every port.
+fn http1() -> hyper::server::conn::http1::Builder {
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_header_size(MAX_HEADER_BYTES)
+        .max_buf_size(MAX_HEADER_BYTES + 64 * 1024);
+    b
+}
+
+/// Waits before the next accept after a failure (out of descriptors…) so the loop does not
+/// spin; connections being served are not affected.
+async fn accept_failed(e: &std::io::Error) {
+    warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
 /// Serves plain HTTP on `listener` until `cancel` fires; in-flight connections are closed then.
+/// The accept loop never waits for a connection: each is served by its own task.
 pub async fn serve(
     listener: TcpListener,
     endpoints: Endpoints,
@@ -178,7 +205,7 @@ pub async fn serve(
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        warn!(error = %e, "accept failed");
+                        accept_failed(&e).await;
                         continue;
                     }
                 };
@@ -188,7 +215,7 @@ pub async fn serve(
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(routes::route(&state, endpoints, &req).await) }
                     });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    if let Err(e) = http1()
                         .serve_connection(TokioIo::new(stream), svc)
                         .with_upgrades()
                         .await
@@ -204,10 +231,12 @@ pub async fn serve(
     streams.shutdown().await;
 }
 
-/// Serves the authenticated HTTPS port until `cancel` fires.
+/// Serves the authenticated HTTPS port until `cancel` fires. Each connection takes the
+/// current TLS configuration (`tls` reloads its files while serving); the handshake runs in
+/// the connection's own task, so a stalled client delays nobody else.
 pub async fn serve_secure(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<tls::ServingTls>,
     auth: Arc<Auth>,
     state: ServerState,
     cancel: CancellationToken,
@@ -215,8 +244,8 @@ pub async fn serve_secure(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "serving HTTPS");
     }
+    let reloader = tokio::spawn(tls.clone().watch(cancel.clone()));
     let streams = state.streams.clone();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -225,15 +254,15 @@ pub async fn serve_secure(
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        warn!(error = %e, "accept failed");
+                        accept_failed(&e).await;
                         continue;
                     }
                 };
                 let state = state.clone();
                 let auth = auth.clone();
-                let acceptor = acceptor.clone();
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
                 conns.spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
                             debug!(%peer, error = %e, "TLS handshake failed");
@@ -244,19 +273,22 @@ pub async fn serve_secure(
                             return;
                         }
                     };
-                    let cert = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|chain| auth.authenticator.authenticate_cert(chain));
-                    let cert = Arc::new(cert);
+                    // The chain is verified per request (validity period and the current
+                    // client CA), not only once at the handshake.
+                    let chain: Arc<Option<Vec<rustls::pki_types::CertificateDer<'static>>>> =
+                        Arc::new(tls.get_ref().1.peer_certificates().map(<[_]>::to_vec));
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let state = state.clone();
                         let auth = auth.clone();
-                        let cert = cert.clone();
-                        async move { Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref().as_ref(), &req).await) }
+                        let chain = chain.clone();
+                        async move {
+                            let cert = chain
+                                .as_deref()
+                                .and_then(|c| auth.authenticator.authenticate_cert(c));
+                            Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref(), &req).await)
+                        }
                     });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    if let Err(e) = http1()
                         .serve_connection(TokioIo::new(tls), svc)
                         .with_upgrades()
                         .await
@@ -270,6 +302,7 @@ pub async fn serve_secure(
     }
     conns.shutdown().await;
     streams.shutdown().await;
+    let _ = reloader.await;
 }
 
 /// Authenticates, authorizes and routes one request of the HTTPS port. Every path needs an

@@ -392,10 +392,16 @@ pub async fn serve<B>(state: &ServerState, target: &StreamTarget<'_>, req: &Requ
     }
 }
 
-/// Headers never copied to the runtime's request (hyper sets them from the empty body and the
-/// backend address).
+/// Headers never copied to the runtime's request: the client's credentials for the kubelet
+/// (`Authorization`, `Proxy-Authorization`: the runtime's stream server must not see a
+/// bearer token it could replay), and what hyper sets from the empty body and the backend
+/// address.
 fn forwarded(name: &header::HeaderName) -> bool {
-    name != header::HOST && name != header::CONTENT_LENGTH && name != header::TRANSFER_ENCODING
+    name != header::HOST
+        && name != header::CONTENT_LENGTH
+        && name != header::TRANSFER_ENCODING
+        && name != header::AUTHORIZATION
+        && name != header::PROXY_AUTHORIZATION
 }
 
 /// Upstream's `UpgradeAwareHandler` with `upgradeRequired`: forwards the upgrade request to

@@ -440,6 +440,8 @@ async fn stream_server() -> (String, tokio::task::JoinHandle<()>) {
                         h.insert("connection", "Upgrade".parse().unwrap());
                         h.insert("upgrade", "SPDY/3.1".parse().unwrap());
                         h.insert("x-seen-path", req.uri().to_string().parse().unwrap());
+                        let names: Vec<&str> = req.headers().keys().map(|k| k.as_str()).collect();
+                        h.insert("x-seen-headers", names.join(",").parse().unwrap());
                         if let Some(v) = req.headers().get("x-stream-protocol-version") {
                             h.insert("x-stream-protocol-version", v.clone());
                         }
@@ -509,12 +511,22 @@ async fn the_kubelet_splices_the_runtime_stream_both_ways() {
     let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (code, head, _) = raw(
         &mut c,
-        "POST /exec/default/web/main?command=echo&command=hi&output=1 HTTP/1.1\r\nHost: k\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n",
+        "POST /exec/default/web/main?command=echo&command=hi&output=1 HTTP/1.1\r\nHost: k\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nAuthorization: Bearer secret-token\r\nProxy-Authorization: Basic c2VjcmV0\r\nX-Other: kept\r\n\r\n",
     )
     .await;
     assert_eq!(code, 101, "{head}");
     let lower = head.to_ascii_lowercase();
     assert!(lower.contains("x-seen-path: /exec/"), "{head}");
+    // The client's credentials for the kubelet are not handed to the runtime.
+    let seen = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("x-seen-headers: "))
+        .unwrap_or_default();
+    assert!(
+        seen.contains("x-other") && seen.contains("upgrade"),
+        "{head}"
+    );
+    assert!(!seen.contains("authorization"), "{head}");
     assert!(
         lower.contains("x-stream-protocol-version: v4.channel.k8s.io"),
         "{head}"
