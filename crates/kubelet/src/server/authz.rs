@@ -1,12 +1,13 @@
 //! Request authorization for the kubelet's HTTPS port (upstream `pkg/kubelet/server/auth.go`
-//! plus the webhook authorizer). Owns the SubjectAccessReview answer cache; receives the user
-//! and the request's method and path; emits allowed / forbidden (with upstream's 403 text).
+//! plus the webhook authorizer). Owns the SubjectAccessReview answer cache; receives the user,
+//! the request's method and its parsed route (never the raw path); emits allowed / forbidden
+//! (with upstream's 403 text).
 //!
 //! Mapping as upstream (with fine-grained kubelet authz): resource `nodes`, name = node name,
 //! verb from the HTTP method; subresource `stats`/`metrics`/`log`/`spec`/`checkpoint` by the
 //! parsed route's root, `pods`, `healthz`, `configz` for those endpoints with `proxy` as the
-//! fallback checked second, and `proxy` for everything else (malformed paths included). As upstream, the verb of `/exec`, `/attach` and `/portForward`
-//! follows the method too, so a websocket upgrade (HTTP GET) needs only `get` on
+//! fallback checked second, and `proxy` for everything else (malformed paths included). As
+//! upstream, the verb of `/exec`, `/attach` and `/portForward` follows the method too, so a websocket upgrade (HTTP GET) needs only `get` on
 //! `nodes/proxy` (upstream documents this rather than changing it).
 
 use std::sync::Arc;

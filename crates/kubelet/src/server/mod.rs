@@ -4,8 +4,10 @@
 //! manager snapshot), statuses (status manager), the runtime's pods (pod cache), the CRI
 //! runtime, the effective configuration and the health checks; emits the responses built in
 //! `routes` (container logs read by `logs`, exec/attach/port-forward proxied by `streaming`,
-//! whose spliced connections each server tracks and ends at shutdown). Connections are
-//! HTTP/1.1 with upgrades enabled.
+//! whose spliced connections each server tracks and ends at shutdown). Every request path is
+//! parsed once (`path`) and only that route is read afterwards. Connections are HTTP/1.1 with
+//! upgrades enabled, a header-read timeout and a request-head size limit, each served by its
+//! own task (TLS handshake included).
 
 pub mod authn;
 pub mod authz;
