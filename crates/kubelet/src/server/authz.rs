@@ -7,8 +7,9 @@
 //! verb from the HTTP method; subresource `stats`/`metrics`/`log`/`spec`/`checkpoint` by the
 //! parsed route's root, `pods`, `healthz`, `configz` for those endpoints with `proxy` as the
 //! fallback checked second, and `proxy` for everything else (malformed paths included). As
-//! upstream, the verb of `/exec`, `/attach` and `/portForward` follows the method too, so a websocket upgrade (HTTP GET) needs only `get` on
-//! `nodes/proxy` (upstream documents this rather than changing it).
+//! upstream, the verb of `/exec`, `/attach` and `/portForward` follows the method too, so a
+//! websocket upgrade (HTTP GET) needs only `get` on `nodes/proxy` (upstream documents this
+//! rather than changing it).
 
 use std::sync::Arc;
 use std::time::Duration;
