@@ -92,6 +92,8 @@ pub struct ServerState {
     pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
     /// Proxied streaming connections; a server ends them (and waits) when it stops.
     pub streams: streaming::StreamTasks,
+    /// How long a client may take to send a request head ([`HEADER_READ_TIMEOUT`]).
+    pub header_read_timeout: Duration,
 }
 
 impl ServerState {
@@ -119,6 +121,7 @@ impl ServerState {
             pod_cgroup_root: None,
             machine: None,
             streams: streaming::StreamTasks::default(),
+            header_read_timeout: HEADER_READ_TIMEOUT,
         }
     }
 }
@@ -171,10 +174,10 @@ pub const MAX_HEADER_BYTES: usize = 1 << 20;
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP/1.1 settings of every port.
-fn http1() -> hyper::server::conn::http1::Builder {
+fn http1(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_read_timeout)
         .max_header_size(MAX_HEADER_BYTES)
         .max_buf_size(MAX_HEADER_BYTES + 64 * 1024);
     b
@@ -212,12 +215,13 @@ pub async fn serve(
                     }
                 };
                 let state = state.clone();
+                let http = http1(state.header_read_timeout);
                 conns.spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(routes::route(&state, endpoints, &req).await) }
                     });
-                    if let Err(e) = http1()
+                    if let Err(e) = http
                         .serve_connection(TokioIo::new(stream), svc)
                         .with_upgrades()
                         .await
@@ -261,6 +265,7 @@ pub async fn serve_secure(
                     }
                 };
                 let state = state.clone();
+                let http = http1(state.header_read_timeout);
                 let auth = auth.clone();
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
                 conns.spawn(async move {
@@ -290,7 +295,7 @@ pub async fn serve_secure(
                             Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref(), &req).await)
                         }
                     });
-                    if let Err(e) = http1()
+                    if let Err(e) = http
                         .serve_connection(TokioIo::new(tls), svc)
                         .with_upgrades()
                         .await
@@ -550,5 +555,42 @@ mod tests {
         assert_eq!(list["apiVersion"], "v1");
         assert_eq!(list["items"][0]["status"]["phase"], "Running");
         assert_eq!(list["items"][0]["metadata"]["uid"], "u1");
+    }
+
+    #[tokio::test]
+    async fn stalled_and_idle_connections_are_closed_after_the_header_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const TIMEOUT: Duration = Duration::from_millis(800);
+        let (mut st, _tx) = state(false);
+        st.header_read_timeout = TIMEOUT;
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(serve(listener, Endpoints::ReadOnly, st, cancel.clone()));
+        let start = tokio::time::Instant::now();
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();
+        partial
+            .write_all(b"GET /pods HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = idle.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        for conn in [&mut silent, &mut partial, &mut idle] {
+            let mut rest = Vec::new();
+            let r = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut rest))
+                .await
+                .expect("closed by the server");
+            assert!(r.is_err() || !rest.starts_with(b"HTTP/1.1 200"), "{rest:?}");
+        }
+        let took = start.elapsed();
+        assert!(took >= TIMEOUT && took < Duration::from_secs(5), "{took:?}");
+        cancel.cancel();
+        task.await.unwrap();
     }
 }
