@@ -313,4 +313,60 @@ mod tests {
         assert_eq!(user.name, "system:node:n1");
         assert_eq!(user.groups, vec!["system:nodes"]);
     }
+
+    /// Answers every token after a pause, counting reviews.
+    struct SlowReviews(AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl ReviewApi for SlowReviews {
+        async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, String> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(Some(UserInfo {
+                name: token.to_owned(),
+                ..Default::default()
+            }))
+        }
+        async fn access_review(
+            &self,
+            _: &UserInfo,
+            _: &Attributes,
+            _: &str,
+        ) -> Result<AccessDecision, String> {
+            unreachable!()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_with_one_token_make_one_review() {
+        let api = Arc::new(SlowReviews(AtomicUsize::new(0)));
+        let a = Arc::new(Authenticator {
+            client_ca: None,
+            tokens: Some(TokenWebhook::new(api.clone(), Duration::from_secs(120))),
+            anonymous: false,
+        });
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let a = a.clone();
+            let token = if i % 2 == 0 { "Bearer t1" } else { "Bearer t2" };
+            tasks.push(tokio::spawn(async move {
+                a.authenticate(None, Some(token))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .name
+            }));
+        }
+        let mut names = Vec::new();
+        for t in tasks {
+            names.push(t.await.unwrap());
+        }
+        assert_eq!(names.iter().filter(|n| *n == "t1").count(), 20);
+        assert_eq!(names.iter().filter(|n| *n == "t2").count(), 20);
+        assert_eq!(
+            api.0.load(Ordering::SeqCst),
+            2,
+            "one review per distinct token"
+        );
+    }
 }

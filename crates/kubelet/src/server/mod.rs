@@ -191,7 +191,9 @@ async fn accept_failed(e: &std::io::Error) {
 }
 
 /// Serves plain HTTP on `listener` until `cancel` fires; in-flight connections are closed then.
-/// The accept loop never waits for a connection: each is served by its own task.
+/// The accept loop never waits for a connection: each is served by its own task. For the
+/// read-only and healthz ports (`Endpoints::Secure` here would serve every endpoint without
+/// authentication: only tests do that).
 pub async fn serve(
     listener: TcpListener,
     endpoints: Endpoints,
