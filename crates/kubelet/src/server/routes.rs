@@ -3,7 +3,9 @@
 //! metrics, the latest stats snapshot); emit upstream-shaped responses: `/pods`,
 //! `/runningpods/`, `/healthz*`, `/configz`, `/containerLogs/…`, `/logs/…`, `/run/…`,
 //! `/checkpoint/…`, `/stats/summary`, `/metrics`, `/metrics/{probes,resource,cadvisor}`, and
-//! hand `/exec/…`, `/attach/…`, `/portForward/…` to `streaming`. Unknown paths are 404.
+//! hand `/exec/…`, `/attach/…`, `/portForward/…` to `streaming`. Dispatch reads only the
+//! route parsed by `path` (malformed paths are 400, unknown ones 404); which routes a port
+//! serves at all is decided here (`serves`), before the method and the debug-handler gate.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -16,106 +18,132 @@ use rkubelet_cri::{CriError, api};
 use tracing::warn;
 
 use super::logs::LogOptions;
+use super::path::{MetricsKind, Root, Route, StreamKind, parse};
 use super::{Endpoints, Resp, ServerState, json, text};
 use crate::types::PodExt;
 
-/// Routes that exist only with debugging handlers (upstream `InstallDebuggingHandlers`).
-const DEBUG_PREFIXES: &[&str] = &[
-    "/run",
-    "/exec",
-    "/attach",
-    "/portForward",
-    "/containerLogs",
-    "/logs",
-    "/configz",
-    "/runningpods",
-    "/checkpoint",
-    "/debug",
-];
-
-fn under(path: &str, prefix: &str) -> bool {
-    path == prefix || path.starts_with(&format!("{prefix}/"))
+/// Parses the request path once and dispatches it (the plain-HTTP ports and tests).
+pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
+    let parsed = parse(req.uri().path());
+    dispatch(state, endpoints, &parsed, req).await
 }
 
-/// Dispatches `req` (already authenticated/authorized on the secure port).
-pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
+/// Dispatches `req` by its parsed `route` (already authenticated and authorized on the
+/// secure port); records the request metrics under the route's fixed label.
+pub async fn dispatch<B>(
+    state: &ServerState,
+    endpoints: Endpoints,
+    route: &Route,
+    req: &Request<B>,
+) -> Resp {
     // Upstream instruments the read-only and the authenticated server, not healthz.
     let server_type = match endpoints {
-        Endpoints::Healthz => return route_request(state, endpoints, req).await,
+        Endpoints::Healthz => return route_request(state, endpoints, route, req).await,
         Endpoints::ReadOnly => "readonly",
         Endpoints::Secure => "readwrite",
     };
-    let _guard = state
-        .metrics
-        .as_ref()
-        .map(|m| m.http_request_started(req.method().as_str(), req.uri().path(), server_type));
-    route_request(state, endpoints, req).await
+    let _guard = state.metrics.as_ref().map(|m| {
+        m.http_request_started(
+            req.method().as_str(),
+            &format!("/{}", route.metrics_label()),
+            server_type,
+        )
+    });
+    route_request(state, endpoints, route, req).await
 }
 
-async fn route_request<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
-    let path = req.uri().path();
-    let method = req.method();
-    if path == "/healthz" || path.starts_with("/healthz/") {
-        if method != Method::GET && method != Method::HEAD {
-            return method_not_allowed();
-        }
-        let only = path.strip_prefix("/healthz/").filter(|s| !s.is_empty());
-        return super::healthz(state, only, req.uri().query().unwrap_or_default());
+/// Whether `endpoints` serves `route` at all (anything else is 404 there, whatever the
+/// method): the healthz port only health (CVE-2019-11248), the read-only port only what
+/// upstream's read-only server has (no debugging handlers), the secure port everything.
+pub fn serves(endpoints: Endpoints, route: &Route) -> bool {
+    match endpoints {
+        Endpoints::Healthz => matches!(route, Route::Healthz { .. }),
+        Endpoints::ReadOnly => matches!(
+            route,
+            Route::Healthz { .. } | Route::Pods | Route::StatsSummary | Route::Metrics(_)
+        ),
+        Endpoints::Secure => true,
     }
-    if endpoints == Endpoints::Healthz {
+}
+
+fn get_or_head(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+async fn route_request<B>(
+    state: &ServerState,
+    endpoints: Endpoints,
+    route: &Route,
+    req: &Request<B>,
+) -> Resp {
+    if *route == Route::Malformed {
+        return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into());
+    }
+    if !serves(endpoints, route) {
         return not_found();
     }
-    if matches!(path, "/pods" | "/pods/") {
-        if method != Method::GET && method != Method::HEAD {
-            return method_not_allowed();
-        }
-        return json(StatusCode::OK, &super::pod_list(state));
-    }
-    if let Some(resp) = metrics_endpoint(state, path, method) {
-        return resp;
-    }
-    let debug = endpoints == Endpoints::Secure && state.debugging_handlers;
-    if DEBUG_PREFIXES.iter().any(|p| under(path, p)) && !debug {
+    let method = req.method();
+    if route.root().is_debug() && !state.debugging_handlers {
         return text(
             StatusCode::METHOD_NOT_ALLOWED,
             "Debug endpoints are disabled.\n".into(),
         );
     }
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let query = parse_query(req.uri().query());
-    match (method, segs.as_slice()) {
-        (&Method::GET, ["stats", "summary"]) => stats_summary(state, &query),
-        (&Method::GET, ["runningpods", ..]) => running_pods(state),
-        (&Method::GET, ["configz"]) => match &state.configz {
+    // The read-only port answers reads only.
+    if endpoints == Endpoints::ReadOnly && !get_or_head(method) {
+        return method_not_allowed();
+    }
+    let query = || parse_query(req.uri().query());
+    match route {
+        Route::Healthz { check } if get_or_head(method) => super::healthz(
+            state,
+            check.as_deref(),
+            req.uri().query().unwrap_or_default(),
+        ),
+        Route::Pods if get_or_head(method) => json(StatusCode::OK, &super::pod_list(state)),
+        Route::Metrics(kind) if get_or_head(method) => metrics_endpoint(state, *kind),
+        Route::StatsSummary if method == Method::GET => stats_summary(state, &query()),
+        Route::RunningPods if method == Method::GET => running_pods(state),
+        Route::Configz if method == Method::GET => match &state.configz {
             Some(c) => json(
                 StatusCode::OK,
                 &serde_json::json!({"kubeletconfig": c.as_ref()}),
             ),
             None => not_found(),
         },
-        (&Method::GET, ["containerLogs", ns, pod, container]) => {
-            container_logs(state, ns, pod, container, &query).await
+        Route::ContainerLogs(c) if method == Method::GET => {
+            container_logs(state, &c.namespace, &c.pod, &c.container, &query()).await
         }
-        (&Method::GET | &Method::HEAD, ["logs", ..]) if state.system_logs.is_some() => {
-            system_logs(state, path).await
-        }
-        (&Method::POST, ["run", ns, pod, container])
-        | (&Method::POST, ["run", ns, pod, _, container]) => {
-            run(state, ns, pod, container, &query).await
-        }
-        (&Method::POST, ["checkpoint", ns, pod, container]) => {
-            checkpoint(state, ns, pod, container, &query).await
-        }
-        (&Method::GET | &Method::POST, ["exec" | "attach" | "portForward", ..]) => {
-            match super::streaming::parse_path(&segs) {
-                Some(target) => super::streaming::serve(state, &target, req).await,
-                None => not_found(),
+        Route::SystemLogs { rest } => {
+            if state.system_logs.is_none() {
+                return not_found();
             }
+            if !get_or_head(method) {
+                return method_not_allowed();
+            }
+            system_logs(state, &format!("/logs{rest}")).await
         }
-        (_, ["exec" | "attach" | "portForward", ..]) => method_not_allowed(),
-        (_, ["runningpods", ..] | ["configz"] | ["containerLogs", _, _, _])
-        | (_, ["run", ..] | ["checkpoint", ..]) => method_not_allowed(),
-        _ => not_found(),
+        Route::Run(c) if method == Method::POST => {
+            run(state, &c.namespace, &c.pod, &c.container, &query()).await
+        }
+        Route::Checkpoint(c) if method == Method::POST => {
+            checkpoint(state, &c.namespace, &c.pod, &c.container, &query()).await
+        }
+        Route::Stream(kind, c) if method == Method::GET || method == Method::POST => {
+            let target = super::streaming::StreamTarget {
+                kind: *kind,
+                namespace: &c.namespace,
+                pod: &c.pod,
+                uid: c.uid.as_deref(),
+                container: (*kind != StreamKind::PortForward).then_some(c.container.as_str()),
+            };
+            super::streaming::serve(state, &target, req).await
+        }
+        Route::Unknown(Root::Run | Root::Checkpoint) if method != Method::POST => {
+            method_not_allowed()
+        }
+        Route::Unknown(_) | Route::Malformed => not_found(),
+        _ => method_not_allowed(),
     }
 }
 
@@ -636,30 +664,21 @@ mod tests;
 
 /// `/metrics` (kubelet and process series), `/metrics/probes`, and the stats-based
 /// `/metrics/resource` and `/metrics/cadvisor` (rendered from the latest snapshot, 404 when
-/// stats are off); `None` for other paths.
-fn metrics_endpoint(state: &ServerState, path: &str, method: &Method) -> Option<Resp> {
-    if !matches!(
-        path,
-        "/metrics" | "/metrics/probes" | "/metrics/resource" | "/metrics/cadvisor"
-    ) {
-        return None;
-    }
-    if method != Method::GET && method != Method::HEAD {
-        return Some(method_not_allowed());
-    }
-    let body = match path {
-        "/metrics" => state.metrics.as_ref().map(|m| m.render()),
-        "/metrics/probes" => state.probe_metrics.as_ref().map(|m| m.render()),
-        "/metrics/resource" => state
+/// stats are off).
+fn metrics_endpoint(state: &ServerState, kind: MetricsKind) -> Resp {
+    let body = match kind {
+        MetricsKind::Kubelet => state.metrics.as_ref().map(|m| m.render()),
+        MetricsKind::Probes => state.probe_metrics.as_ref().map(|m| m.render()),
+        MetricsKind::Resource => state
             .stats
             .as_ref()
             .map(|s| crate::metrics::resource::render(&s.latest())),
-        _ => state.stats.as_ref().map(|s| cadvisor_text(state, s)),
+        MetricsKind::Cadvisor => state.stats.as_ref().map(|s| cadvisor_text(state, s)),
     };
-    Some(match body {
+    match body {
         Some(body) => super::prometheus_text(body),
         None => not_found(),
-    })
+    }
 }
 
 /// `/metrics/cadvisor` from the latest snapshot, the desired pods and the runtime pod cache.
