@@ -119,7 +119,8 @@ const NANOS: i128 = 1_000_000_000;
 /// Parses a Kubernetes resource quantity (`100m`, `1.5Gi`, `2e3`, `500M`, …) into an exact
 /// number of nano-units (value × 10⁹), rounding sub-nano precision up as upstream does.
 /// Returns `None` for malformed input or values beyond ±2⁶³ units.
-pub(crate) fn parse_quantity_nanos(s: &str) -> Option<i128> {
+#[doc(hidden)] // public for the fuzz targets (fuzz/)
+pub fn parse_quantity_nanos(s: &str) -> Option<i128> {
     let s = s.trim();
     let (negative, rest) = match s.as_bytes().first()? {
         b'-' => (true, &s[1..]),
