@@ -48,7 +48,10 @@ fn targets(name: &str) -> Result<Vec<&'static Target>, String> {
     }
     find(name).map(|t| vec![t]).ok_or_else(|| {
         let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
-        format!("unknown target {name:?}; targets: all, {}", names.join(", "))
+        format!(
+            "unknown target {name:?}; targets: all, {}",
+            names.join(", ")
+        )
     })
 }
 
@@ -78,13 +81,19 @@ fn main() -> ExitCode {
             println!(
                 "{}: {} in {:.3} ms, peak allocation {} bytes",
                 t.name,
-                outcome.as_ref().map_or_else(|e| format!("PANIC: {e}"), |()| "ok".into()),
+                outcome
+                    .as_ref()
+                    .map_or_else(|e| format!("PANIC: {e}"), |()| "ok".into()),
                 took.as_secs_f64() * 1e3,
                 peak
             );
             ok &= outcome.is_ok();
         }
-        return if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     let limits = Limits {
         seed: args.seed,
@@ -104,5 +113,9 @@ fn main() -> ExitCode {
             }
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -6,19 +6,90 @@ use crate::rng::Rng;
 
 /// Generic tokens worth splicing into any text format.
 pub const COMMON_TOKENS: &[&str] = &[
-    "+", "-", ".", "..", "e", "E", "%", "%%", "%ff", "%0", "%zz", "&", "=", "?", "/", "//", "\\",
-    "\"", "'", "`", " ", "\t", "\n", "\r\n", "\0", "\u{7f}", "\u{b5}", "\u{3bc}", "\u{feff}",
-    "\u{1f600}", "\u{10ffff}", "\u{fffd}", "true", "false", "null", "~", "[]", "{}", "[", "]",
-    "{", "}", ",", ":", ";",
+    "+",
+    "-",
+    ".",
+    "..",
+    "e",
+    "E",
+    "%",
+    "%%",
+    "%ff",
+    "%0",
+    "%zz",
+    "&",
+    "=",
+    "?",
+    "/",
+    "//",
+    "\\",
+    "\"",
+    "'",
+    "`",
+    " ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\0",
+    "\u{7f}",
+    "\u{b5}",
+    "\u{3bc}",
+    "\u{feff}",
+    "\u{1f600}",
+    "\u{10ffff}",
+    "\u{fffd}",
+    "true",
+    "false",
+    "null",
+    "~",
+    "[]",
+    "{}",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    ";",
 ];
 
 /// Numbers at and around the edges parsers get wrong.
 pub const NUMBERS: &[&str] = &[
-    "0", "-1", "1", "00", "007", "1.", ".5", "1.5", "-0", "1_000", "0x10", "0o7", "0b1", "255",
-    "256", "65535", "65536", "2147483647", "2147483648", "-2147483648", "4294967296",
-    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551616",
-    "99999999999999999999999999999999999999999", "1e308", "1e309", "-1e309", "1e-400",
-    "1e9223372036854775807", "1e-9223372036854775808", "NaN", "inf", "-inf",
+    "0",
+    "-1",
+    "1",
+    "00",
+    "007",
+    "1.",
+    ".5",
+    "1.5",
+    "-0",
+    "1_000",
+    "0x10",
+    "0o7",
+    "0b1",
+    "255",
+    "256",
+    "65535",
+    "65536",
+    "2147483647",
+    "2147483648",
+    "-2147483648",
+    "4294967296",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "18446744073709551616",
+    "99999999999999999999999999999999999999999",
+    "1e308",
+    "1e309",
+    "-1e309",
+    "1e-400",
+    "1e9223372036854775807",
+    "1e-9223372036854775808",
+    "NaN",
+    "inf",
+    "-inf",
 ];
 
 /// Mutates `seeds` into a fresh input of at most `max_len` bytes. `dict` adds target tokens.
@@ -27,7 +98,12 @@ pub fn mutate(rng: &mut Rng, seeds: &[&[u8]], dict: &[&str], max_len: usize) -> 
         return random_bytes(rng, max_len.min(512));
     }
     let mut data = rng.pick(seeds).to_vec();
-    let rounds = 1 + rng.small(15);
+    // Mostly one or two edits (inputs stay close to valid and get deep), sometimes many.
+    let rounds = match rng.below(4) {
+        0 | 1 => 1,
+        2 => rng.range(2, 3),
+        _ => rng.range(2, 16),
+    };
     for _ in 0..rounds {
         mutate_once(rng, &mut data, seeds, dict);
         if data.len() > max_len {
@@ -46,7 +122,11 @@ pub fn random_bytes(rng: &mut Rng, max_len: usize) -> Vec<u8> {
         _ => {
             let mut out = Vec::new();
             while out.len() < len {
-                let t = if rng.one_in(3) { NUMBERS } else { COMMON_TOKENS };
+                let t = if rng.one_in(3) {
+                    NUMBERS
+                } else {
+                    COMMON_TOKENS
+                };
                 out.extend_from_slice(rng.pick(t).as_bytes());
             }
             out
@@ -133,7 +213,12 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[&[u8]], dict: &[&str]
             let (s, e) = span(rng, len, 16);
             let chunk = data[s..e].to_vec();
             let times = 1 + rng.small(200);
-            let rep: Vec<u8> = chunk.iter().copied().cycle().take(chunk.len() * times).collect();
+            let rep: Vec<u8> = chunk
+                .iter()
+                .copied()
+                .cycle()
+                .take(chunk.len() * times)
+                .collect();
             data.splice(s..s, rep);
         }
         // Splice in a span of another seed.
@@ -173,7 +258,10 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[&[u8]], dict: &[&str]
         }
         // Change a number into another (interesting) number.
         14 => {
-            if let Some(pos) = (0..len.min(4096)).map(|_| rng.below(len)).find(|i| data[*i].is_ascii_digit()) {
+            if let Some(pos) = (0..len.min(4096))
+                .map(|_| rng.below(len))
+                .find(|i| data[*i].is_ascii_digit())
+            {
                 let mut end = pos;
                 while end < len && data[end].is_ascii_digit() {
                     end += 1;

@@ -18,7 +18,10 @@ fn smoke(name: &str) {
         Ok(report) => {
             eprintln!("{report}");
             assert_eq!(report.inputs, target.smoke_inputs);
-            assert!(report.max_input_alloc.is_some(), "counting allocator not installed");
+            assert!(
+                report.max_input_alloc.is_some(),
+                "counting allocator not installed"
+            );
         }
         Err(failure) => panic!("{failure}"),
     }
@@ -67,10 +70,20 @@ fn smoke_cri_status() {
 #[test]
 fn every_target_has_a_smoke_test() {
     let covered = [
-        "static-pod", "kubelet-config", "quantity", "duration", "http-query", "cri-log",
-        "smp-diff", "cri-status",
+        "static-pod",
+        "kubelet-config",
+        "quantity",
+        "duration",
+        "http-query",
+        "cri-log",
+        "smp-diff",
+        "cri-status",
     ];
     for t in rkubelet_fuzz::TARGETS {
-        assert!(covered.contains(&t.name), "target {} has no smoke test", t.name);
+        assert!(
+            covered.contains(&t.name),
+            "target {} has no smoke test",
+            t.name
+        );
     }
 }

@@ -28,9 +28,25 @@ const SEEDS: &[&str] = &[
 ];
 
 const DICT: &[&str] = &[
-    " stdout ", " stderr ", " F ", " P ", "F:", "P:", "Z", "T", "+14:00", "-23:59", "+99:99",
-    ".000000000000000000001", "9999-12-31T23:59:59.999999999Z", "0000-01-01T00:00:00Z",
-    "2024-02-30T00:00:00Z", "2024-01-02T24:00:60Z", "\n", "\r", "\u{0}",
+    " stdout ",
+    " stderr ",
+    " F ",
+    " P ",
+    "F:",
+    "P:",
+    "Z",
+    "T",
+    "+14:00",
+    "-23:59",
+    "+99:99",
+    ".000000000000000000001",
+    "9999-12-31T23:59:59.999999999Z",
+    "0000-01-01T00:00:00Z",
+    "2024-02-30T00:00:00Z",
+    "2024-01-02T24:00:60Z",
+    "\n",
+    "\r",
+    "\u{0}",
 ];
 
 fn generate(rng: &mut Rng) -> Vec<u8> {
@@ -41,7 +57,10 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
 fn run(data: &[u8]) {
     for line in data.split(|b| *b == b'\n') {
         if let Some(rec) = parse_cri_line(line) {
-            assert!(line.ends_with(&rec.msg), "the message is not the tail of the line");
+            assert!(
+                line.ends_with(&rec.msg),
+                "the message is not the tail of the line"
+            );
         }
     }
     let _ = log_tail_text(data, true);

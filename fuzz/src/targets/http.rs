@@ -34,14 +34,49 @@ const SEEDS: &[&str] = &[
     "/stats/summary?only_cpu_and_memory=true",
     "/logs/journal?boot=0&unit=kubelet&tail=5&pattern=a%2Bb&since=-1h",
     "/pods?a=%zz&b=%4&c=%%41&=x&&d&e==f+g",
-    "/metrics/resource", "/healthz", "/configz", "/runningpods/",
+    "/metrics/resource",
+    "/healthz",
+    "/configz",
+    "/runningpods/",
 ];
 
 const DICT: &[&str] = &[
-    "?", "&", "=", "%", "%2F", "%00", "%ff", "%E2%82%AC", "%C3", "+", "/", "//", "/../", "/./",
-    "#", ";", "exec", "attach", "portForward", "containerLogs", "command", "input", "output",
-    "error", "tty", "port", "tailLines", "limitBytes", "sinceSeconds", "sinceTime", "follow",
-    "previous", "timestamps", "1", "0", "true",
+    "?",
+    "&",
+    "=",
+    "%",
+    "%2F",
+    "%00",
+    "%ff",
+    "%E2%82%AC",
+    "%C3",
+    "+",
+    "/",
+    "//",
+    "/../",
+    "/./",
+    "#",
+    ";",
+    "exec",
+    "attach",
+    "portForward",
+    "containerLogs",
+    "command",
+    "input",
+    "output",
+    "error",
+    "tty",
+    "port",
+    "tailLines",
+    "limitBytes",
+    "sinceSeconds",
+    "sinceTime",
+    "follow",
+    "previous",
+    "timestamps",
+    "1",
+    "0",
+    "true",
 ];
 
 fn generate(rng: &mut Rng) -> Vec<u8> {
@@ -63,7 +98,10 @@ fn run(data: &[u8]) {
     let parsed = parse_query(query.as_deref());
     let limit = query.as_deref().map_or(0, str::len);
     for (k, v) in &parsed {
-        assert!(k.len() + v.len() <= limit, "decoding grew a query parameter");
+        assert!(
+            k.len() + v.len() <= limit,
+            "decoding grew a query parameter"
+        );
     }
     let mut pairs: Vec<(String, String)> = parsed.into_iter().collect();
     pairs.sort();

@@ -19,7 +19,7 @@ pub const TARGET: Target = Target {
     about: "KubeletConfiguration file + drop-in dir load, merge, defaulting, validation",
     generate,
     run,
-    smoke_inputs: 1_000,
+    smoke_inputs: 4_000,
 };
 
 /// Separates the base config from each drop-in in one input.
@@ -145,21 +145,110 @@ const SEEDS: &[&str] = &[
 ];
 
 const DICT: &[&str] = &[
-    SEP, SEP, DROP_IN_1, DROP_IN_2, ": ", "\n", "\n  ", "- ", "&x ", "*x", "<<: *x", "{", "}",
-    "[", "]", "null", "~", "\"\"", "!!binary ", "--- ", "apiVersion", "kind",
-    "kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1", "KubeletConfiguration", "1m0s",
-    "-1s", "1.5h", "0", "1e3", "1Ei", "8Ei", "9Ei", "110%", "-5%", "5.5%", "100Mi", "0-3",
-    "0-1,1", "3-1", "4096-8191", "NaN%", "staticPodPath", "evictionHard", "evictionSoft",
-    "evictionSoftGracePeriod", "evictionMinimumReclaim", "memory.available", "nodefs.available",
-    "pid.available", "systemReserved", "kubeReserved", "reservedSystemCPUs", "featureGates",
-    "maxPods", "syncFrequency", "cgroupDriver", "cgroupfs", "systemd", "cpuManagerPolicy",
-    "static", "none", "port", "readOnlyPort", "address", "tlsMinVersion", "VersionTLS13",
-    "authentication", "authorization", "webhook", "anonymous", "mode", "AlwaysAllow", "Webhook",
-    "logging", "format", "json", "shutdownGracePeriod", "reservedMemory", "numaNode", "limits",
-    "memorySwap", "swapBehavior", "LimitedSwap", "registerWithTaints", "effect", "NoExecute",
-    "crashLoopBackOff", "maxContainerRestartPeriod", "podLogsDir", "resolvConf", "..", "./",
-    "/abs", "enforceNodeAllocatable", "kube-reserved", "system-reserved", "hugepages-2Mi",
-    "allowedUnsafeSysctls", "shutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 2}]", "cpuManagerPolicyOptions: {full-pcpus-only: \"true\"}", "topologyManagerPolicy", "single-numa-node", "tlsCipherSuites",
+    SEP,
+    SEP,
+    DROP_IN_1,
+    DROP_IN_2,
+    ": ",
+    "\n",
+    "\n  ",
+    "- ",
+    "&x ",
+    "*x",
+    "<<: *x",
+    "{",
+    "}",
+    "[",
+    "]",
+    "null",
+    "~",
+    "\"\"",
+    "!!binary ",
+    "--- ",
+    "apiVersion",
+    "kind",
+    "kubelet.config.k8s.io/v1beta1",
+    "kubelet.config.k8s.io/v1",
+    "KubeletConfiguration",
+    "1m0s",
+    "-1s",
+    "1.5h",
+    "0",
+    "1e3",
+    "1Ei",
+    "8Ei",
+    "9Ei",
+    "110%",
+    "-5%",
+    "5.5%",
+    "100Mi",
+    "0-3",
+    "0-1,1",
+    "3-1",
+    "4096-8191",
+    "NaN%",
+    "staticPodPath",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMinimumReclaim",
+    "memory.available",
+    "nodefs.available",
+    "pid.available",
+    "systemReserved",
+    "kubeReserved",
+    "reservedSystemCPUs",
+    "featureGates",
+    "maxPods",
+    "syncFrequency",
+    "cgroupDriver",
+    "cgroupfs",
+    "systemd",
+    "cpuManagerPolicy",
+    "static",
+    "none",
+    "port",
+    "readOnlyPort",
+    "address",
+    "tlsMinVersion",
+    "VersionTLS13",
+    "authentication",
+    "authorization",
+    "webhook",
+    "anonymous",
+    "mode",
+    "AlwaysAllow",
+    "Webhook",
+    "logging",
+    "format",
+    "json",
+    "shutdownGracePeriod",
+    "reservedMemory",
+    "numaNode",
+    "limits",
+    "memorySwap",
+    "swapBehavior",
+    "LimitedSwap",
+    "registerWithTaints",
+    "effect",
+    "NoExecute",
+    "crashLoopBackOff",
+    "maxContainerRestartPeriod",
+    "podLogsDir",
+    "resolvConf",
+    "..",
+    "./",
+    "/abs",
+    "enforceNodeAllocatable",
+    "kube-reserved",
+    "system-reserved",
+    "hugepages-2Mi",
+    "allowedUnsafeSysctls",
+    "shutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 2}]",
+    "cpuManagerPolicyOptions: {full-pcpus-only: \"true\"}",
+    "topologyManagerPolicy",
+    "single-numa-node",
+    "tlsCipherSuites",
 ];
 
 fn generate(rng: &mut Rng) -> Vec<u8> {
@@ -214,8 +303,15 @@ fn run(data: &[u8]) {
             let lenient = lenient
                 .as_ref()
                 .expect("a strict load succeeded but the lenient one failed");
-            assert!(lenient.warnings.is_empty(), "strict-clean config warned: {:?}", lenient.warnings);
-            assert!(strict.config == lenient.config, "strict and lenient loads differ");
+            assert!(
+                lenient.warnings.is_empty(),
+                "strict-clean config warned: {:?}",
+                lenient.warnings
+            );
+            assert!(
+                strict.config == lenient.config,
+                "strict and lenient loads differ"
+            );
         }
         for loaded in [strict, lenient].into_iter().flatten() {
             let _ = validate(&loaded.config);
@@ -254,5 +350,26 @@ mod tests {
         let base_and_drop_ins = format!("{JSON_BASE}{SEP}{DROP_IN_1}{SEP}{DROP_IN_2}");
         run(base_and_drop_ins.as_bytes());
         assert_eq!(split(b"a%%b%%", b"%%"), vec![&b"a"[..], b"b", b""]);
+    }
+
+    #[test]
+    fn generated_inputs_reach_decoding_and_validation() {
+        let (mut loaded, mut valid) = (0, 0);
+        for i in 0..300 {
+            let data = generate(&mut Rng::for_input(1, i));
+            with_scratch(|s| {
+                let parts = split(&data, SEP.as_bytes());
+                std::fs::create_dir_all(s.base.parent().unwrap()).unwrap();
+                std::fs::write(&s.base, parts[0]).unwrap();
+                let opts = LoadOptions { strict: false };
+                if let Ok(l) = load_config_with(Some(&s.base), None, &opts) {
+                    loaded += 1;
+                    valid += usize::from(validate(&l.config).is_ok());
+                }
+            });
+        }
+        eprintln!("loaded {loaded}, valid {valid} of 300");
+        assert!(loaded >= 30, "too few generated configs load: {loaded}");
+        assert!(valid >= 10, "too few generated configs validate: {valid}");
     }
 }

@@ -24,16 +24,75 @@ pub const TARGET: Target = Target {
 };
 
 const SEEDS: &[&str] = &[
-    "100Mi", "500m", "1.5G", "1e3", "1E3", "2Ki", "0.1", "-1", "+5", ".5", "5.", "1.G", "1e-3",
-    "1E+2", "10%", "0.5%", "100%", "7Ei", "8Ei", "12345678901234567890n", "0", "000.000", "1u",
-    "123456789.123456789k", "0-3,5,7-9", "0", "1-1", "", " 3 ",
+    "100Mi",
+    "500m",
+    "1.5G",
+    "1e3",
+    "1E3",
+    "2Ki",
+    "0.1",
+    "-1",
+    "+5",
+    ".5",
+    "5.",
+    "1.G",
+    "1e-3",
+    "1E+2",
+    "10%",
+    "0.5%",
+    "100%",
+    "7Ei",
+    "8Ei",
+    "12345678901234567890n",
+    "0",
+    "000.000",
+    "1u",
+    "123456789.123456789k",
+    "0-3,5,7-9",
+    "0",
+    "1-1",
+    "",
+    " 3 ",
 ];
 
 const DICT: &[&str] = &[
-    "n", "u", "m", "k", "K", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e",
-    "E", "e+", "e-", "i", "%", ".", "-", "+", ",", "0", "9", "00000000000000000000",
-    "99999999999999999999", "e9223372036854775807", "e-9223372036854775808", "e2147483647",
-    "4294967295", "0-4294967295", "0-", "-0",
+    "n",
+    "u",
+    "m",
+    "k",
+    "K",
+    "M",
+    "G",
+    "T",
+    "P",
+    "E",
+    "Ki",
+    "Mi",
+    "Gi",
+    "Ti",
+    "Pi",
+    "Ei",
+    "e",
+    "E",
+    "e+",
+    "e-",
+    "i",
+    "%",
+    ".",
+    "-",
+    "+",
+    ",",
+    "0",
+    "9",
+    "00000000000000000000",
+    "99999999999999999999",
+    "e9223372036854775807",
+    "e-9223372036854775808",
+    "e2147483647",
+    "4294967295",
+    "0-4294967295",
+    "0-",
+    "-0",
 ];
 
 fn generate(rng: &mut Rng) -> Vec<u8> {
@@ -58,13 +117,24 @@ fn run(data: &[u8]) {
     if let (Ok(q), Some(n)) = (&config, pod)
         && !s.contains(char::is_whitespace)
     {
-        assert_eq!(q.nanos(), n, "config and pod quantity parsers disagree on {s:?}");
+        assert_eq!(
+            q.nanos(),
+            n,
+            "config and pod quantity parsers disagree on {s:?}"
+        );
     }
     if let Ok(ThresholdValue::Percentage { percent, .. }) = ThresholdValue::parse(s) {
-        assert!((0.0..=100.0).contains(&percent), "percentage {percent} out of range");
+        assert!(
+            (0.0..=100.0).contains(&percent),
+            "percentage {percent} out of range"
+        );
     }
     if let Ok(set) = CpuSet::parse(s) {
         let text = set.to_string();
-        assert_eq!(CpuSet::parse(&text).ok(), Some(set), "CPU set {s:?} does not round-trip");
+        assert_eq!(
+            CpuSet::parse(&text).ok(),
+            Some(set),
+            "CPU set {s:?} does not round-trip"
+        );
     }
 }

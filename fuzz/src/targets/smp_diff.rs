@@ -29,19 +29,58 @@ pub const TARGET: Target = Target {
 };
 
 const KEYS: &[&str] = &[
-    "status", "metadata", "uid", "conditions", "type", "podIPs", "hostIPs", "ip",
-    "resourceClaimStatuses", "name", "containerStatuses", "addresses", "volumesAttached",
-    "ownerReferences", "phase", "message", "reason", "labels", "spec", "a", "b", "$patch",
-    "$setElementOrder/conditions", "$retainKeys", "$deleteFromPrimitiveList/x", "",
+    "status",
+    "metadata",
+    "uid",
+    "conditions",
+    "type",
+    "podIPs",
+    "hostIPs",
+    "ip",
+    "resourceClaimStatuses",
+    "name",
+    "containerStatuses",
+    "addresses",
+    "volumesAttached",
+    "ownerReferences",
+    "phase",
+    "message",
+    "reason",
+    "labels",
+    "spec",
+    "a",
+    "b",
+    "$patch",
+    "$setElementOrder/conditions",
+    "$retainKeys",
+    "$deleteFromPrimitiveList/x",
+    "",
 ];
 
 const STRINGS: &[&str] = &[
-    "", "Ready", "PodScheduled", "Initialized", "True", "False", "10.0.0.1", "fd00::1", "replace",
-    "delete", "merge", "a", "b", "\u{0}", "\u{1f600}",
+    "",
+    "Ready",
+    "PodScheduled",
+    "Initialized",
+    "True",
+    "False",
+    "10.0.0.1",
+    "fd00::1",
+    "replace",
+    "delete",
+    "merge",
+    "a",
+    "b",
+    "\u{0}",
+    "\u{1f600}",
 ];
 
 fn generate(rng: &mut Rng) -> Vec<u8> {
-    let len = if rng.one_in(8) { rng.small(64) } else { rng.range(64, 4096) };
+    let len = if rng.one_in(8) {
+        rng.small(64)
+    } else {
+        rng.range(64, 4096)
+    };
     (0..len).map(|_| rng.byte()).collect()
 }
 
@@ -148,7 +187,15 @@ fn s(b: &mut Bytes) -> Option<String> {
 pub(super) fn pod_status(b: &mut Bytes) -> PodStatus {
     let conditions = (0..b.below(5))
         .map(|_| PodCondition {
-            type_: b.pick(&["Ready", "PodScheduled", "Initialized", "ContainersReady", "X"]).to_string(),
+            type_: b
+                .pick(&[
+                    "Ready",
+                    "PodScheduled",
+                    "Initialized",
+                    "ContainersReady",
+                    "X",
+                ])
+                .to_string(),
             status: b.pick(&["True", "False", "Unknown"]).to_string(),
             reason: s(b),
             message: s(b),
@@ -172,7 +219,9 @@ pub(super) fn pod_status(b: &mut Bytes) -> PodStatus {
         container_id: s(b),
         state: b.bool().then(|| match b.below(3) {
             0 => ContainerState {
-                running: Some(ContainerStateRunning { started_at: time(b) }),
+                running: Some(ContainerStateRunning {
+                    started_at: time(b),
+                }),
                 ..Default::default()
             },
             1 => ContainerState {
@@ -197,15 +246,25 @@ pub(super) fn pod_status(b: &mut Bytes) -> PodStatus {
     let pod_ips = ips(b);
     let host_ips = ips(b);
     PodStatus {
-        phase: s(b).map(|_| b.pick(&["Pending", "Running", "Succeeded", "Failed"]).to_string()),
+        phase: s(b).map(|_| {
+            b.pick(&["Pending", "Running", "Succeeded", "Failed"])
+                .to_string()
+        }),
         conditions: (!conditions.is_empty() || b.bool()).then_some(conditions),
         message: s(b),
         reason: s(b),
         pod_ip: pod_ips.first().cloned(),
-        pod_ips: (!pod_ips.is_empty()).then(|| pod_ips.into_iter().map(|ip| PodIP { ip }).collect()),
-        host_ips: (!host_ips.is_empty()).then(|| host_ips.into_iter().map(|ip| HostIP { ip }).collect()),
-        container_statuses: b.bool().then(|| (0..b.below(3)).map(|_| container(b)).collect()),
-        qos_class: s(b).map(|_| b.pick(&["Guaranteed", "Burstable", "BestEffort"]).to_string()),
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.into_iter().map(|ip| PodIP { ip }).collect()),
+        host_ips: (!host_ips.is_empty())
+            .then(|| host_ips.into_iter().map(|ip| HostIP { ip }).collect()),
+        container_statuses: b
+            .bool()
+            .then(|| (0..b.below(3)).map(|_| container(b)).collect()),
+        qos_class: s(b).map(|_| {
+            b.pick(&["Guaranteed", "Burstable", "BestEffort"])
+                .to_string()
+        }),
         start_time: time(b),
         ..Default::default()
     }
@@ -250,7 +309,11 @@ fn run(data: &[u8]) {
         );
     }
     let old = pod_status(&mut b);
-    let new = if b.bool() { pod_status(&mut b) } else { old.clone() };
+    let new = if b.bool() {
+        pod_status(&mut b)
+    } else {
+        old.clone()
+    };
     if unique_merge_keys(&old) && unique_merge_keys(&new) {
         check_round_trip("uid-1", &old, &new);
     }

@@ -110,25 +110,148 @@ const SEEDS: &[&str] = &[
 ];
 
 const DICT: &[&str] = &[
-    "\n---\n", "---", "...", "- ", ": ", ":", "\n  ", "\n    ", "\n- ", "? ", "|", "|-", ">", "&a ",
-    "*a", "<<: *a", "!!str ", "!!int ", "!!binary ", "!!map ", "!Pod ", "%YAML 1.2\n", "#", "'",
-    "\"\\u0000\"", "\"\\ud800\"", "[[[[[[[[", "{{{{{{{{", "0x", "0o", "~", "yes", "no", "on",
-    ".nan", ".inf", "apiVersion", "kind", "Pod", "PodList", "items", "v1", "v2", "metadata",
-    "name", "namespace", "uid", "labels", "annotations", "spec", "containers", "initContainers",
-    "ephemeralContainers", "image", "command", "args", "env", "valueFrom", "fieldRef",
-    "fieldPath", "resourceFieldRef", "secretKeyRef", "configMapKeyRef", "envFrom", "ports",
-    "containerPort", "hostPort", "protocol", "SCTP", "volumes", "volumeMounts", "mountPath",
-    "subPath", "subPathExpr", "secret", "configMap", "projected", "serviceAccountToken",
-    "persistentVolumeClaim", "hostPath", "emptyDir", "sizeLimit", "resources", "requests",
-    "limits", "cpu", "memory", "livenessProbe", "readinessProbe", "startupProbe", "grpc",
-    "httpGet", "tcpSocket", "exec", "port", "host", "path", "hostNetwork", "hostPID", "hostIPC",
-    "dnsPolicy", "None", "Default", "ClusterFirstWithHostNet", "dnsConfig", "nameservers",
-    "searches", "options", "restartPolicy", "Never", "Always", "OnFailure",
-    "terminationGracePeriodSeconds", "activeDeadlineSeconds", "serviceAccountName", "nodeName",
-    "priorityClassName", "tolerations", "securityContext", "runAsUser", "sysctls", "os",
-    "windows", "linux", "readinessGates", "conditionType", "schedulingGates", "resourceClaims",
-    "imagePullSecrets", "ownerReferences", "deletionTimestamp", "generateName", "1Gi", "500m",
-    "-1", "65536", "0.0.0.0", "::1", "a..b", "-bad-", "UPPER", "x/y/z",
+    "\n---\n",
+    "---",
+    "...",
+    "- ",
+    ": ",
+    ":",
+    "\n  ",
+    "\n    ",
+    "\n- ",
+    "? ",
+    "|",
+    "|-",
+    ">",
+    "&a ",
+    "*a",
+    "<<: *a",
+    "!!str ",
+    "!!int ",
+    "!!binary ",
+    "!!map ",
+    "!Pod ",
+    "%YAML 1.2\n",
+    "#",
+    "'",
+    "\"\\u0000\"",
+    "\"\\ud800\"",
+    "[[[[[[[[",
+    "{{{{{{{{",
+    "0x",
+    "0o",
+    "~",
+    "yes",
+    "no",
+    "on",
+    ".nan",
+    ".inf",
+    "apiVersion",
+    "kind",
+    "Pod",
+    "PodList",
+    "items",
+    "v1",
+    "v2",
+    "metadata",
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "annotations",
+    "spec",
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+    "image",
+    "command",
+    "args",
+    "env",
+    "valueFrom",
+    "fieldRef",
+    "fieldPath",
+    "resourceFieldRef",
+    "secretKeyRef",
+    "configMapKeyRef",
+    "envFrom",
+    "ports",
+    "containerPort",
+    "hostPort",
+    "protocol",
+    "SCTP",
+    "volumes",
+    "volumeMounts",
+    "mountPath",
+    "subPath",
+    "subPathExpr",
+    "secret",
+    "configMap",
+    "projected",
+    "serviceAccountToken",
+    "persistentVolumeClaim",
+    "hostPath",
+    "emptyDir",
+    "sizeLimit",
+    "resources",
+    "requests",
+    "limits",
+    "cpu",
+    "memory",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "grpc",
+    "httpGet",
+    "tcpSocket",
+    "exec",
+    "port",
+    "host",
+    "path",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "dnsPolicy",
+    "None",
+    "Default",
+    "ClusterFirstWithHostNet",
+    "dnsConfig",
+    "nameservers",
+    "searches",
+    "options",
+    "restartPolicy",
+    "Never",
+    "Always",
+    "OnFailure",
+    "terminationGracePeriodSeconds",
+    "activeDeadlineSeconds",
+    "serviceAccountName",
+    "nodeName",
+    "priorityClassName",
+    "tolerations",
+    "securityContext",
+    "runAsUser",
+    "sysctls",
+    "os",
+    "windows",
+    "linux",
+    "readinessGates",
+    "conditionType",
+    "schedulingGates",
+    "resourceClaims",
+    "imagePullSecrets",
+    "ownerReferences",
+    "deletionTimestamp",
+    "generateName",
+    "1Gi",
+    "500m",
+    "-1",
+    "65536",
+    "0.0.0.0",
+    "::1",
+    "a..b",
+    "-bad-",
+    "UPPER",
+    "x/y/z",
 ];
 
 fn generate(rng: &mut Rng) -> Vec<u8> {
@@ -146,9 +269,15 @@ fn run(data: &[u8]) {
         for pod in pods {
             let mut again = pod.clone();
             set_pod_defaults(&mut again);
-            assert!(again == pod, "defaulting an accepted static pod is not idempotent");
+            assert!(
+                again == pod,
+                "defaulting an accepted static pod is not idempotent"
+            );
             let errs = validate_pod(&pod);
-            assert!(errs.is_empty(), "an accepted static pod fails validation: {errs:?}");
+            assert!(
+                errs.is_empty(),
+                "an accepted static pod fails validation: {errs:?}"
+            );
         }
     }
 }
@@ -165,5 +294,30 @@ mod tests {
             assert!(pods.is_ok_and(|p| !p.is_empty()), "seed rejected: {seed}");
             run(seed.as_bytes());
         }
+    }
+
+    #[test]
+    fn generated_inputs_reach_defaulting_and_validation() {
+        use kubelet::sources::ManifestError;
+        let (mut accepted, mut invalid, mut unparsable) = (0, 0, 0);
+        for i in 0..2000 {
+            let data = generate(&mut Rng::for_input(1, i));
+            let origin = ManifestOrigin::Url("http://x");
+            match static_pods_from_manifest(&data, "n", &origin, true) {
+                Ok(_) => accepted += 1,
+                Err(ManifestError::Invalid(_)) => invalid += 1,
+                Err(ManifestError::Parse(_)) => unparsable += 1,
+                Err(_) => {}
+            }
+        }
+        eprintln!("accepted {accepted}, invalid {invalid}, unparsable {unparsable} of 2000");
+        assert!(
+            accepted >= 100,
+            "too few generated manifests are accepted: {accepted}"
+        );
+        assert!(
+            invalid >= 100,
+            "too few generated manifests reach validation errors: {invalid}"
+        );
     }
 }
