@@ -29,6 +29,12 @@ struct Args {
     /// First input index (inputs are a pure function of seed and index).
     #[arg(long, default_value_t = 0)]
     start: u64,
+    /// Per-input time limit in milliseconds (default 1000).
+    #[arg(long, default_value_t = 1000)]
+    max_ms: u64,
+    /// Per-input allocation limit in MiB (default 64).
+    #[arg(long, default_value_t = 64)]
+    max_mib: usize,
     /// Replay one input given in hex (as a failure prints it) instead of fuzzing.
     #[arg(long)]
     replay: Option<String>,
@@ -100,6 +106,8 @@ fn main() -> ExitCode {
         inputs: args.inputs.or(args.seconds.is_none().then_some(100_000)),
         duration: args.seconds.map(Duration::from_secs_f64),
         start: args.start,
+        max_input_time: Duration::from_millis(args.max_ms),
+        max_input_alloc: args.max_mib << 20,
         ..Limits::default()
     };
     let mut failed = false;
