@@ -19,7 +19,7 @@ pub const TARGET: Target = Target {
     about: "KubeletConfiguration file + drop-in dir load, merge, defaulting, validation",
     generate,
     run,
-    smoke_inputs: 4_000,
+    smoke_inputs: 2_000,
 };
 
 /// Separates the base config from each drop-in in one input.
