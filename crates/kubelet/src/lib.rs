@@ -32,6 +32,7 @@ pub mod server;
 pub mod sources;
 pub mod stats;
 pub mod status;
+pub mod supervisor;
 pub mod sync_loop;
 pub mod types;
 pub mod volumes;

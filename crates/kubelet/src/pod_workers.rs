@@ -4,7 +4,7 @@
 //! `PodSyncer` (kuberuntime) with the freshest runtime status from the PLEG's pod cache.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,10 +13,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::container::cache::PodCache;
 use crate::container::{PodStatus, RunningPod};
+use crate::metrics::KubeletMetrics;
+use crate::supervisor::{POD_WORKER, catch_panic};
 use crate::types::{PodExt, PodUid};
 
 /// Why a worker is being asked to act (upstream `SyncPodType`).
@@ -199,6 +201,8 @@ struct Inner {
     timings: WorkerTimings,
     cancel: CancellationToken,
     tracker: TaskTracker,
+    /// Where caught worker panics are counted (`rkubelet_task_panics_total`).
+    metrics: OnceLock<KubeletMetrics>,
 }
 
 impl PodWorkers {
@@ -216,8 +220,14 @@ impl PodWorkers {
                 timings,
                 cancel,
                 tracker: TaskTracker::new(),
+                metrics: OnceLock::new(),
             }),
         }
+    }
+
+    /// Counts caught worker panics in `metrics` (the first call wins).
+    pub fn set_metrics(&self, metrics: KubeletMetrics) {
+        let _ = self.inner.metrics.set(metrics);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -313,7 +323,7 @@ impl PodWorkers {
             workers: self.clone(),
         };
         let cancel = self.inner.cancel.clone();
-        self.inner.tracker.spawn(worker.run(rx, cancel));
+        self.inner.tracker.spawn(worker.supervise(rx, cancel));
         debug!(%uid, "started pod worker");
         PodSyncStatus {
             pod: None,
@@ -476,7 +486,31 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self, mut wake: mpsc::Receiver<()>, cancel: CancellationToken) {
+    /// Runs the worker loop; a panic in it (a bug, or a runtime answer nothing expected) is
+    /// logged and counted, and the loop restarts with the pod's pending work re-queued after
+    /// the backoff, so one pod's panic neither kills the process nor strands the pod.
+    async fn supervise(self, mut wake: mpsc::Receiver<()>, cancel: CancellationToken) {
+        loop {
+            match catch_panic(self.run(&mut wake, &cancel)).await {
+                Ok(()) => break,
+                Err(message) => {
+                    error!(uid = %self.uid, "task {POD_WORKER} panicked: {message}; restarting it");
+                    if let Some(m) = self.workers.inner.metrics.get() {
+                        m.inc_task_panic(POD_WORKER);
+                    }
+                    let backoff = self.workers.inner.timings.backoff_period;
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        () = tokio::time::sleep(jitter(&self.uid, backoff)) => {}
+                    }
+                    self.rerun_after_panic();
+                }
+            }
+        }
+        debug!(uid = %self.uid, "pod worker exited");
+    }
+
+    async fn run(&self, wake: &mut mpsc::Receiver<()>, cancel: &CancellationToken) {
         let mut last_sync: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -487,7 +521,7 @@ impl Worker {
             let Some(round) = self.begin_round() else {
                 continue;
             };
-            let status = match self.fresh_status(&round, last_sync, &cancel).await {
+            let status = match self.fresh_status(&round, last_sync, cancel).await {
                 Some(s) => s,
                 None => break,
             };
@@ -495,7 +529,21 @@ impl Worker {
             last_sync = Some(Instant::now());
             self.finish_round(outcome);
         }
-        debug!(uid = %self.uid, "pod worker exited");
+    }
+
+    /// Queues the pod's current phase again (the panicked round's update was consumed).
+    fn rerun_after_panic(&self) {
+        let mut state = self.workers.lock();
+        if let Some(st) = state.workers.get_mut(&self.uid) {
+            st.sync_cancel = None;
+            let again = match st.phase {
+                WorkerPhase::Finished => return,
+                WorkerPhase::Syncing => UpdateType::Sync,
+                WorkerPhase::Terminating { .. } | WorkerPhase::Terminated => UpdateType::Kill,
+            };
+            st.pending.get_or_insert(again);
+            st.wake();
+        }
     }
 
     fn begin_round(&self) -> Option<Round> {

@@ -597,6 +597,13 @@ impl kubelet::volumes::Mounter for NoMounts {
     fn is_mount_point(&self, _dir: &std::path::Path) -> bool {
         false
     }
+    async fn bind_mount(
+        &self,
+        _source: &std::path::Path,
+        _target: &std::path::Path,
+    ) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The token file of a projected volume, as the volume manager writes it on each pod sync.

@@ -129,13 +129,34 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
 
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => info!("received SIGTERM, shutting down (pods keep running)"),
-        _ = int.recv() => info!("received SIGINT, shutting down (pods keep running)"),
+    let fatal = tokio::select! {
+        _ = term.recv() => { info!("received SIGTERM, shutting down (pods keep running)"); None }
+        _ = int.recv() => { info!("received SIGINT, shutting down (pods keep running)"); None }
+        panic = agent.fatal() => Some(panic),
+    };
+    match fatal {
+        None => {
+            agent.shutdown().await;
+            Ok(())
+        }
+        Some(panic) => {
+            // As the Go kubelet crashes: exit non-zero; systemd restarts us and the next
+            // start adopts the pods. Give the other tasks a moment to stop cleanly.
+            if tokio::time::timeout(FATAL_SHUTDOWN_GRACE, agent.shutdown())
+                .await
+                .is_err()
+            {
+                warn!(
+                    "tasks still running {FATAL_SHUTDOWN_GRACE:?} after a fatal panic; exiting anyway"
+                );
+            }
+            Err(anyhow::Error::new(panic))
+        }
     }
-    agent.shutdown().await;
-    Ok(())
 }
+
+/// How long the remaining tasks get to stop after a singleton panicked.
+const FATAL_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 fn socket(addr: &str, port: i32) -> Result<Option<SocketAddr>> {
     if port == 0 {

@@ -107,9 +107,11 @@ struct Client {
 impl Client {
     /// `curl` over HTTPS: (status, body).
     fn call(&self, method: &str, path: &str) -> (u16, String) {
+        // `--path-as-is`: the request target is sent exactly as written.
         let mut cmd = Command::new("curl");
         cmd.args([
             "-sS",
+            "--path-as-is",
             "--max-time",
             "20",
             "-X",
@@ -136,6 +138,19 @@ impl Client {
             body.to_owned(),
         )
     }
+}
+
+/// A plain request to the read-only port, the target sent as written.
+fn read_only(port: u16, method: &str, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--path-as-is", "--max-time", "20", "-X", method])
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
 impl Client {
@@ -221,7 +236,9 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
 
     assert_eq!(nobody.call("GET", "/pods").0, 401);
     assert_eq!(mallory.call("GET", "/pods").0, 401);
-    assert_eq!(nobody.call("GET", "/healthz"), (200, "ok".into()));
+    // Every path needs credentials on this port, health included (as upstream).
+    assert_eq!(nobody.call("GET", "/healthz").0, 401);
+    assert_eq!(alice.call("GET", "/healthz"), (200, "ok".into()));
     let (code, body) = alice.call("GET", "/pods");
     assert_eq!(code, 200, "{body}");
     assert!(body.contains(&pod), "{body}");
@@ -285,6 +302,32 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
     assert_eq!((code, body.as_str()), (200, "from run\n"));
     let (code, body) = alice.call("POST", &format!("/run/default/{pod}/app?cmd=false"));
     assert_eq!(code, 500, "{body}");
+    // Spellings that once slipped past the debug-handler gate and the read-only port: never
+    // executed (the marker file is not created), on neither port.
+    for spelling in [
+        "//run/default/{pod}/app",
+        "/./run/default/{pod}/app",
+        "/pods/../run/default/{pod}/app",
+        "/%2frun/default/{pod}/app",
+        "/run%2fdefault/{pod}/app",
+        "/Run/default/{pod}/app",
+    ] {
+        let path = format!("{}?cmd=touch+/tmp/pwned", spelling.replace("{pod}", &pod));
+        let (code, body) = alice.call("POST", &path);
+        assert!(
+            code == 400 || code == 404,
+            "{path} on the HTTPS port: {code} {body}"
+        );
+        let (code, body) = read_only(k.port, "POST", &path);
+        assert!(
+            code == 400 || code == 404,
+            "{path} on the read-only port: {code} {body}"
+        );
+    }
+    let (code, body) = read_only(k.port, "GET", "//configz");
+    assert!(code == 400 || code == 404, "{code} {body}");
+    let (code, body) = alice.call("POST", &format!("/run/default/{pod}/app?cmd=ls+/tmp/pwned"));
+    assert_eq!(code, 500, "the marker was never created: {body}");
 
     let (code, body) = alice.call("POST", &format!("/checkpoint/default/{pod}/app"));
     assert_eq!(code, 500, "{body}");
@@ -335,7 +378,7 @@ async fn https_port_serves_logs_run_and_more_with_client_certificates() {
     k.stop();
     k.start();
     let start = Instant::now();
-    while nobody.call("GET", "/healthz").0 != 200 {
+    while alice.call("GET", "/healthz").0 != 200 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "kubelet back up: {}",

@@ -148,6 +148,13 @@ impl FakeRuntime {
             .push_back(err);
     }
 
+    /// The next `times` calls of `method` panic (after being recorded): a test hook for the
+    /// kubelet's panic recovery. Panics on an unknown method name.
+    pub fn panic_next(&self, method: &str, times: usize) {
+        check_method(method);
+        *self.lock().panics.entry(method.to_string()).or_default() += times;
+    }
+
     /// Every call of `method` takes `latency` (`tokio::time::sleep`); zero removes it.
     pub fn set_latency(&self, method: &str, latency: Duration) {
         check_method(method);
@@ -283,6 +290,12 @@ impl FakeRuntime {
     /// The full status of sandbox `id`, if it exists.
     pub fn sandbox(&self, id: &str) -> Option<api::PodSandboxStatus> {
         self.lock().pod_sandbox_status(id).ok()
+    }
+
+    /// The config container `id` was created with (security context, mounts, env…), if it
+    /// exists.
+    pub fn container_config(&self, id: &str) -> Option<api::ContainerConfig> {
+        self.lock().containers.get(id).map(|c| c.config.clone())
     }
 
     /// The config sandbox `id` was created with (cgroup parent, resources…), if it exists.

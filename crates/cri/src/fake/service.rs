@@ -14,15 +14,22 @@ use crate::traits::{ImageService, RuntimeService};
 impl FakeRuntime {
     /// Records the call, applies the scripted latency and returns a queued failure, if any.
     async fn enter(&self, method: &'static str) -> Result<(), CriError> {
-        let (fail, delay) = {
+        let (fail, delay, panic) = {
             let mut s = self.lock();
             s.calls.push(method.to_string());
             let fail = s.failures.get_mut(method).and_then(VecDeque::pop_front);
-            (fail, s.latency.get(method).copied())
+            let panic = s.panics.get_mut(method).is_some_and(|n| {
+                let due = *n > 0;
+                *n = n.saturating_sub(1);
+                due
+            });
+            (fail, s.latency.get(method).copied(), panic)
         };
         if let Some(d) = delay {
             tokio::time::sleep(d).await;
         }
+        // Outside the lock: the state stays usable after the caller catches the panic.
+        assert!(!panic, "FakeRuntime: scripted panic in {method}");
         match fail {
             Some(e) => Err(e),
             None => Ok(()),

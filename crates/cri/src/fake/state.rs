@@ -204,6 +204,8 @@ pub struct State {
     pub calls: Vec<String>,
     pub failures: HashMap<String, VecDeque<CriError>>,
     pub latency: HashMap<String, Duration>,
+    /// Calls of a method that panic (test hook for panic recovery), counted down.
+    pub panics: HashMap<String, usize>,
     pub on_start: HashMap<String, Behaviour>,
     pub on_stop: HashMap<String, i32>,
     pub on_exec: HashMap<String, ExecBehaviour>,
@@ -272,6 +274,7 @@ impl State {
             calls: Vec::new(),
             failures: HashMap::new(),
             latency: HashMap::new(),
+            panics: HashMap::new(),
             on_start: HashMap::new(),
             on_stop: HashMap::new(),
             on_exec: HashMap::new(),

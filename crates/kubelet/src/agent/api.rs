@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use rkubelet_cri::{ImageService, RuntimeService};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::config_merge::SeenSources;
 use crate::events::EventRecorder;
@@ -27,6 +26,7 @@ use crate::server::HealthCheck;
 use crate::sources::api::ApiSource;
 use crate::status::api_sync::{ApiStatusSyncer, ApiSyncSettings, StatusTarget};
 use crate::status::manager::StatusManager;
+use crate::supervisor::Supervisor;
 use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt, PodSource, PodUpdate};
 
 /// Settings only API-server mode uses.
@@ -55,12 +55,12 @@ impl Default for ApiModeConfig {
     }
 }
 
-/// The event recorder of API-server mode and its sink task (spawned on `tracker`).
+/// The event recorder of API-server mode and its sink task (spawned on `sup`).
 pub(super) fn start_events(
     client: &kube::Client,
     node_name: &str,
     cfg: &ApiModeConfig,
-    tracker: &TaskTracker,
+    sup: &Supervisor,
     cancel: &CancellationToken,
 ) -> Arc<dyn EventRecorder> {
     let (recorder, sink) = ApiEventRecorder::new(
@@ -72,7 +72,7 @@ pub(super) fn start_events(
             ..EventSettings::default()
         },
     );
-    tracker.spawn(sink.run(cancel.child_token()));
+    sup.spawn_critical("event sink", sink.run(cancel.child_token()));
     Arc::new(recorder)
 }
 
@@ -100,11 +100,11 @@ pub(super) struct ApiInputs {
     pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
 }
 
-/// Spawns every API-mode task on `tracker`.
+/// Spawns every API-mode task on `sup`.
 pub(super) fn start(
     cfg: &ApiModeConfig,
     inputs: ApiInputs,
-    tracker: &TaskTracker,
+    sup: &Supervisor,
     cancel: &CancellationToken,
 ) {
     let ApiInputs {
@@ -137,17 +137,17 @@ pub(super) fn start(
         node_health,
     );
     let pressure_fn: crate::nodestatus::manager::PressureFn = Arc::new(move || *pressure.borrow());
-    tracker.spawn(
+    sup.spawn_critical(
+        "node status",
         node_status
             .with_events(events)
             .with_pressure(pressure_fn)
             .run(cancel.child_token()),
     );
-    tracker.spawn(forward_node(
-        node_rx.clone(),
-        admission_node,
-        cancel.child_token(),
-    ));
+    sup.spawn_critical(
+        "node forwarder",
+        forward_node(node_rx.clone(), admission_node, cancel.child_token()),
+    );
 
     let lease = NodeLease::new(
         client.clone(),
@@ -156,11 +156,11 @@ pub(super) fn start(
         node_rx.clone(),
     )
     .with_request_timeout(request_timeout);
-    tracker.spawn(lease.run(cancel.child_token()));
+    sup.spawn_critical("node lease", lease.run(cancel.child_token()));
 
     let source = ApiSource::new(client.clone(), node_name.clone(), source_tx)
         .with_node_gate(node_rx.clone());
-    tracker.spawn(source.run(cancel.child_token()));
+    sup.spawn_critical("api pod source", source.run(cancel.child_token()));
 
     let static_workers = workers.clone();
     let mirror = MirrorPodReconciler::new(
@@ -178,7 +178,7 @@ pub(super) fn start(
             .annotation(CONFIG_MIRROR_ANNOTATION)
             .is_some_and(|uid| may_run(static_workers.phase(uid)))
     }));
-    tracker.spawn(mirror.run(cancel.child_token()));
+    sup.spawn_critical("mirror pods", mirror.run(cancel.child_token()));
 
     let lookup = Arc::new(move |uid: &str| status_target(&pods.borrow(), &mirrors.borrow(), uid));
     let can_be_deleted = Arc::new(move |uid: &str| resources_reclaimed(workers.phase(uid)));
@@ -192,7 +192,7 @@ pub(super) fn start(
             ..ApiSyncSettings::default()
         },
     );
-    tracker.spawn(syncer.run(cancel.child_token()));
+    sup.spawn_critical("status syncer", syncer.run(cancel.child_token()));
 }
 
 /// Keeps the admission predicates' Node current with the API server's view of it.

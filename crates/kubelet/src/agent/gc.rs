@@ -1,13 +1,12 @@
 //! Wiring of the garbage collectors and the container log manager into the agent: owns the
 //! `GcSettings` (which of the tasks run, with what policy); receives the runtime/image services,
 //! the pod workers (for each pod's GC state) and whether all sources are ready; spawns the
-//! tasks on the agent's tracker and returns the handles the eviction manager calls.
+//! tasks on the agent's supervisor and returns the handles the eviction manager calls.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::{AgentConfig, AgentDeps, AgentError};
 use crate::events::EventRecorder;
@@ -19,6 +18,7 @@ use crate::kuberuntime::gc::{
 };
 use crate::logs::{ContainerLogManager, LogManagerConfig};
 use crate::pod_workers::{PodWorkers, WorkerPhase};
+use crate::supervisor::Supervisor;
 
 /// Container GC, image GC, pull rate limit and container log rotation settings. The default
 /// runs none of the tasks and sets no pull limit.
@@ -56,7 +56,7 @@ pub(super) fn start(
     events: &Arc<dyn EventRecorder>,
     workers: &PodWorkers,
     sources_ready: SourcesReadyFn,
-    tracker: &TaskTracker,
+    sup: &Supervisor,
     cancel: &CancellationToken,
 ) -> Result<(Option<ImageGc>, Option<ContainerGc>), AgentError> {
     let container_gc = cfg.gc.container_gc.map(|policy| {
@@ -76,7 +76,8 @@ pub(super) fn start(
             pod_state,
             sources_ready,
         );
-        tracker.spawn(
+        sup.spawn_critical(
+            "container gc",
             gc.clone()
                 .run(CONTAINER_GC_PERIOD, events.clone(), cancel.child_token()),
         );
@@ -91,14 +92,17 @@ pub(super) fn start(
                 Arc::new(statvfs_usage),
                 events.clone(),
             )?;
-            tracker.spawn(gc.clone().run(cfg.gc.image_gc_period, cancel.child_token()));
+            sup.spawn_critical(
+                "image gc",
+                gc.clone().run(cfg.gc.image_gc_period, cancel.child_token()),
+            );
             Some(gc)
         }
         None => None,
     };
     if let Some(config) = cfg.gc.container_logs {
         let manager = ContainerLogManager::new(deps.runtime.clone(), config);
-        tracker.spawn(manager.run(cancel.child_token()));
+        sup.spawn_critical("container log manager", manager.run(cancel.child_token()));
     }
     Ok((image_gc, container_gc))
 }

@@ -5,6 +5,7 @@
 //! waits for every task. Shutting down never stops pods: a restarted kubelet adopts them.
 
 pub mod api;
+pub mod data_dirs;
 pub mod gc;
 
 pub use crate::cm::CmConfig;
@@ -27,7 +28,9 @@ use tracing::info;
 use crate::admission::predicate::NodePredicates;
 use crate::admission::{Admission, MaxPods};
 use crate::clock::Clock;
-use crate::cm::cpumanager::{CpuManager, CpuManagerConfig, CpuManagerError, ReconcileInputs};
+use crate::cm::cpumanager::{
+    CpuManager, CpuManagerConfig, CpuManagerError, CpuManagerPolicy, ReconcileInputs,
+};
 use crate::config_merge::PodConfigMerger;
 use crate::container::cache::PodCache;
 use crate::events::EventRecorder;
@@ -54,6 +57,7 @@ use crate::server::{self, Endpoints, HealthCheck, ServerState};
 use crate::sources::file::FileSource;
 use crate::sources::http::HttpSource;
 use crate::status::manager::StatusManager;
+use crate::supervisor::Supervisor;
 use crate::sync_loop::{LoopTimings, SyncLoop, SyncLoopHealth};
 use crate::types::PodSource;
 use crate::volumes::{SystemMounter, VolumeConfig, VolumeManager};
@@ -238,6 +242,7 @@ pub struct Agent {
     pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
     /// The stats snapshots (`None` when stats are disabled).
     pub stats: Option<crate::stats::StatsHandle>,
+    supervisor: Supervisor,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -249,21 +254,15 @@ impl Agent {
         deps: AgentDeps,
         cancel: CancellationToken,
     ) -> Result<Self, AgentError> {
-        for dir in [
-            cfg.root_dir.clone(),
-            cfg.root_dir.join("pods"),
-            cfg.pod_logs_dir.clone(),
-        ] {
-            std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        data_dirs::setup_data_dirs(&cfg.root_dir, &cfg.pod_logs_dir)
+            .map_err(|(path, source)| AgentError::Dir { path, source })?;
         let cpu_manager = CpuManager::new(&CpuManagerConfig {
             state_dir: cfg.root_dir.clone(),
             ..cfg.cpu_manager.clone()
         })?;
         let tracker = TaskTracker::new();
+        // Every singleton runs under the supervisor: a panic is fatal, an early exit unhealthy.
+        let sup = Supervisor::new(tracker.clone(), cancel.clone());
         // Metrics: one registry for the whole kubelet; every CRI call goes through the
         // instrumenting decorators.
         let metrics = KubeletMetrics::new(&cfg.node_name);
@@ -273,7 +272,7 @@ impl Agent {
             ..deps
         };
         let events = match &deps.api {
-            Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &tracker, &cancel),
+            Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &sup, &cancel),
             None => deps.events.clone(),
         };
         // Admission's view of the Node: computed locally now, replaced by the API server's
@@ -292,7 +291,7 @@ impl Agent {
         // ConfigMaps, Secrets, tokens and service links for pods (API-server mode only).
         let objects: Option<Arc<dyn PodObjects>> = deps.api.as_ref().map(|client| {
             let (objects, task) = ApiObjects::new(client.clone(), ApiObjectsSettings::default());
-            tracker.spawn(task.run(cancel.child_token()));
+            sup.spawn_critical("api objects", task.run(cancel.child_token()));
             Arc::new(objects) as Arc<dyn PodObjects>
         });
         let cache = PodCache::new();
@@ -321,7 +320,7 @@ impl Agent {
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
-        tracker.spawn(pleg.run(cancel.child_token()));
+        sup.spawn_critical("pleg", pleg.run(cancel.child_token()));
         let (prober, probe_updates) = ProbeManager::new(
             deps.runtime.clone(),
             events.clone(),
@@ -420,6 +419,9 @@ impl Agent {
             },
             cancel.child_token(),
         );
+        // Per-pod tasks restart after a panic; the metric counts them.
+        workers.set_metrics(metrics.clone());
+        prober.set_metrics(metrics.clone());
 
         // Sources → merger.
         let (source_tx, source_rx) = mpsc::channel(64);
@@ -432,7 +434,10 @@ impl Agent {
                 cfg.node_name.clone(),
                 cfg.file_check_frequency,
             );
-            tracker.spawn(src.run(source_tx.clone(), cancel.child_token()));
+            sup.spawn_critical(
+                "file pod source",
+                src.run(source_tx.clone(), cancel.child_token()),
+            );
         }
         if let Some(url) = &cfg.static_pod_url {
             expected.push(PodSource::Http);
@@ -443,14 +448,20 @@ impl Agent {
                 cfg.http_check_frequency,
             )
             .map_err(|e| AgentError::Source(e.to_string()))?;
-            tracker.spawn(src.run(source_tx.clone(), cancel.child_token()));
+            sup.spawn_critical(
+                "http pod source",
+                src.run(source_tx.clone(), cancel.child_token()),
+            );
         }
         if deps.api.is_some() {
             expected.push(PodSource::Api);
         }
         let merger = PodConfigMerger::new();
         let seen = merger.seen_sources();
-        tracker.spawn(merger.run(source_rx, merged_tx, cancel.child_token()));
+        sup.spawn_critical(
+            "config merger",
+            merger.run(source_rx, merged_tx, cancel.child_token()),
+        );
         let sources_ready = {
             let (seen, expected) = (seen.clone(), expected.clone());
             Box::new(move || seen.seen_all(&expected))
@@ -504,12 +515,15 @@ impl Agent {
         let mirrors = sync_loop.mirrors();
         if let Some(cm) = cm {
             cm.set_active_pods(pods.clone());
-            tracker.spawn(cm.run(cancel.child_token()));
+            sup.spawn_critical("container manager", cm.run(cancel.child_token()));
         }
-        tracker.spawn(sync_loop.run(merged_rx, pleg_rx, cancel.child_token()));
+        sup.spawn_critical(
+            "sync loop",
+            sync_loop.run(merged_rx, pleg_rx, cancel.child_token()),
+        );
 
         // CPU manager reconcile loop: admitted, non-terminal pods and the PLEG's view.
-        {
+        if cfg.cpu_manager.policy != CpuManagerPolicy::None {
             let (pods, status) = (pods.clone(), status.clone());
             let (seen, expected) = (seen.clone(), expected.clone());
             let inputs = ReconcileInputs {
@@ -529,7 +543,10 @@ impl Agent {
                 sources_ready: Box::new(move || seen.seen_all(&expected)),
                 cache: cpu_cache,
             };
-            tracker.spawn(cpu_manager.run(deps.runtime.clone(), inputs, cancel.child_token()));
+            sup.spawn_critical(
+                "cpu manager",
+                cpu_manager.run(deps.runtime.clone(), inputs, cancel.child_token()),
+            );
         }
 
         // Garbage collection and log rotation.
@@ -539,7 +556,7 @@ impl Agent {
             &events,
             &workers,
             gc_sources_ready,
-            &tracker,
+            &sup,
             &cancel,
         )?;
 
@@ -555,7 +572,7 @@ impl Agent {
                 pressure: pressure_tx,
                 metrics: metrics.clone(),
             },
-            &tracker,
+            &sup,
             &cancel,
         );
 
@@ -583,7 +600,7 @@ impl Agent {
                     workers: workers.clone(),
                     pressure: pressure.clone(),
                 },
-                &tracker,
+                &sup,
                 &cancel,
             );
         }
@@ -598,6 +615,8 @@ impl Agent {
                 "pleg".to_owned(),
                 Arc::new(move || pleg_health.healthy()) as HealthCheck,
             ),
+            // A singleton loop that panicked or stopped: upstream would have crashed.
+            ("tasks".to_owned(), sup.health_check()),
         ];
         let mut state = ServerState::basic(pods.clone(), status.clone(), health.clone());
         state.node_name = cfg.node_name.clone();
@@ -622,13 +641,16 @@ impl Agent {
             state.debugging_handlers = sc.debugging_handlers;
             let listener = server::bind(sc.addr).await?;
             secure_addr = listener.local_addr().ok();
-            tracker.spawn(server::serve_secure(
-                listener,
-                tls,
-                Arc::new(auth),
-                state.clone(),
-                cancel.child_token(),
-            ));
+            sup.spawn_critical(
+                "secure server",
+                server::serve_secure(
+                    listener,
+                    tls,
+                    Arc::new(auth),
+                    state.clone(),
+                    cancel.child_token(),
+                ),
+            );
         }
         let mut bound = [None, None];
         for (i, (addr, endpoints)) in [
@@ -641,12 +663,14 @@ impl Agent {
             if let Some(addr) = addr {
                 let listener = server::bind(addr).await?;
                 bound[i] = listener.local_addr().ok();
-                tracker.spawn(server::serve(
-                    listener,
-                    endpoints,
-                    state.clone(),
-                    cancel.child_token(),
-                ));
+                let name = match endpoints {
+                    Endpoints::ReadOnly => "read-only server",
+                    _ => "healthz server",
+                };
+                sup.spawn_critical(
+                    name,
+                    server::serve(listener, endpoints, state.clone(), cancel.child_token()),
+                );
             }
         }
         info!(node = %cfg.node_name, "kubelet started");
@@ -665,9 +689,21 @@ impl Agent {
             container_gc,
             pressure,
             stats,
+            supervisor: sup,
             cancel,
             tracker,
         })
+    }
+
+    /// Waits for the first panic of a singleton task (the sync loop, PLEG, a source, a
+    /// server, a manager…); pending while none panics. The binary exits non-zero on it.
+    pub async fn fatal(&self) -> crate::supervisor::TaskPanic {
+        self.supervisor.fatal().await
+    }
+
+    /// The singleton tasks' health: `Err` names every task that panicked or stopped early.
+    pub fn task_health(&self) -> Result<(), String> {
+        self.supervisor.health()
     }
 
     /// Stops every task and waits for them (pods keep running).
@@ -706,7 +742,7 @@ fn start_eviction(
     deps: &AgentDeps,
     mut reclaimers: Vec<Arc<dyn NodeReclaimer>>,
     inputs: EvictionInputs,
-    tracker: &TaskTracker,
+    sup: &Supervisor,
     cancel: &CancellationToken,
 ) -> Option<crate::stats::StatsHandle> {
     let stats = match &wiring.stats {
@@ -720,7 +756,7 @@ fn start_eviction(
                 settings.clone(),
                 inputs.pods.clone(),
             );
-            tracker.spawn(provider.run(cancel.child_token()));
+            sup.spawn_critical("stats provider", provider.run(cancel.child_token()));
             handle
         }
     };
@@ -765,6 +801,9 @@ fn start_eviction(
         events,
         pressure,
     );
-    tracker.spawn(manager.with_metrics(metrics).run(cancel.child_token()));
+    sup.spawn_critical(
+        "eviction manager",
+        manager.with_metrics(metrics).run(cancel.child_token()),
+    );
     Some(stats)
 }

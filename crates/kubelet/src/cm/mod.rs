@@ -386,8 +386,12 @@ impl ContainerManager {
                 _ = tick.tick() => {}
                 changed = changed(&mut pods) => if !changed { pods = None; continue },
             }
-            if let Err(e) = self.update_qos_cgroups(None) {
-                warn!(error = %e, "failed to update QoS cgroups");
+            // cgroupfs writes block (a memory limit write can wait on reclaim).
+            let cm = self.clone();
+            match tokio::task::spawn_blocking(move || cm.update_qos_cgroups(None)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "failed to update QoS cgroups"),
+                Err(e) => warn!(error = %e, "QoS cgroup update task failed"),
             }
         }
     }

@@ -1100,6 +1100,14 @@ mod tests {
              Ok((ProfileType::Localhost, root.join("profiles/audit.json").to_string_lossy().into_owned()))),
             ("localhost without a profile", json!({"type": "Localhost"}), json!(null), false,
              Err("localhostProfile must be set if seccompProfile type is Localhost.")),
+            // CVE-2023-2431: an empty profile ran unconfined; it is an error at either level,
+            // and seccompDefault does not paper over it.
+            ("pod localhost, empty profile", json!({"type": "Localhost", "localhostProfile": ""}), json!(null), true,
+             Err("localhostProfile must be set if seccompProfile type is Localhost.")),
+            ("container localhost, empty profile", json!(null), json!({"type": "Localhost", "localhostProfile": ""}), false,
+             Err("localhostProfile must be set if seccompProfile type is Localhost.")),
+            ("container localhost, no profile", json!({"type": "RuntimeDefault"}), json!({"type": "Localhost"}), true,
+             Err("localhostProfile must be set if seccompProfile type is Localhost.")),
         ];
         for (name, pod_profile, container_profile, default, want) in cases {
             let c = container(

@@ -445,24 +445,42 @@ impl ContainerGc {
 
         let dir = &self.inner.config.pod_logs_dir;
         if sources_ready {
-            let names: Vec<String> = std::fs::read_dir(dir)
-                .map_err(|source| ContainerGcError::ReadLogsDir {
-                    path: dir.clone(),
-                    source,
-                })?
-                .filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
+            // Directory walks and log removal run off the async worker threads.
+            let listed = dir.clone();
+            let names: Vec<String> = tokio::task::spawn_blocking(move || {
+                std::fs::read_dir(&listed).map(|entries| {
+                    entries
+                        .filter_map(Result::ok)
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect()
+                })
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            .map_err(|source| ContainerGcError::ReadLogsDir {
+                path: dir.clone(),
+                source,
+            })?;
+            let doomed: Vec<PathBuf> = select_log_dirs(&names, sources_ready, &pod_state)
+                .into_iter()
+                .map(|name| dir.join(name))
                 .collect();
-            for name in select_log_dirs(&names, sources_ready, &pod_state) {
-                let path = dir.join(name);
-                match std::fs::remove_dir_all(&path) {
-                    Ok(()) => report.log_dirs.push(path),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        warn!(dir = %path.display(), error = %e, "failed to remove pod logs directory")
-                    }
-                }
-            }
+            let removed = tokio::task::spawn_blocking(move || {
+                doomed
+                    .into_iter()
+                    .filter(|path| match std::fs::remove_dir_all(path) {
+                        Ok(()) => true,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                        Err(e) => {
+                            warn!(dir = %path.display(), error = %e, "failed to remove pod logs directory");
+                            false
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            report.log_dirs.extend(removed);
         }
         self.remove_dead_symlinks().await;
         Ok(report)

@@ -334,7 +334,12 @@ pub async fn remove_pod_content(
         return Err(SyncError(errors.join("; ")));
     }
     let logs = pod_logs_directory(&syncer.config.pod_logs_dir, namespace, name, uid);
-    if let Err(e) = std::fs::remove_dir_all(&logs)
+    // A pod's logs can be large: removed off the async worker threads.
+    let removing = logs.clone();
+    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&removing))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    if let Err(e) = removed
         && e.kind() != std::io::ErrorKind::NotFound
     {
         warn!(dir = %logs.display(), error = %e, "failed to remove pod log directory");

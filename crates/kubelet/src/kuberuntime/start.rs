@@ -23,7 +23,7 @@ use crate::kuberuntime::container_config::sandbox_resources;
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
-use crate::kuberuntime::env::{EnvContext, EnvObjects, invalid_env_from_keys};
+use crate::kuberuntime::env::{EnvContext, EnvObjects, invalid_env_from_keys, make_environment};
 use crate::kuberuntime::env_objects::EnvObjectsSnapshot;
 use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
@@ -139,11 +139,13 @@ impl<'a> Starter<'a> {
         }
     }
 
-    /// Upstream `makeMounts`: volumeMounts, the managed `/etc/hosts` and the termination log.
-    fn container_mounts(
+    /// Upstream `makeMounts`: volumeMounts (subPathExpr expanded with `env`, the container's
+    /// environment), the managed `/etc/hosts` and the termination log.
+    async fn container_mounts(
         &self,
         sandbox: &SandboxInfo,
         container: &Container,
+        env: &[(String, String)],
     ) -> Result<Vec<Mount>, String> {
         let syncer = self.syncer;
         let host_network = self
@@ -171,7 +173,9 @@ impl<'a> Starter<'a> {
                     hostname: &hostname,
                     domain: &domain,
                 },
+                env,
             )
+            .await
             .map_err(|e| e.to_string())
     }
 
@@ -333,9 +337,8 @@ impl<'a> Starter<'a> {
             .await
             .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?;
         let image_user = ImageUser::from_image(image.as_ref());
-        let mounts = self
-            .container_mounts(sandbox, container)
-            .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
+        // Upstream order (`GenerateRunContainerOptions`): the environment, then the mounts,
+        // whose subPathExprs expand with it.
         let (env_objects, service_env) = match &syncer.objects {
             Some(objects)
                 if !objects.services_synced() && !pod.source().is_some_and(|s| s.is_static()) =>
@@ -355,8 +358,8 @@ impl<'a> Starter<'a> {
             .cpu_manager
             .as_ref()
             .and_then(|m| m.container_cpuset(pod.uid(), &container.name));
-        let config = {
-            // Scoped: the env context borrows trait objects that must not live across awaits.
+        // Scoped: the env context borrows trait objects that must not live across awaits.
+        let env_context = || {
             let mut env = EnvContext::new(
                 &syncer.config.node_name,
                 &sandbox.ips,
@@ -364,6 +367,25 @@ impl<'a> Starter<'a> {
             );
             env.service_env = &service_env;
             env.objects = env_objects.as_ref().map(|o| o as &dyn EnvObjects);
+            env
+        };
+        let uses_sub_path_expr = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.sub_path_expr.as_deref().is_some_and(|e| !e.is_empty()));
+        let envs = if uses_sub_path_expr {
+            make_environment(pod, container, &env_context())
+                .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?
+        } else {
+            Vec::new()
+        };
+        let mounts = self
+            .container_mounts(sandbox, container, &envs)
+            .await
+            .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
+        let config = {
+            let env = env_context();
             for warning in invalid_env_from_keys(pod, container, &env) {
                 syncer.events.event(
                     pod,

@@ -287,14 +287,15 @@ impl Syncer {
     }
 
     fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
+        // Upstream `makePodDataDirs`: the pod directory and its subdirectories 0750.
         let base = self.config.root_dir.join("pods").join(pod.uid());
-        for sub in ["volumes", "plugins", "containers"] {
-            std::fs::create_dir_all(base.join(sub)).map_err(|e| {
-                SyncError(format!(
-                    "creating pod directory {}: {e}",
-                    base.join(sub).display()
-                ))
-            })?;
+        for sub in ["", "volumes", "plugins", "containers"] {
+            let dir = base.join(sub);
+            crate::agent::data_dirs::create_dir_with_mode(
+                &dir,
+                crate::agent::data_dirs::DATA_DIR_MODE,
+            )
+            .map_err(|e| SyncError(format!("creating pod directory {}: {e}", dir.display())))?;
         }
         Ok(())
     }
@@ -321,7 +322,7 @@ impl PodSyncer for Syncer {
         }
         self.make_pod_dirs(pod)?;
         if let Some(cm) = &self.cgroups
-            && let Err(e) = cm.ensure_pod_cgroup(pod)
+            && let Err(e) = ensure_pod_cgroup(cm, pod).await
         {
             self.events.event(
                 pod,
@@ -517,10 +518,9 @@ impl PodSyncer for Syncer {
             return Ok(());
         }
         remove_pod_content(self, pod.uid(), pod.name(), pod.namespace()).await?;
-        let base = self.config.root_dir.join("pods").join(pod.uid());
-        if let Err(e) = std::fs::remove_dir_all(&base)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        // Never through a mount point: anything still mounted stays, named in the warning.
+        if let Err(e) = self.volumes.remove_pod_dir(pod.uid()).await {
+            let base = self.config.root_dir.join("pods").join(pod.uid());
             warn!(pod = %pod.full_name(), uid = %pod.uid(), dir = %base.display(), error = %e, "failed to remove pod directory");
         }
         self.forget_pod(pod);
@@ -559,5 +559,15 @@ impl Syncer {
             }
         }
         Ok(())
+    }
+}
+
+/// `ContainerManager::ensure_pod_cgroup` off the async worker threads: it writes cgroupfs
+/// files (a memory limit write can wait on reclaim) under the QoS lock.
+async fn ensure_pod_cgroup(cm: &ContainerManager, pod: &Pod) -> Result<(), String> {
+    let (cm, pod) = (cm.clone(), pod.clone());
+    match tokio::task::spawn_blocking(move || cm.ensure_pod_cgroup(&pod)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("pod cgroup task failed: {e}")),
     }
 }

@@ -140,6 +140,7 @@ struct Families {
     http_requests: CounterVec,
     http_duration: HistogramVec,
     http_inflight: GaugeVec,
+    task_panics: CounterVec,
 }
 
 impl Families {
@@ -327,6 +328,12 @@ impl Families {
                 "Number of the inflight http requests",
                 &["method", "path", "server_type", "long_running"],
             )),
+            // Ours (no upstream equivalent: a Go kubelet crashes on any panic).
+            task_panics: CounterVec::new(Desc::new(
+                "rkubelet_task_panics_total".to_owned(),
+                "Panics caught in per-pod tasks, which were restarted, by task kind (pod_worker, probe_worker)".to_owned(),
+                &["task"],
+            )),
         }
     }
 }
@@ -397,6 +404,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "kubelet_http_requests_total",
     "kubelet_http_requests_duration_seconds",
     "kubelet_http_inflight_requests",
+    "rkubelet_task_panics_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -674,6 +682,12 @@ impl KubeletMetrics {
         }
     }
 
+    /// A panic caught in a per-pod task of kind `task` (`pod_worker`, `probe_worker`), which
+    /// was restarted.
+    pub fn inc_task_panic(&self, task: &str) {
+        self.inner.f.task_panics.inc(&[task]);
+    }
+
     // ---- reading (tests, the stats helpers) --------------------------------------------------
 
     /// The value of a counter or gauge series, if it exists (`None` for histograms).
@@ -690,6 +704,7 @@ impl KubeletMetrics {
             &f.started_containers_errors,
             &f.evictions,
             &f.http_requests,
+            &f.task_panics,
         ];
         let gauges = [
             &f.node_name,
@@ -762,7 +777,7 @@ impl Drop for HttpRequestGuard {
 impl Collector for KubeletMetrics {
     fn collect(&self, out: &mut Exposition) {
         let f = &self.inner.f;
-        let families: [&dyn Collector; 29] = [
+        let families: [&dyn Collector; 30] = [
             &f.node_name,
             &f.running_pods,
             &f.running_containers,
@@ -792,6 +807,7 @@ impl Collector for KubeletMetrics {
             &f.http_requests,
             &f.http_duration,
             &f.http_inflight,
+            &f.task_panics,
         ];
         for c in families {
             c.collect(out);

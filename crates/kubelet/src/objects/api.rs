@@ -347,8 +347,14 @@ impl ApiObjectsTask {
             mut tasks,
         } = self;
         let mut set: JoinSet<()> = JoinSet::new();
-        set.spawn(services_informer(Arc::clone(&shared), root.clone()));
-        set.spawn(token_cleanup(Arc::clone(&shared), root.clone()));
+        // The informer and the cleanup run as long as the kubelet: their panic is this task's
+        // (fatal, through the supervisor); a per-object watch's panic only loses that watch.
+        let singletons = [
+            set.spawn(services_informer(Arc::clone(&shared), root.clone()))
+                .id(),
+            set.spawn(token_cleanup(Arc::clone(&shared), root.clone()))
+                .id(),
+        ];
         let mut senders_alive = true;
         loop {
             tokio::select! {
@@ -359,10 +365,13 @@ impl ApiObjectsTask {
                     }
                     None => senders_alive = false,
                 },
-                Some(done) = set.join_next(), if !set.is_empty() => {
+                Some(done) = set.join_next_with_id(), if !set.is_empty() => {
                     if let Err(err) = done
                         && err.is_panic()
                     {
+                        if singletons.contains(&err.id()) {
+                            std::panic::resume_unwind(err.into_panic());
+                        }
                         warn!(error = %err, "an API objects task panicked");
                     }
                 }

@@ -56,10 +56,23 @@ pub struct TokenRequest {
 }
 
 /// A token and when it expires.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TokenGrant {
     pub token: String,
     pub expiration: DateTime<Utc>,
+}
+
+/// The token is a credential: never printed (CVE-2020-8564 class), only its length.
+impl std::fmt::Debug for TokenGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenGrant")
+            .field(
+                "token",
+                &format_args!("<redacted, {} bytes>", self.token.len()),
+            )
+            .field("expiration", &self.expiration)
+            .finish()
+    }
 }
 
 /// The API objects pods read. Implementations cache; every method may be called on each pod

@@ -32,12 +32,26 @@ pub const MAX_JITTER: Duration = Duration::from_secs(10);
 pub const GC_PERIOD: Duration = Duration::from_secs(60);
 
 /// One cached TokenRequest answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CachedToken {
     pub token: String,
     pub expiration: DateTime<Utc>,
     /// The lifetime the API server granted (`spec.expirationSeconds` of the answer).
     pub expiration_seconds: i64,
+}
+
+/// The token is a credential: never printed, only its length.
+impl std::fmt::Debug for CachedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedToken")
+            .field(
+                "token",
+                &format_args!("<redacted, {} bytes>", self.token.len()),
+            )
+            .field("expiration", &self.expiration)
+            .field("expiration_seconds", &self.expiration_seconds)
+            .finish()
+    }
 }
 
 impl CachedToken {

@@ -11,7 +11,7 @@ pub mod tls;
 pub mod worker;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use rkubelet_cri::RuntimeService;
@@ -45,6 +45,8 @@ struct Inner {
     workers: Mutex<HashMap<WorkerKey, WorkerHandle>>,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    /// Where caught worker panics are counted (`rkubelet_task_panics_total`).
+    panics: Arc<OnceLock<crate::metrics::KubeletMetrics>>,
 }
 
 /// Handle to the prober; cheap to clone.
@@ -73,6 +75,7 @@ impl ProbeManager {
                     workers: Mutex::new(HashMap::new()),
                     tracker: TaskTracker::new(),
                     cancel,
+                    panics: Arc::new(OnceLock::new()),
                 }),
             },
             rx,
@@ -86,6 +89,11 @@ impl ProbeManager {
     /// The results, for `compute_pod_actions_with_probes` and status generation.
     pub fn results(&self) -> &ResultsManager {
         &self.inner.results
+    }
+
+    /// Counts caught worker panics in `metrics` (the first call wins).
+    pub fn set_metrics(&self, metrics: crate::metrics::KubeletMetrics) {
+        let _ = self.inner.panics.set(metrics);
     }
 
     /// The `prober_probe_total` registry.
@@ -165,6 +173,7 @@ impl ProbeManager {
             events: self.inner.events.clone(),
             metrics: self.inner.metrics.clone(),
             clock: self.inner.clock,
+            panics: self.inner.panics.clone(),
         };
         let mut rx = rx;
         rx.mark_changed();

@@ -4,14 +4,14 @@
 //! current container ID. Receives the pod and its container's current ID/start time through a
 //! watch channel; emits `Unhealthy`/`ProbeWarning` events and `prober_probe_total` counts.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use rkubelet_cri::RuntimeService;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, error};
 
 use crate::clock::Clock;
 use crate::container::Timestamp;
@@ -20,6 +20,7 @@ use crate::kuberuntime::actions::ProbeResult;
 use crate::prober::handlers::{Action, Outcome, Target, run_probe};
 use crate::prober::metrics::ProbeMetrics;
 use crate::prober::results::{ProbeKind, ResultsManager};
+use crate::supervisor::{PROBE_WORKER, catch_panic};
 use crate::types::PodExt;
 
 /// What a worker needs to know about its container right now.
@@ -108,6 +109,8 @@ pub(crate) struct Worker {
     pub events: Arc<dyn EventRecorder>,
     pub metrics: ProbeMetrics,
     pub clock: Clock,
+    /// Where a caught panic is counted (`rkubelet_task_panics_total{task="probe_worker"}`).
+    pub panics: Arc<OnceLock<crate::metrics::KubeletMetrics>>,
 }
 
 impl Worker {
@@ -150,7 +153,7 @@ impl Worker {
                 continue;
             }
             let probe_start = tokio::time::Instant::now();
-            let outcome = run_probe(
+            let probed = catch_panic(run_probe(
                 Action::of_probe(&self.probe),
                 &Target {
                     runtime: self.runtime.as_ref(),
@@ -159,8 +162,20 @@ impl Worker {
                     pod_ip: &now_input.pod_ip,
                     timeout: timings.timeout,
                 },
-            )
+            ))
             .await;
+            let outcome = match probed {
+                Ok(outcome) => outcome,
+                Err(message) => {
+                    // The probe is thrown away, as one that could not run; the next period
+                    // probes again.
+                    error!(pod = %self.pod.full_name(), container = %self.container.name, kind = ?self.kind, "task {PROBE_WORKER} panicked: {message}; restarting it");
+                    if let Some(m) = self.panics.get() {
+                        m.inc_task_panic(PROBE_WORKER);
+                    }
+                    continue;
+                }
+            };
             if cancel.is_cancelled() {
                 break;
             }

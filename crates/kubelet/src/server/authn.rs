@@ -15,11 +15,11 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use sha2::{Digest, Sha256};
 
-use super::cache::TtlCache;
+use super::cache::ReviewCache;
 use super::review::ReviewApi;
 
 /// An authenticated (or anonymous) user.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct UserInfo {
     pub name: String,
     pub uid: String,
@@ -58,12 +58,16 @@ pub enum AuthnError {
     Webhook(String),
 }
 
-/// Bearer tokens checked through TokenReview, answers cached for `ttl` (keyed by the token's
-/// SHA-256 so tokens are not kept in memory).
+/// How many TokenReview answers are kept (least recently used evicted first).
+pub const TOKEN_CACHE_SIZE: usize = 8192;
+
+/// Bearer tokens checked through TokenReview, answers (known and unknown tokens alike)
+/// cached for `ttl` (`authentication.webhook.cacheTTL`), keyed by the token's SHA-256 so
+/// tokens are not kept in memory; identical reviews in flight are made once.
 pub struct TokenWebhook {
     api: Arc<dyn ReviewApi>,
     ttl: Duration,
-    cache: TtlCache<String, Option<UserInfo>>,
+    cache: ReviewCache<[u8; 32], Option<UserInfo>>,
 }
 
 impl TokenWebhook {
@@ -71,29 +75,39 @@ impl TokenWebhook {
         Self {
             api,
             ttl,
-            cache: TtlCache::new(10_000),
+            cache: ReviewCache::new(TOKEN_CACHE_SIZE),
         }
     }
 
     async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, AuthnError> {
-        let key = hex::encode(Sha256::digest(token.as_bytes()));
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
-        }
-        let answer = self
-            .api
-            .token_review(token)
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.cache
+            .get_or_fetch(key, || async {
+                let answer = self.api.token_review(token).await?;
+                Ok((answer, self.ttl))
+            })
             .await
-            .map_err(AuthnError::Webhook)?;
-        self.cache.insert(key, answer.clone(), self.ttl);
-        Ok(answer)
+            .map_err(AuthnError::Webhook)
+    }
+}
+
+/// Where the current client CA verifier comes from (reloaded with `clientCAFile`).
+pub trait ClientCaSource: Send + Sync {
+    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>>;
+}
+
+/// A fixed verifier.
+impl ClientCaSource for Arc<dyn ClientCertVerifier> {
+    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        Some(self.clone())
     }
 }
 
 /// The authenticator of the HTTPS port.
 pub struct Authenticator {
-    /// Verifies client certificate chains against `clientCAFile`.
-    pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    /// Verifies client certificate chains against `clientCAFile` (the current one: the chain
+    /// is verified per request, so expiry and a replaced CA apply to open connections too).
+    pub client_ca: Option<Arc<dyn ClientCaSource>>,
     pub tokens: Option<TokenWebhook>,
     pub anonymous: bool,
 }
@@ -105,7 +119,7 @@ impl Authenticator {
         &self,
         chain: &[CertificateDer<'static>],
     ) -> Option<Result<UserInfo, AuthnError>> {
-        let verifier = self.client_ca.as_ref()?;
+        let verifier = self.client_ca.as_ref()?.current()?;
         let (leaf, intermediates) = chain.split_first()?;
         Some(
             verifier
@@ -298,5 +312,61 @@ mod tests {
         let user = user_of_cert(cert.der()).unwrap();
         assert_eq!(user.name, "system:node:n1");
         assert_eq!(user.groups, vec!["system:nodes"]);
+    }
+
+    /// Answers every token after a pause, counting reviews.
+    struct SlowReviews(AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl ReviewApi for SlowReviews {
+        async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, String> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(Some(UserInfo {
+                name: token.to_owned(),
+                ..Default::default()
+            }))
+        }
+        async fn access_review(
+            &self,
+            _: &UserInfo,
+            _: &Attributes,
+            _: &str,
+        ) -> Result<AccessDecision, String> {
+            unreachable!()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_with_one_token_make_one_review() {
+        let api = Arc::new(SlowReviews(AtomicUsize::new(0)));
+        let a = Arc::new(Authenticator {
+            client_ca: None,
+            tokens: Some(TokenWebhook::new(api.clone(), Duration::from_secs(120))),
+            anonymous: false,
+        });
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let a = a.clone();
+            let token = if i % 2 == 0 { "Bearer t1" } else { "Bearer t2" };
+            tasks.push(tokio::spawn(async move {
+                a.authenticate(None, Some(token))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .name
+            }));
+        }
+        let mut names = Vec::new();
+        for t in tasks {
+            names.push(t.await.unwrap());
+        }
+        assert_eq!(names.iter().filter(|n| *n == "t1").count(), 20);
+        assert_eq!(names.iter().filter(|n| *n == "t2").count(), 20);
+        assert_eq!(
+            api.0.load(Ordering::SeqCst),
+            2,
+            "one review per distinct token"
+        );
     }
 }

@@ -1,13 +1,15 @@
 //! Request authorization for the kubelet's HTTPS port (upstream `pkg/kubelet/server/auth.go`
-//! plus the webhook authorizer). Owns the SubjectAccessReview answer cache; receives the user
-//! and the request's method and path; emits allowed / forbidden (with upstream's 403 text).
+//! plus the webhook authorizer). Owns the SubjectAccessReview answer cache; receives the user,
+//! the request's method and its parsed route (never the raw path); emits allowed / forbidden
+//! (with upstream's 403 text).
 //!
 //! Mapping as upstream (with fine-grained kubelet authz): resource `nodes`, name = node name,
-//! verb from the HTTP method; subresource `stats`/`metrics`/`log` by path prefix, `pods`,
-//! `healthz`, `configz` for those endpoints with `proxy` as the fallback checked second, and
-//! `proxy` for everything else. As upstream, the verb of `/exec`, `/attach` and `/portForward`
-//! follows the method too, so a websocket upgrade (HTTP GET) needs only `get` on
-//! `nodes/proxy` (upstream documents this rather than changing it).
+//! verb from the HTTP method; subresource `stats`/`metrics`/`log`/`spec`/`checkpoint` by the
+//! parsed route's root, `pods`, `healthz`, `configz` for those endpoints with `proxy` as the
+//! fallback checked second, and `proxy` for everything else (malformed paths included). As
+//! upstream, the verb of `/exec`, `/attach` and `/portForward` follows the method too, so a
+//! websocket upgrade (HTTP GET) needs only `get` on `nodes/proxy` (upstream documents this
+//! rather than changing it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +17,8 @@ use std::time::Duration;
 use http::Method;
 
 use super::authn::UserInfo;
-use super::cache::TtlCache;
+use super::cache::ReviewCache;
+use super::path::Route;
 use super::review::ReviewApi;
 
 /// What a request asks for, in API terms.
@@ -24,18 +27,12 @@ pub struct Attributes {
     pub verb: String,
     pub node_name: String,
     /// Checked in order; any one allowed is enough.
-    pub subresources: Vec<&'static str>,
-    pub path: String,
+    pub subresources: &'static [&'static str],
 }
 
-/// `true` when `path` is `prefix` or below it.
-fn is_subpath(path: &str, prefix: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
-}
-
-/// Upstream `GetRequestAttributes`.
-pub fn request_attributes(method: &Method, path: &str, node_name: &str) -> Attributes {
+/// Upstream `GetRequestAttributes`, from the parsed route (never the raw path): the verb
+/// from the method, the subresources from the route's root.
+pub fn request_attributes(method: &Method, route: &Route, node_name: &str) -> Attributes {
     let verb = match *method {
         Method::POST => "create",
         Method::GET | Method::HEAD => "get",
@@ -44,26 +41,10 @@ pub fn request_attributes(method: &Method, path: &str, node_name: &str) -> Attri
         Method::DELETE => "delete",
         _ => "",
     };
-    let subresources = if is_subpath(path, "/stats") {
-        vec!["stats"]
-    } else if is_subpath(path, "/metrics") {
-        vec!["metrics"]
-    } else if is_subpath(path, "/logs") {
-        vec!["log"]
-    } else if is_subpath(path, "/pods") || is_subpath(path, "/runningpods") {
-        vec!["pods", "proxy"]
-    } else if is_subpath(path, "/healthz") {
-        vec!["healthz", "proxy"]
-    } else if is_subpath(path, "/configz") {
-        vec!["configz", "proxy"]
-    } else {
-        vec!["proxy"]
-    };
     Attributes {
         verb: verb.to_owned(),
         node_name: node_name.to_owned(),
-        subresources,
-        path: path.to_owned(),
+        subresources: route.root().subresources(),
     }
 }
 
@@ -95,13 +76,27 @@ pub enum Authorizer {
     Webhook(WebhookAuthorizer),
 }
 
-/// SubjectAccessReview with allowed answers cached for `allowed_ttl` and denied ones for
-/// `denied_ttl` (errors are not cached).
+/// How many SubjectAccessReview answers are kept (least recently used evicted first).
+pub const ACCESS_CACHE_SIZE: usize = 8192;
+
+/// What a SubjectAccessReview answer depends on: a structured key, so no two different
+/// requests can share an entry (`groups ["a,b"]` and `["a", "b"]` differ).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct AccessKey {
+    user: UserInfo,
+    verb: String,
+    node_name: String,
+    subresource: &'static str,
+}
+
+/// SubjectAccessReview with allowed answers cached for `allowed_ttl`
+/// (`cacheAuthorizedTTL`) and denied ones for `denied_ttl` (`cacheUnauthorizedTTL`); errors
+/// are not cached; identical reviews in flight are made once.
 pub struct WebhookAuthorizer {
     api: Arc<dyn ReviewApi>,
     allowed_ttl: Duration,
     denied_ttl: Duration,
-    cache: TtlCache<String, bool>,
+    cache: ReviewCache<AccessKey, bool>,
 }
 
 impl WebhookAuthorizer {
@@ -110,7 +105,7 @@ impl WebhookAuthorizer {
             api,
             allowed_ttl,
             denied_ttl,
-            cache: TtlCache::new(10_000),
+            cache: ReviewCache::new(ACCESS_CACHE_SIZE),
         }
     }
 
@@ -118,28 +113,25 @@ impl WebhookAuthorizer {
         &self,
         user: &UserInfo,
         attrs: &Attributes,
-        sub: &str,
+        sub: &'static str,
     ) -> Result<bool, String> {
-        let key = format!(
-            "{}\x00{}\x00{}\x00{}\x00{}\x00{}",
-            user.name,
-            user.uid,
-            user.groups.join(","),
-            attrs.verb,
-            attrs.node_name,
-            sub
-        );
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
-        }
-        let d = self.api.access_review(user, attrs, sub).await?;
-        let ttl = if d.allowed {
-            self.allowed_ttl
-        } else {
-            self.denied_ttl
+        let key = AccessKey {
+            user: user.clone(),
+            verb: attrs.verb.clone(),
+            node_name: attrs.node_name.clone(),
+            subresource: sub,
         };
-        self.cache.insert(key, d.allowed, ttl);
-        Ok(d.allowed)
+        self.cache
+            .get_or_fetch(key, || async {
+                let d = self.api.access_review(user, attrs, sub).await?;
+                let ttl = if d.allowed {
+                    self.allowed_ttl
+                } else {
+                    self.denied_ttl
+                };
+                Ok((d.allowed, ttl))
+            })
+            .await
     }
 }
 
@@ -150,7 +142,7 @@ impl Authorizer {
             return Ok(true);
         };
         let mut last_err = None;
-        for sub in &attrs.subresources {
+        for sub in attrs.subresources {
             match w.allowed(user, attrs, sub).await {
                 Ok(true) => return Ok(true),
                 Ok(false) => {}
@@ -198,7 +190,16 @@ mod tests {
             (Method::GET, "/configz", "get", &["configz", "proxy"]),
             (Method::GET, "/containerLogs/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/run/ns/p/c", "create", &["proxy"]),
-            (Method::POST, "/checkpoint/ns/p/c", "create", &["proxy"]),
+            (
+                Method::POST,
+                "/checkpoint/ns/p/c",
+                "create",
+                &["checkpoint"],
+            ),
+            (Method::GET, "/spec/", "get", &["spec"]),
+            // Malformed spellings are never promoted to a narrower subresource.
+            (Method::GET, "//stats/summary", "get", &["proxy"]),
+            (Method::GET, "/stats/../run/a/b/c", "get", &["proxy"]),
             // A websocket exec is a GET: `get` as upstream; SPDY posts.
             (Method::GET, "/exec/ns/p/c", "get", &["proxy"]),
             (Method::POST, "/exec/ns/p/uid/c", "create", &["proxy"]),
@@ -211,13 +212,12 @@ mod tests {
             (Method::OPTIONS, "/x", "", &["proxy"]),
         ];
         for (m, path, verb, subs) in cases {
-            let a = request_attributes(m, path, "node-1");
+            let a = request_attributes(m, &crate::server::path::parse(path), "node-1");
             assert_eq!(a.verb, *verb, "{m} {path}");
             assert_eq!(a.subresources, *subs, "{m} {path}");
             assert_eq!(a.node_name, "node-1");
-            assert_eq!(a.path, *path);
         }
-        let a = request_attributes(&Method::GET, "/pods", "n");
+        let a = request_attributes(&Method::GET, &crate::server::path::parse("/pods"), "n");
         assert_eq!(
             forbidden_message(&UserInfo::anonymous(), &a),
             "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
@@ -278,8 +278,8 @@ mod tests {
             Duration::from_secs(300),
             Duration::from_secs(30),
         ));
-        let pods = request_attributes(&Method::GET, "/pods", "n");
-        let logs = request_attributes(&Method::GET, "/logs/x", "n");
+        let pods = request_attributes(&Method::GET, &crate::server::path::parse("/pods"), "n");
+        let logs = request_attributes(&Method::GET, &crate::server::path::parse("/logs/x"), "n");
         // `pods` denied, then the `proxy` fallback allowed.
         assert_eq!(authz.authorize(&user("alice"), &pods).await, Ok(true));
         assert_eq!(authz.authorize(&user("alice"), &logs).await, Ok(false));
@@ -328,5 +328,73 @@ mod tests {
             Authorizer::AlwaysAllow.authorize(&user("x"), &logs).await,
             Ok(true)
         );
+    }
+
+    /// Allows only the user whose groups are exactly `["a,b"]`.
+    struct ExactGroups;
+
+    #[async_trait::async_trait]
+    impl ReviewApi for ExactGroups {
+        async fn token_review(&self, _: &str) -> Result<Option<UserInfo>, String> {
+            unreachable!()
+        }
+        async fn access_review(
+            &self,
+            user: &UserInfo,
+            _: &Attributes,
+            _: &str,
+        ) -> Result<AccessDecision, String> {
+            Ok(AccessDecision {
+                allowed: user.groups == ["a,b"],
+                reason: String::new(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn cache_keys_do_not_collide() {
+        let authz = Authorizer::Webhook(WebhookAuthorizer::new(
+            Arc::new(ExactGroups),
+            Duration::from_secs(300),
+            Duration::from_secs(300),
+        ));
+        let attrs = request_attributes(&Method::GET, &crate::server::path::parse("/pods"), "n");
+        let joined = UserInfo {
+            name: "u".into(),
+            uid: String::new(),
+            groups: vec!["a,b".into()],
+        };
+        let split = UserInfo {
+            groups: vec!["a".into(), "b".into()],
+            ..joined.clone()
+        };
+        // Either order: the first answer must not be reused for the other user.
+        assert_eq!(authz.authorize(&joined, &attrs).await, Ok(true));
+        assert_eq!(authz.authorize(&split, &attrs).await, Ok(false));
+        let authz2 = Authorizer::Webhook(WebhookAuthorizer::new(
+            Arc::new(ExactGroups),
+            Duration::from_secs(300),
+            Duration::from_secs(300),
+        ));
+        assert_eq!(authz2.authorize(&split, &attrs).await, Ok(false));
+        assert_eq!(authz2.authorize(&joined, &attrs).await, Ok(true));
+        // Name/uid boundaries are structural too.
+        let a = UserInfo {
+            name: "x".into(),
+            uid: "y\u{0}z".into(),
+            groups: vec![],
+        };
+        let b = UserInfo {
+            name: "x\u{0}y".into(),
+            uid: "z".into(),
+            groups: vec![],
+        };
+        let key = |u: &UserInfo| AccessKey {
+            user: u.clone(),
+            verb: "get".into(),
+            node_name: "n".into(),
+            subresource: "pods",
+        };
+        assert_ne!(key(&a), key(&b));
     }
 }

@@ -4,13 +4,17 @@
 //! manager snapshot), statuses (status manager), the runtime's pods (pod cache), the CRI
 //! runtime, the effective configuration and the health checks; emits the responses built in
 //! `routes` (container logs read by `logs`, exec/attach/port-forward proxied by `streaming`,
-//! whose spliced connections each server tracks and ends at shutdown). Connections are
-//! HTTP/1.1 with upgrades enabled.
+//! whose spliced connections each server tracks and ends at shutdown). Every request path is
+//! parsed once (`path`) and only that route is read afterwards. Connections are HTTP/1.1 with
+//! upgrades enabled, a header-read timeout and a request-head size limit, each served by its
+//! own task (TLS handshake included).
 
 pub mod authn;
 pub mod authz;
 pub mod cache;
+mod log_handlers;
 pub mod logs;
+pub mod path;
 pub mod review;
 pub mod routes;
 pub mod setup;
@@ -89,6 +93,8 @@ pub struct ServerState {
     pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
     /// Proxied streaming connections; a server ends them (and waits) when it stops.
     pub streams: streaming::StreamTasks,
+    /// How long a client may take to send a request head ([`HEADER_READ_TIMEOUT`]).
+    pub header_read_timeout: Duration,
 }
 
 impl ServerState {
@@ -116,6 +122,7 @@ impl ServerState {
             pod_cgroup_root: None,
             machine: None,
             streams: streaming::StreamTasks::default(),
+            header_read_timeout: HEADER_READ_TIMEOUT,
         }
     }
 }
@@ -158,7 +165,36 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
+/// How long a client may take to send a request's headers (also bounds an idle keep-alive
+/// connection: the timer runs while the next request is awaited, which keeps idle
+/// connections below upstream's 90 s idle timeout).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head accepted (upstream `MaxHeaderBytes`: 1 MiB); larger is a 431.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+/// How long a TLS handshake may take.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The HTTP/1.1 settings of every port.
+fn http1(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .max_header_size(MAX_HEADER_BYTES)
+        .max_buf_size(MAX_HEADER_BYTES + 64 * 1024);
+    b
+}
+
+/// Waits before the next accept after a failure (out of descriptors…) so the loop does not
+/// spin; connections being served are not affected.
+async fn accept_failed(e: &std::io::Error) {
+    warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
 /// Serves plain HTTP on `listener` until `cancel` fires; in-flight connections are closed then.
+/// The accept loop never waits for a connection: each is served by its own task. For the
+/// read-only and healthz ports (`Endpoints::Secure` here would serve every endpoint without
+/// authentication: only tests do that).
 pub async fn serve(
     listener: TcpListener,
     endpoints: Endpoints,
@@ -177,17 +213,18 @@ pub async fn serve(
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        warn!(error = %e, "accept failed");
+                        accept_failed(&e).await;
                         continue;
                     }
                 };
                 let state = state.clone();
+                let http = http1(state.header_read_timeout);
                 conns.spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(routes::route(&state, endpoints, &req).await) }
                     });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    if let Err(e) = http
                         .serve_connection(TokioIo::new(stream), svc)
                         .with_upgrades()
                         .await
@@ -203,10 +240,12 @@ pub async fn serve(
     streams.shutdown().await;
 }
 
-/// Serves the authenticated HTTPS port until `cancel` fires.
+/// Serves the authenticated HTTPS port until `cancel` fires. Each connection takes the
+/// current TLS configuration (`tls` reloads its files while serving); the handshake runs in
+/// the connection's own task, so a stalled client delays nobody else.
 pub async fn serve_secure(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<tls::ServingTls>,
     auth: Arc<Auth>,
     state: ServerState,
     cancel: CancellationToken,
@@ -214,8 +253,8 @@ pub async fn serve_secure(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "serving HTTPS");
     }
+    let reloader = tokio::spawn(tls.clone().watch(cancel.clone()));
     let streams = state.streams.clone();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -224,15 +263,16 @@ pub async fn serve_secure(
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        warn!(error = %e, "accept failed");
+                        accept_failed(&e).await;
                         continue;
                     }
                 };
                 let state = state.clone();
+                let http = http1(state.header_read_timeout);
                 let auth = auth.clone();
-                let acceptor = acceptor.clone();
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
                 conns.spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
                             debug!(%peer, error = %e, "TLS handshake failed");
@@ -243,19 +283,22 @@ pub async fn serve_secure(
                             return;
                         }
                     };
-                    let cert = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|chain| auth.authenticator.authenticate_cert(chain));
-                    let cert = Arc::new(cert);
+                    // The chain is verified per request (validity period and the current
+                    // client CA), not only once at the handshake.
+                    let chain: Arc<Option<Vec<rustls::pki_types::CertificateDer<'static>>>> =
+                        Arc::new(tls.get_ref().1.peer_certificates().map(<[_]>::to_vec));
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let state = state.clone();
                         let auth = auth.clone();
-                        let cert = cert.clone();
-                        async move { Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref().as_ref(), &req).await) }
+                        let chain = chain.clone();
+                        async move {
+                            let cert = chain
+                                .as_deref()
+                                .and_then(|c| auth.authenticator.authenticate_cert(c));
+                            Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref(), &req).await)
+                        }
                     });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    if let Err(e) = http
                         .serve_connection(TokioIo::new(tls), svc)
                         .with_upgrades()
                         .await
@@ -269,38 +312,34 @@ pub async fn serve_secure(
     }
     conns.shutdown().await;
     streams.shutdown().await;
+    let _ = reloader.await;
 }
 
-fn is_healthz(path: &str) -> bool {
-    path == "/healthz" || path.starts_with("/healthz/")
-}
-
-/// Authenticates, authorizes and routes one request of the HTTPS port.
+/// Authenticates, authorizes and routes one request of the HTTPS port. Every path needs an
+/// identity (`/healthz` too, as upstream); the path is parsed once and that route is what
+/// the authorization attributes, the debug gate and the dispatcher read.
 async fn handle_secure<B>(
     state: &ServerState,
     auth: &Auth,
     cert: Option<&Result<UserInfo, AuthnError>>,
     req: &Request<B>,
 ) -> Resp {
-    let path = req.uri().path();
+    let route = path::parse(req.uri().path());
     let header = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok());
     let user = match auth.authenticator.authenticate(cert, header).await {
         Ok(Some(u)) => u,
-        Ok(None) if is_healthz(path) => {
-            return routes::route(state, Endpoints::Secure, req).await;
-        }
         Ok(None) => return text(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
         Err(e) => {
-            debug!(error = %e, path, "authentication failed");
+            debug!(error = %e, route = route.metrics_label(), "authentication failed");
             return text(StatusCode::UNAUTHORIZED, "Unauthorized".into());
         }
     };
-    let attrs = authz::request_attributes(req.method(), path, &state.node_name);
+    let attrs = authz::request_attributes(req.method(), &route, &state.node_name);
     match auth.authorizer.authorize(&user, &attrs).await {
-        Ok(true) => routes::route(state, Endpoints::Secure, req).await,
+        Ok(true) => routes::dispatch(state, Endpoints::Secure, &route, req).await,
         Ok(false) => {
             let msg = authz::forbidden_message(&user, &attrs);
             debug!(msg = msg.trim_end(), "request forbidden");
@@ -519,5 +558,42 @@ mod tests {
         assert_eq!(list["apiVersion"], "v1");
         assert_eq!(list["items"][0]["status"]["phase"], "Running");
         assert_eq!(list["items"][0]["metadata"]["uid"], "u1");
+    }
+
+    #[tokio::test]
+    async fn stalled_and_idle_connections_are_closed_after_the_header_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const TIMEOUT: Duration = Duration::from_millis(800);
+        let (mut st, _tx) = state(false);
+        st.header_read_timeout = TIMEOUT;
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(serve(listener, Endpoints::ReadOnly, st, cancel.clone()));
+        let start = tokio::time::Instant::now();
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();
+        partial
+            .write_all(b"GET /pods HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = idle.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        for conn in [&mut silent, &mut partial, &mut idle] {
+            let mut rest = Vec::new();
+            let r = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut rest))
+                .await
+                .expect("closed by the server");
+            assert!(r.is_err() || !rest.starts_with(b"HTTP/1.1 200"), "{rest:?}");
+        }
+        let took = start.elapsed();
+        assert!(took >= TIMEOUT && took < Duration::from_secs(5), "{took:?}");
+        cancel.cancel();
+        task.await.unwrap();
     }
 }

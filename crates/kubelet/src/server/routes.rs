@@ -3,120 +3,147 @@
 //! metrics, the latest stats snapshot); emit upstream-shaped responses: `/pods`,
 //! `/runningpods/`, `/healthz*`, `/configz`, `/containerLogs/…`, `/logs/…`, `/run/…`,
 //! `/checkpoint/…`, `/stats/summary`, `/metrics`, `/metrics/{probes,resource,cadvisor}`, and
-//! hand `/exec/…`, `/attach/…`, `/portForward/…` to `streaming`. Unknown paths are 404.
+//! hand `/exec/…`, `/attach/…`, `/portForward/…` to `streaming`. Dispatch reads only the
+//! route parsed by `path` (malformed paths are 400, unknown ones 404); which routes a port
+//! serves at all is decided here (`serves`), before the method and the debug-handler gate.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
+use http::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rkubelet_cri::{CriError, api};
-use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::logs::{self, LogOptions, LogSink};
-use super::{Endpoints, Resp, ServerState, json, stream, text};
+use super::logs::LogOptions;
+use super::path::{MetricsKind, Root, Route, StreamKind, parse};
+use super::{Endpoints, Resp, ServerState, json, text};
 use crate::types::PodExt;
 
-/// Routes that exist only with debugging handlers (upstream `InstallDebuggingHandlers`).
-const DEBUG_PREFIXES: &[&str] = &[
-    "/run",
-    "/exec",
-    "/attach",
-    "/portForward",
-    "/containerLogs",
-    "/logs",
-    "/configz",
-    "/runningpods",
-    "/checkpoint",
-    "/debug",
-];
-
-fn under(path: &str, prefix: &str) -> bool {
-    path == prefix || path.starts_with(&format!("{prefix}/"))
+/// Parses the request path once and dispatches it (the plain-HTTP ports and tests).
+pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
+    let parsed = parse(req.uri().path());
+    dispatch(state, endpoints, &parsed, req).await
 }
 
-/// Dispatches `req` (already authenticated/authorized on the secure port).
-pub async fn route<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
+/// Dispatches `req` by its parsed `route` (already authenticated and authorized on the
+/// secure port); records the request metrics under the route's fixed label.
+pub async fn dispatch<B>(
+    state: &ServerState,
+    endpoints: Endpoints,
+    route: &Route,
+    req: &Request<B>,
+) -> Resp {
     // Upstream instruments the read-only and the authenticated server, not healthz.
     let server_type = match endpoints {
-        Endpoints::Healthz => return route_request(state, endpoints, req).await,
+        Endpoints::Healthz => return route_request(state, endpoints, route, req).await,
         Endpoints::ReadOnly => "readonly",
         Endpoints::Secure => "readwrite",
     };
-    let _guard = state
-        .metrics
-        .as_ref()
-        .map(|m| m.http_request_started(req.method().as_str(), req.uri().path(), server_type));
-    route_request(state, endpoints, req).await
+    let _guard = state.metrics.as_ref().map(|m| {
+        m.http_request_started(
+            req.method().as_str(),
+            &format!("/{}", route.metrics_label()),
+            server_type,
+        )
+    });
+    route_request(state, endpoints, route, req).await
 }
 
-async fn route_request<B>(state: &ServerState, endpoints: Endpoints, req: &Request<B>) -> Resp {
-    let path = req.uri().path();
-    let method = req.method();
-    if path == "/healthz" || path.starts_with("/healthz/") {
-        if method != Method::GET && method != Method::HEAD {
-            return method_not_allowed();
-        }
-        let only = path.strip_prefix("/healthz/").filter(|s| !s.is_empty());
-        return super::healthz(state, only, req.uri().query().unwrap_or_default());
+/// Whether `endpoints` serves `route` at all (anything else is 404 there, whatever the
+/// method): the healthz port only health (CVE-2019-11248), the read-only port only what
+/// upstream's read-only server has (no debugging handlers), the secure port everything.
+pub fn serves(endpoints: Endpoints, route: &Route) -> bool {
+    match endpoints {
+        Endpoints::Healthz => matches!(route, Route::Healthz { .. }),
+        Endpoints::ReadOnly => matches!(
+            route,
+            Route::Healthz { .. } | Route::Pods | Route::StatsSummary | Route::Metrics(_)
+        ),
+        Endpoints::Secure => true,
     }
-    if endpoints == Endpoints::Healthz {
+}
+
+fn get_or_head(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+async fn route_request<B>(
+    state: &ServerState,
+    endpoints: Endpoints,
+    route: &Route,
+    req: &Request<B>,
+) -> Resp {
+    if *route == Route::Malformed {
+        return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into());
+    }
+    if !serves(endpoints, route) {
         return not_found();
     }
-    if matches!(path, "/pods" | "/pods/") {
-        if method != Method::GET && method != Method::HEAD {
-            return method_not_allowed();
-        }
-        return json(StatusCode::OK, &super::pod_list(state));
-    }
-    if let Some(resp) = metrics_endpoint(state, path, method) {
-        return resp;
-    }
-    let debug = endpoints == Endpoints::Secure && state.debugging_handlers;
-    if DEBUG_PREFIXES.iter().any(|p| under(path, p)) && !debug {
+    let method = req.method();
+    if route.root().is_debug() && !state.debugging_handlers {
         return text(
             StatusCode::METHOD_NOT_ALLOWED,
             "Debug endpoints are disabled.\n".into(),
         );
     }
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let query = parse_query(req.uri().query());
-    match (method, segs.as_slice()) {
-        (&Method::GET, ["stats", "summary"]) => stats_summary(state, &query),
-        (&Method::GET, ["runningpods", ..]) => running_pods(state),
-        (&Method::GET, ["configz"]) => match &state.configz {
+    // The read-only port answers reads only.
+    if endpoints == Endpoints::ReadOnly && !get_or_head(method) {
+        return method_not_allowed();
+    }
+    let query = || parse_query(req.uri().query());
+    match route {
+        Route::Healthz { check } if get_or_head(method) => super::healthz(
+            state,
+            check.as_deref(),
+            req.uri().query().unwrap_or_default(),
+        ),
+        Route::Pods if get_or_head(method) => json(StatusCode::OK, &super::pod_list(state)),
+        Route::Metrics(kind) if get_or_head(method) => metrics_endpoint(state, *kind),
+        Route::StatsSummary if method == Method::GET => stats_summary(state, &query()),
+        Route::RunningPods if method == Method::GET => running_pods(state),
+        Route::Configz if method == Method::GET => match &state.configz {
             Some(c) => json(
                 StatusCode::OK,
                 &serde_json::json!({"kubeletconfig": c.as_ref()}),
             ),
             None => not_found(),
         },
-        (&Method::GET, ["containerLogs", ns, pod, container]) => {
-            container_logs(state, ns, pod, container, &query).await
+        Route::ContainerLogs(c) if method == Method::GET => {
+            container_logs(state, &c.namespace, &c.pod, &c.container, &query()).await
         }
-        (&Method::GET | &Method::HEAD, ["logs", ..]) if state.system_logs.is_some() => {
-            system_logs(state, path)
-        }
-        (&Method::POST, ["run", ns, pod, container])
-        | (&Method::POST, ["run", ns, pod, _, container]) => {
-            run(state, ns, pod, container, &query).await
-        }
-        (&Method::POST, ["checkpoint", ns, pod, container]) => {
-            checkpoint(state, ns, pod, container, &query).await
-        }
-        (&Method::GET | &Method::POST, ["exec" | "attach" | "portForward", ..]) => {
-            match super::streaming::parse_path(&segs) {
-                Some(target) => super::streaming::serve(state, &target, req).await,
-                None => not_found(),
+        Route::SystemLogs { rest } => {
+            if state.system_logs.is_none() {
+                return not_found();
             }
+            if !get_or_head(method) {
+                return method_not_allowed();
+            }
+            system_logs(state, &format!("/logs{rest}")).await
         }
-        (_, ["exec" | "attach" | "portForward", ..]) => method_not_allowed(),
-        (_, ["runningpods", ..] | ["configz"] | ["containerLogs", _, _, _])
-        | (_, ["run", ..] | ["checkpoint", ..]) => method_not_allowed(),
-        _ => not_found(),
+        Route::Run(c) if method == Method::POST => {
+            run(state, &c.namespace, &c.pod, &c.container, &query()).await
+        }
+        Route::Checkpoint(c) if method == Method::POST => {
+            checkpoint(state, &c.namespace, &c.pod, &c.container, &query()).await
+        }
+        Route::Stream(kind, c) if method == Method::GET || method == Method::POST => {
+            let target = super::streaming::StreamTarget {
+                kind: *kind,
+                namespace: &c.namespace,
+                pod: &c.pod,
+                uid: c.uid.as_deref(),
+                container: (*kind != StreamKind::PortForward).then_some(c.container.as_str()),
+            };
+            super::streaming::serve(state, &target, req).await
+        }
+        Route::Unknown(Root::Run | Root::Checkpoint) if method != Method::POST => {
+            method_not_allowed()
+        }
+        Route::Unknown(_) | Route::Malformed => not_found(),
+        _ => method_not_allowed(),
     }
 }
 
@@ -433,64 +460,40 @@ async fn container_logs(
         );
     }
     let path = PathBuf::from(path);
-    let running = {
-        let runtime = runtime.clone();
-        let id = id.clone();
-        move || {
-            let runtime = runtime.clone();
-            let id = id.clone();
-            async move {
-                runtime
-                    .container_status(api::ContainerStatusRequest {
-                        container_id: id,
-                        verbose: false,
-                    })
-                    .await
-                    .ok()
-                    .and_then(|r| r.status)
-                    .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)
-            }
-        }
-    };
-    if !opts.follow {
-        let mut sink = LogSink::Buffer(Vec::new());
-        return match logs::read_logs(&path, &opts, &mut sink, running).await {
-            Ok(()) => match sink {
-                LogSink::Buffer(b) => {
-                    text(StatusCode::OK, String::from_utf8_lossy(&b).into_owned())
-                }
-                LogSink::Channel(_) => text(StatusCode::OK, String::new()),
-            },
-            Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
-        };
-    }
-    // Follow: open first so a missing file is still a plain error.
-    if let Err(e) = std::fs::metadata(&path)
-        && logs::rotated_files(&path).is_empty()
-    {
-        return text(
-            StatusCode::BAD_REQUEST,
-            format!("failed to open log file {}: {e}", path.display()),
-        );
-    }
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let cancel = state.cancel.clone();
-    tokio::spawn(async move {
-        let mut sink = LogSink::Channel(tx);
-        tokio::select! {
-            r = logs::read_logs(&path, &opts, &mut sink, running) => {
-                if let Err(e) = r {
-                    debug!(error = %e, "following container log ended");
-                }
-            }
-            _ = cancel.cancelled() => {}
-        }
-    });
-    stream(rx)
+    super::log_handlers::container_log(
+        path,
+        opts,
+        container_running(runtime, id),
+        state.cancel.clone(),
+    )
+    .await
+}
+
+/// Whether container `id` still runs, asked from a log reader's own thread (a blocking call on
+/// the runtime's handle; a CRI call that fails or hangs for 10 s counts as stopped).
+fn container_running(
+    runtime: std::sync::Arc<dyn rkubelet_cri::RuntimeService>,
+    id: String,
+) -> Box<dyn FnMut() -> bool + Send> {
+    let handle = tokio::runtime::Handle::current();
+    Box::new(move || {
+        let status = runtime.container_status(api::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        });
+        handle.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), status)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .and_then(|r| r.status)
+                .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)
+        })
+    })
 }
 
 /// `GET /logs/…`: files and directory listings under the system log directory.
-fn system_logs(state: &ServerState, path: &str) -> Resp {
+async fn system_logs(state: &ServerState, path: &str) -> Resp {
     let Some(root) = &state.system_logs else {
         return not_found();
     };
@@ -500,84 +503,17 @@ fn system_logs(state: &ServerState, path: &str) -> Resp {
         return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into());
     }
     if rel.is_empty() {
-        return redirect("/logs/");
+        return super::log_handlers::redirect("/logs/");
     }
-    let mut full = root.clone();
+    let mut comps = Vec::new();
     for c in Path::new(rel.trim_start_matches('/')).components() {
         match c {
-            Component::Normal(n) => full.push(n),
+            Component::Normal(n) => comps.push(n.to_owned()),
             Component::CurDir => {}
             _ => return text(StatusCode::BAD_REQUEST, "invalid URL path\n".into()),
         }
     }
-    // Symlinks may not lead out of the log directory.
-    let (Ok(canon), Ok(root_canon)) = (full.canonicalize(), root.canonicalize()) else {
-        return not_found();
-    };
-    if !canon.starts_with(&root_canon) {
-        return not_found();
-    }
-    if canon.is_dir() {
-        if !rel.ends_with('/') {
-            return redirect(&format!("/logs{rel}/"));
-        }
-        let mut names: Vec<String> = match std::fs::read_dir(&canon) {
-            Ok(rd) => rd
-                .flatten()
-                .map(|e| {
-                    let mut n = e.file_name().to_string_lossy().into_owned();
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        n.push('/');
-                    }
-                    n
-                })
-                .collect(),
-            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-        };
-        names.sort();
-        let mut body = String::from("<pre>\n");
-        for n in names {
-            let esc = html_escape(&n);
-            body.push_str(&format!("<a href=\"{esc}\">{esc}</a>\n"));
-        }
-        body.push_str("</pre>\n");
-        let mut r = text(StatusCode::OK, body);
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/html; charset=utf-8"),
-        );
-        return r;
-    }
-    match std::fs::read(&canon) {
-        Ok(data) => {
-            let mut r = super::bytes_response(StatusCode::OK, Bytes::from(data));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            r
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            text(StatusCode::FORBIDDEN, "403 Forbidden\n".into())
-        }
-        Err(_) => not_found(),
-    }
-}
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&#34;")
-        .replace('\'', "&#39;")
-}
-
-fn redirect(to: &str) -> Resp {
-    let mut r = text(StatusCode::MOVED_PERMANENTLY, String::new());
-    if let Ok(v) = header::HeaderValue::from_str(to) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    r
+    super::log_handlers::system_log(root.clone(), comps, rel).await
 }
 
 /// The running container `name` of `pod` (from the status manager's view).
@@ -690,7 +626,10 @@ async fn checkpoint(
         return failed(format!("container {container} is not running"));
     };
     let dir = state.root_dir.join("checkpoints");
-    if let Err(e) = std::fs::create_dir_all(&dir) {
+    if let Err(e) = crate::agent::data_dirs::create_dir_with_mode(
+        &dir,
+        crate::agent::data_dirs::CHECKPOINTS_DIR_MODE,
+    ) {
         return failed(format!("creating {}: {e}", dir.display()));
     }
     let stamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
@@ -725,30 +664,21 @@ mod tests;
 
 /// `/metrics` (kubelet and process series), `/metrics/probes`, and the stats-based
 /// `/metrics/resource` and `/metrics/cadvisor` (rendered from the latest snapshot, 404 when
-/// stats are off); `None` for other paths.
-fn metrics_endpoint(state: &ServerState, path: &str, method: &Method) -> Option<Resp> {
-    if !matches!(
-        path,
-        "/metrics" | "/metrics/probes" | "/metrics/resource" | "/metrics/cadvisor"
-    ) {
-        return None;
-    }
-    if method != Method::GET && method != Method::HEAD {
-        return Some(method_not_allowed());
-    }
-    let body = match path {
-        "/metrics" => state.metrics.as_ref().map(|m| m.render()),
-        "/metrics/probes" => state.probe_metrics.as_ref().map(|m| m.render()),
-        "/metrics/resource" => state
+/// stats are off).
+fn metrics_endpoint(state: &ServerState, kind: MetricsKind) -> Resp {
+    let body = match kind {
+        MetricsKind::Kubelet => state.metrics.as_ref().map(|m| m.render()),
+        MetricsKind::Probes => state.probe_metrics.as_ref().map(|m| m.render()),
+        MetricsKind::Resource => state
             .stats
             .as_ref()
             .map(|s| crate::metrics::resource::render(&s.latest())),
-        _ => state.stats.as_ref().map(|s| cadvisor_text(state, s)),
+        MetricsKind::Cadvisor => state.stats.as_ref().map(|s| cadvisor_text(state, s)),
     };
-    Some(match body {
+    match body {
         Some(body) => super::prometheus_text(body),
         None => not_found(),
-    })
+    }
 }
 
 /// `/metrics/cadvisor` from the latest snapshot, the desired pods and the runtime pod cache.

@@ -54,13 +54,20 @@ async fn unknown_and_disabled_paths() {
     let (c, b) = get(&st, Endpoints::Secure, Method::GET, "/configz").await;
     assert_eq!(c, StatusCode::OK);
     assert_eq!(b, r#"{"kubeletconfig":{"port":10250}}"#);
+    // The read-only port has no debugging handlers at all.
     assert_eq!(
         get(&st, Endpoints::ReadOnly, Method::GET, "/configz").await,
+        (StatusCode::NOT_FOUND, "404 page not found\n".into())
+    );
+    st.debugging_handlers = false;
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::GET, "/configz").await,
         (
             StatusCode::METHOD_NOT_ALLOWED,
             "Debug endpoints are disabled.\n".into()
         )
     );
+    st.debugging_handlers = true;
     assert_eq!(
         get(&st, Endpoints::Secure, Method::GET, "/nope").await.0,
         StatusCode::NOT_FOUND
@@ -530,5 +537,209 @@ async fn resource_and_cadvisor_metrics_from_the_latest_snapshot() {
             .await
             .0,
         StatusCode::METHOD_NOT_ALLOWED
+    );
+}
+
+/// A pod `ns/p` whose container `c` runs (status manager and fake runtime), so a routed
+/// `/run/ns/p/c` reaches the runtime's ExecSync.
+fn exec_fixture() -> (
+    ServerState,
+    watch::Sender<Arc<Vec<Pod>>>,
+    Arc<rkubelet_cri::fake::FakeRuntime>,
+) {
+    let p = pod("ns", "p", "u1", &["c"]);
+    let (mut st, tx) = state(vec![p.clone()]);
+    st.status.set_pod_status(
+        &p,
+        PodStatus {
+            container_statuses: Some(vec![ApiContainerStatus {
+                name: "c".into(),
+                container_id: Some("containerd://abc".into()),
+                state: Some(ApiState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+    );
+    let rt = Arc::new(rkubelet_cri::fake::FakeRuntime::new());
+    st.runtime = Some(rt.clone());
+    st.configz = Some(Arc::new(serde_json::json!({"port": 10250})));
+    (st, tx, rt)
+}
+
+/// Spellings of debug endpoints that a prefix check on the raw path and a router that
+/// strips or normalises segments would disagree on.
+pub(crate) const HOSTILE: &[&str] = &[
+    "//run/ns/p/c?cmd=id",
+    "///run/ns/p/c?cmd=id",
+    "/./run/ns/p/c?cmd=id",
+    "/pods/../run/ns/p/c?cmd=id",
+    "/healthz/../run/ns/p/c?cmd=id",
+    "/%2frun/ns/p/c?cmd=id",
+    "/%2Frun/ns/p/c?cmd=id",
+    "/run%2fns%2fp%2fc?cmd=id",
+    "/run%2Fns/p/c?cmd=id",
+    "/r%75n/ns/p/c?cmd=id",
+    "/run//ns/p/c?cmd=id",
+    "/run/ns/p/c/?cmd=id",
+    "/Run/ns/p/c?cmd=id",
+    "/RUN/ns/p/c?cmd=id",
+    "//configz",
+    "/%63onfigz",
+    "//containerLogs/ns/p/c",
+    "//runningpods/",
+    "//checkpoint/ns/p/c",
+    "//exec/ns/p/c?command=id&output=1",
+    "//logs/",
+];
+
+#[tokio::test]
+async fn hostile_spellings_never_reach_a_handler() {
+    let (mut st, _tx, rt) = exec_fixture();
+    // Positive control: the canonical spelling does reach ExecSync on the secure port.
+    let (code, _) = get(&st, Endpoints::Secure, Method::POST, "/run/ns/p/c?cmd=id").await;
+    assert_ne!(code, StatusCode::NOT_FOUND);
+    assert_eq!(rt.call_count("ExecSync"), 1, "control: {:?}", rt.calls());
+    for ep in [Endpoints::ReadOnly, Endpoints::Healthz] {
+        let (code, _) = get(&st, ep, Method::POST, "/run/ns/p/c?cmd=id").await;
+        assert_eq!(code, StatusCode::NOT_FOUND, "{ep:?}");
+    }
+    for debugging in [false, true] {
+        st.debugging_handlers = debugging;
+        for path in HOSTILE {
+            for method in [Method::POST, Method::GET] {
+                for ep in [Endpoints::ReadOnly, Endpoints::Healthz, Endpoints::Secure] {
+                    let (code, body) = get(&st, ep, method.clone(), path).await;
+                    let allowed: &[StatusCode] = match ep {
+                        // Unknown or malformed on the ports without debugging handlers.
+                        Endpoints::ReadOnly | Endpoints::Healthz => {
+                            &[StatusCode::NOT_FOUND, StatusCode::BAD_REQUEST]
+                        }
+                        // Malformed (400), unknown (`/Run`: 404), a debug root with the
+                        // handlers off (405) or a wrong shape (404/405).
+                        Endpoints::Secure => &[
+                            StatusCode::BAD_REQUEST,
+                            StatusCode::NOT_FOUND,
+                            StatusCode::METHOD_NOT_ALLOWED,
+                        ],
+                    };
+                    assert!(
+                        allowed.contains(&code),
+                        "{method} {path} on {ep:?} (debugging {debugging}): {code} {body}"
+                    );
+                    assert!(!body.contains("kubeletconfig"), "{path}: {body}");
+                }
+            }
+        }
+    }
+    assert_eq!(rt.call_count("ExecSync"), 1, "{:?}", rt.calls());
+    assert_eq!(rt.call_count("Exec"), 0);
+    assert_eq!(rt.call_count("CheckpointContainer"), 0);
+    assert_eq!(rt.call_count("ContainerStatus"), 0);
+    // With debugging handlers on the secure port refuses them as malformed, not routed.
+    st.debugging_handlers = true;
+    for path in [
+        "//run/ns/p/c?cmd=id",
+        "/./run/ns/p/c",
+        "/%2frun/ns/p/c",
+        "//configz",
+    ] {
+        assert_eq!(
+            get(&st, Endpoints::Secure, Method::POST, path).await,
+            (StatusCode::BAD_REQUEST, "invalid URL path\n".into()),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        get(&st, Endpoints::Secure, Method::POST, "/Run/ns/p/c")
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn each_port_serves_only_its_endpoints() {
+    let (mut st, _tx, _rt) = exec_fixture();
+    st.metrics = Some(crate::metrics::KubeletMetrics::new("n"));
+    let ok = |c: StatusCode| c == StatusCode::OK;
+    // Healthz port: health only.
+    assert!(ok(get(&st, Endpoints::Healthz, Method::GET, "/healthz")
+        .await
+        .0));
+    assert!(ok(get(
+        &st,
+        Endpoints::Healthz,
+        Method::GET,
+        "/healthz/ping"
+    )
+    .await
+    .0));
+    for path in [
+        "/pods",
+        "/metrics",
+        "/stats/summary",
+        "/configz",
+        "/runningpods/",
+    ] {
+        assert_eq!(
+            get(&st, Endpoints::Healthz, Method::GET, path).await.0,
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    // Read-only port: health, pods, stats and metrics, reads only.
+    for path in ["/healthz", "/pods", "/pods/", "/metrics"] {
+        assert!(
+            ok(get(&st, Endpoints::ReadOnly, Method::GET, path).await.0),
+            "{path}"
+        );
+        assert!(
+            ok(get(&st, Endpoints::ReadOnly, Method::HEAD, path).await.0),
+            "{path}"
+        );
+        assert_eq!(
+            get(&st, Endpoints::ReadOnly, Method::POST, path).await.0,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{path}"
+        );
+    }
+    for path in [
+        "/configz",
+        "/runningpods/",
+        "/containerLogs/ns/p/c",
+        "/logs/",
+        "/run/ns/p/c",
+        "/exec/ns/p/c",
+        "/attach/ns/p/c",
+        "/portForward/ns/p",
+        "/checkpoint/ns/p/c",
+        "/debug/pprof/",
+        "/spec/",
+    ] {
+        for m in [Method::GET, Method::POST] {
+            assert_eq!(
+                get(&st, Endpoints::ReadOnly, m.clone(), path).await,
+                (StatusCode::NOT_FOUND, "404 page not found\n".into()),
+                "{m} {path}"
+            );
+        }
+    }
+    // The metrics path label is the route's, never the raw path (40 here plus `GET /spec/`).
+    let metrics = st.metrics.clone().unwrap();
+    for i in 0..20 {
+        get(&st, Endpoints::ReadOnly, Method::GET, &format!("/x{i}")).await;
+        get(&st, Endpoints::ReadOnly, Method::GET, &format!("//pods{i}")).await;
+    }
+    let text = metrics.render();
+    assert!(!text.contains("path=\"x1"), "{text}");
+    assert!(
+        text.contains(
+            "kubelet_http_requests_total{long_running=\"false\",method=\"GET\",path=\"other\",server_type=\"readonly\"} 41"
+        ),
+        "{text}"
     );
 }

@@ -1,12 +1,12 @@
 //! Assembly of the HTTPS port from configuration (upstream `BuildAuth`): owns nothing after
-//! start-up; receives the resolved settings and the optional API client; emits the TLS
-//! configuration and the authenticator/authorizer, or a start-up error naming the field.
+//! start-up; receives the resolved settings and the optional API client; emits the reloadable
+//! serving TLS and the authenticator/authorizer, or a start-up error naming the field.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::authn::{Authenticator, TokenWebhook};
+use super::authn::{Authenticator, ClientCaSource, TokenWebhook};
 use super::authz::{Authorizer, WebhookAuthorizer};
 use super::review::{KubeReviews, ReviewApi};
 use super::tls::{self, TlsSettings};
@@ -47,7 +47,7 @@ pub struct SecureConfig {
 pub fn build(
     cfg: &SecureConfig,
     reviews: Option<Arc<dyn ReviewApi>>,
-) -> Result<(Arc<rustls::ServerConfig>, Auth), ServerError> {
+) -> Result<(Arc<tls::ServingTls>, Auth), ServerError> {
     let need = |what: &str| {
         ServerError::Config(format!(
             "{what}: no client provided, cannot use webhook {} (run with --kubeconfig or disable it)",
@@ -79,11 +79,12 @@ pub fn build(
         )),
     };
     let serving = tls::build(&cfg.tls)?;
+    let client_ca: Arc<dyn ClientCaSource> = serving.clone();
     Ok((
-        serving.config,
+        serving,
         Auth {
             authenticator: Authenticator {
-                client_ca: serving.client_ca,
+                client_ca: Some(client_ca),
                 tokens,
                 anonymous: cfg.anonymous,
             },

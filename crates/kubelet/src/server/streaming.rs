@@ -49,15 +49,9 @@ impl StreamTasks {
     }
 }
 
-/// Which streaming endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamKind {
-    Exec,
-    Attach,
-    PortForward,
-}
+pub use super::path::StreamKind;
 
-/// A parsed streaming path.
+/// The target of a streaming request (from its parsed route).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamTarget<'a> {
     pub kind: StreamKind,
@@ -67,53 +61,6 @@ pub struct StreamTarget<'a> {
     pub uid: Option<&'a str>,
     /// Exec/attach only.
     pub container: Option<&'a str>,
-}
-
-/// `exec|attach/{ns}/{pod}[/{uid}]/{container}` and `portForward/{ns}/{pod}[/{uid}]` (the path
-/// split on `/`, without the leading one); `None` for any other shape.
-pub fn parse_path<'a>(segs: &[&'a str]) -> Option<StreamTarget<'a>> {
-    let exec_kind = |k: &str| match k {
-        "exec" => Some(StreamKind::Exec),
-        "attach" => Some(StreamKind::Attach),
-        _ => None,
-    };
-    let t = match *segs {
-        [k, ns, pod, c] if exec_kind(k).is_some() => StreamTarget {
-            kind: exec_kind(k)?,
-            namespace: ns,
-            pod,
-            uid: None,
-            container: Some(c),
-        },
-        [k, ns, pod, uid, c] if exec_kind(k).is_some() => StreamTarget {
-            kind: exec_kind(k)?,
-            namespace: ns,
-            pod,
-            uid: Some(uid),
-            container: Some(c),
-        },
-        ["portForward", ns, pod] => StreamTarget {
-            kind: StreamKind::PortForward,
-            namespace: ns,
-            pod,
-            uid: None,
-            container: None,
-        },
-        ["portForward", ns, pod, uid] => StreamTarget {
-            kind: StreamKind::PortForward,
-            namespace: ns,
-            pod,
-            uid: Some(uid),
-            container: None,
-        },
-        _ => return None,
-    };
-    let empty = [t.namespace, t.pod]
-        .into_iter()
-        .chain(t.uid)
-        .chain(t.container)
-        .any(str::is_empty);
-    (!empty).then_some(t)
 }
 
 /// Errors of the streaming endpoints, with upstream's texts.
@@ -445,10 +392,16 @@ pub async fn serve<B>(state: &ServerState, target: &StreamTarget<'_>, req: &Requ
     }
 }
 
-/// Headers never copied to the runtime's request (hyper sets them from the empty body and the
-/// backend address).
+/// Headers never copied to the runtime's request: the client's credentials for the kubelet
+/// (`Authorization`, `Proxy-Authorization`: the runtime's stream server must not see a
+/// bearer token it could replay), and what hyper sets from the empty body and the backend
+/// address.
 fn forwarded(name: &header::HeaderName) -> bool {
-    name != header::HOST && name != header::CONTENT_LENGTH && name != header::TRANSFER_ENCODING
+    name != header::HOST
+        && name != header::CONTENT_LENGTH
+        && name != header::TRANSFER_ENCODING
+        && name != header::AUTHORIZATION
+        && name != header::PROXY_AUTHORIZATION
 }
 
 /// Upstream's `UpgradeAwareHandler` with `upgradeRequired`: forwards the upgrade request to

@@ -21,44 +21,6 @@ fn q(s: &str) -> Vec<(String, String)> {
 }
 
 #[test]
-fn paths_of_the_three_endpoints() {
-    let p = |s: &'static str| {
-        let segs: Vec<&str> = s.trim_start_matches('/').split('/').collect();
-        parse_path(&segs).map(|t| (t.kind, t.namespace, t.pod, t.uid, t.container))
-    };
-    assert_eq!(
-        p("/exec/ns/web/main"),
-        Some((StreamKind::Exec, "ns", "web", None, Some("main")))
-    );
-    assert_eq!(
-        p("/exec/ns/web/u1/main"),
-        Some((StreamKind::Exec, "ns", "web", Some("u1"), Some("main")))
-    );
-    assert_eq!(
-        p("/attach/ns/web/main"),
-        Some((StreamKind::Attach, "ns", "web", None, Some("main")))
-    );
-    assert_eq!(
-        p("/portForward/ns/web"),
-        Some((StreamKind::PortForward, "ns", "web", None, None))
-    );
-    assert_eq!(
-        p("/portForward/ns/web/u1"),
-        Some((StreamKind::PortForward, "ns", "web", Some("u1"), None))
-    );
-    for bad in [
-        "/exec/ns/web",
-        "/exec/ns/web/u/c/x",
-        "/portForward/ns",
-        "/portForward/ns/web/u/x",
-        "/exec/ns//main",
-        "/attach",
-    ] {
-        assert_eq!(p(bad), None, "{bad}");
-    }
-}
-
-#[test]
 fn remote_command_options_as_upstream() {
     // Every `command` value, in order, percent-decoded.
     let query = q("command=sh&command=-c&command=echo%20a%26b&output=1&error=1");
@@ -313,13 +275,17 @@ fn upgrade_req(method: Method, uri: &str) -> Request<()> {
 
 async fn url_of(f: &Fixture, method: Method, uri: &str) -> Result<String, StreamError> {
     let req = upgrade_req(method, uri);
-    let segs: Vec<&str> = req
-        .uri()
-        .path()
-        .trim_start_matches('/')
-        .split('/')
-        .collect();
-    let target = parse_path(&segs).unwrap();
+    let crate::server::path::Route::Stream(kind, c) = crate::server::path::parse(req.uri().path())
+    else {
+        panic!("{uri} is not a streaming path");
+    };
+    let target = StreamTarget {
+        kind,
+        namespace: &c.namespace,
+        pod: &c.pod,
+        uid: c.uid.as_deref(),
+        container: (kind != StreamKind::PortForward).then_some(c.container.as_str()),
+    };
     stream_url(&f.state, &target, &req).await
 }
 
@@ -474,6 +440,8 @@ async fn stream_server() -> (String, tokio::task::JoinHandle<()>) {
                         h.insert("connection", "Upgrade".parse().unwrap());
                         h.insert("upgrade", "SPDY/3.1".parse().unwrap());
                         h.insert("x-seen-path", req.uri().to_string().parse().unwrap());
+                        let names: Vec<&str> = req.headers().keys().map(|k| k.as_str()).collect();
+                        h.insert("x-seen-headers", names.join(",").parse().unwrap());
                         if let Some(v) = req.headers().get("x-stream-protocol-version") {
                             h.insert("x-stream-protocol-version", v.clone());
                         }
@@ -543,12 +511,22 @@ async fn the_kubelet_splices_the_runtime_stream_both_ways() {
     let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (code, head, _) = raw(
         &mut c,
-        "POST /exec/default/web/main?command=echo&command=hi&output=1 HTTP/1.1\r\nHost: k\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n",
+        "POST /exec/default/web/main?command=echo&command=hi&output=1 HTTP/1.1\r\nHost: k\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nAuthorization: Bearer secret-token\r\nProxy-Authorization: Basic c2VjcmV0\r\nX-Other: kept\r\n\r\n",
     )
     .await;
     assert_eq!(code, 101, "{head}");
     let lower = head.to_ascii_lowercase();
     assert!(lower.contains("x-seen-path: /exec/"), "{head}");
+    // The client's credentials for the kubelet are not handed to the runtime.
+    let seen = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("x-seen-headers: "))
+        .unwrap_or_default();
+    assert!(
+        seen.contains("x-other") && seen.contains("upgrade"),
+        "{head}"
+    );
+    assert!(!seen.contains("authorization"), "{head}");
     assert!(
         lower.contains("x-stream-protocol-version: v4.channel.k8s.io"),
         "{head}"
@@ -629,6 +607,6 @@ async fn read_only_port_has_no_streaming() {
     let f = fixture("http://127.0.0.1:1").await;
     let req = upgrade_req(Method::POST, "/exec/default/web/main?output=1");
     let resp = crate::server::routes::route(&f.state, Endpoints::ReadOnly, &req).await;
-    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     assert!(f.rt.stream_requests().is_empty());
 }

@@ -1,14 +1,17 @@
 //! TLS of the kubelet's HTTPS port. Owns the serving certificate files in `--cert-dir` when it
 //! generates them; receives the TLS settings (`tlsCertFile`/`tlsPrivateKeyFile`,
-//! `tlsMinVersion`, `tlsCipherSuites`, `authentication.x509.clientCAFile`); emits a rustls
-//! `ServerConfig` plus the client CA verifier the authenticator uses per request.
+//! `tlsMinVersion`, `tlsCipherSuites`, `authentication.x509.clientCAFile`); emits the current
+//! rustls `ServerConfig` for each new connection plus the client CA verifier the
+//! authenticator uses per request, both reloaded when the files change on disk.
 //!
 //! Client certificates are requested but not required during the handshake, and their chain
 //! is checked per request (as the Go kubelet does), so a bad certificate gets a 401, not a
 //! handshake failure; the handshake still proves possession of the certificate's key.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
@@ -306,24 +309,156 @@ impl ClientCertVerifier for DeferredClientAuth {
     }
 }
 
-/// The serving configuration and, with a client CA, the verifier for client chains.
-pub struct ServingTls {
-    pub config: Arc<rustls::ServerConfig>,
-    pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+/// One loaded generation of the files: the serving configuration and, with a client CA, the
+/// verifier for client chains.
+struct Loaded {
+    config: Arc<rustls::ServerConfig>,
+    client_ca: Option<Arc<dyn ClientCertVerifier>>,
 }
 
-/// Builds the serving TLS from the settings (generating the self-signed pair if needed).
-pub fn build(settings: &TlsSettings) -> Result<ServingTls, TlsError> {
-    let (provider, only13) = provider(settings)?;
-    let provider = Arc::new(provider);
-    let (crt, key) = serving_files(settings)?;
+/// What identifies a file's content on disk (a rename, rewrite or symlink swap changes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileStamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
+}
+
+/// How often the files are checked for changes unless set otherwise.
+pub const DEFAULT_RELOAD_PERIOD: Duration = Duration::from_secs(5);
+
+/// The serving TLS of the HTTPS port, reloadable: `tlsCertFile`/`tlsPrivateKeyFile` (or the
+/// generated pair) and `clientCAFile` are re-read when they change on disk ([`Self::watch`]
+/// polls them) or when [`Self::reload`] is called (certificate rotation can call it after
+/// writing a new pair). A new generation that fails to load is logged and the previous one
+/// stays in use. New connections take the current configuration; client chains are verified
+/// per request with the current client CA.
+pub struct ServingTls {
+    settings: TlsSettings,
+    provider: Arc<CryptoProvider>,
+    only13: bool,
+    crt: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<Loaded>>,
+    stamps: Mutex<Vec<Option<FileStamp>>>,
+    period_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for ServingTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingTls")
+            .field("crt", &self.crt)
+            .field("key", &self.key)
+            .field("client_ca", &self.settings.client_ca_file)
+            .finish()
+    }
+}
+
+impl ServingTls {
+    /// The configuration for a new connection.
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        self.read().config.clone()
+    }
+
+    /// The current client CA verifier (`None` without `clientCAFile`).
+    pub fn client_ca(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.read().client_ca.clone()
+    }
+
+    fn read(&self) -> Arc<Loaded> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How often [`Self::watch`] looks at the files.
+    pub fn set_reload_period(&self, period: Duration) {
+        let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.period_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Re-reads every file now and swaps the new generation in; on error the current one
+    /// stays. Blocking file I/O: call from a blocking context.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let loaded = load(
+            &self.settings,
+            &self.provider,
+            self.only13,
+            &self.crt,
+            &self.key,
+        )?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded);
+        Ok(())
+    }
+
+    /// Reloads when a file's stamp changed since the last look (a failed attempt is not
+    /// retried until the files change again). `Some(result)` when it tried.
+    fn reload_if_changed(&self) -> Option<Result<(), TlsError>> {
+        let now: Vec<Option<FileStamp>> = watched_files(&self.settings, &self.crt, &self.key)
+            .into_iter()
+            .map(stamp)
+            .collect();
+        {
+            let mut seen = self.stamps.lock().unwrap_or_else(|e| e.into_inner());
+            if *seen == now {
+                return None;
+            }
+            *seen = now;
+        }
+        Some(self.reload())
+    }
+
+    /// Polls the files until `cancel` fires, reloading on change.
+    pub async fn watch(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+        loop {
+            let period = Duration::from_millis(self.period_ms.load(Ordering::Relaxed));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            let me = self.clone();
+            match tokio::task::spawn_blocking(move || me.reload_if_changed()).await {
+                Ok(None) => {}
+                Ok(Some(Ok(()))) => {
+                    tracing::info!(cert = %self.crt.display(), client_ca = ?self.settings.client_ca_file, "reloaded the serving certificate and client CA");
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::error!(error = %e, "reloading the serving TLS files failed; keeping the previous ones");
+                }
+                Err(e) => tracing::error!(error = %e, "the TLS reload task failed"),
+            }
+        }
+    }
+}
+
+/// Loads one generation from the files.
+fn load(
+    settings: &TlsSettings,
+    provider: &Arc<CryptoProvider>,
+    only13: bool,
+    crt: &Path,
+    key: &Path,
+) -> Result<Loaded, TlsError> {
     let (cert_field, key_field) = if settings.cert_file.is_some() {
         ("tlsCertFile", "tlsPrivateKeyFile")
     } else {
         ("--cert-dir", "--cert-dir")
     };
-    let chain = load_certs(cert_field, &crt)?;
-    let key = load_key(key_field, &key)?;
+    let chain = load_certs(cert_field, crt)?;
+    let key = load_key(key_field, key)?;
     let versions: &[&'static rustls::SupportedProtocolVersion] = if only13 {
         &[&rustls::version::TLS13]
     } else {
@@ -341,7 +476,7 @@ pub fn build(settings: &TlsSettings) -> Result<ServingTls, TlsError> {
                 })?;
             }
             let inner: Arc<dyn ClientCertVerifier> =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                     .allow_unauthenticated()
                     .build()
                     .map_err(|e| {
@@ -358,10 +493,49 @@ pub fn build(settings: &TlsSettings) -> Result<ServingTls, TlsError> {
         .with_single_cert(chain, key)
         .map_err(|e| TlsError::Rustls(format!("{}: {e}", crt.display())))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(ServingTls {
+    Ok(Loaded {
         config: Arc::new(config),
         client_ca,
     })
+}
+
+/// Builds the serving TLS from the settings (generating the self-signed pair if needed).
+pub fn build(settings: &TlsSettings) -> Result<Arc<ServingTls>, TlsError> {
+    let (provider, only13) = provider(settings)?;
+    let provider = Arc::new(provider);
+    let (crt, key) = serving_files(settings)?;
+    // Stamps first: a change while loading is picked up by the next look.
+    let stamps = watched_files(settings, &crt, &key)
+        .into_iter()
+        .map(stamp)
+        .collect();
+    let loaded = load(settings, &provider, only13, &crt, &key)?;
+    let tls = ServingTls {
+        settings: settings.clone(),
+        provider,
+        only13,
+        crt,
+        key,
+        current: RwLock::new(Arc::new(loaded)),
+        stamps: Mutex::new(stamps),
+        period_ms: AtomicU64::new(0),
+    };
+    tls.set_reload_period(DEFAULT_RELOAD_PERIOD);
+    Ok(Arc::new(tls))
+}
+
+fn watched_files<'a>(settings: &'a TlsSettings, crt: &'a Path, key: &'a Path) -> Vec<&'a Path> {
+    let mut v = vec![crt, key];
+    if let Some(ca) = &settings.client_ca_file {
+        v.push(ca);
+    }
+    v
+}
+
+impl super::authn::ClientCaSource for ServingTls {
+    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.client_ca()
+    }
 }
 
 #[cfg(test)]
@@ -418,7 +592,7 @@ mod tests {
             ..Default::default()
         };
         let built = build(&s).unwrap();
-        assert!(built.client_ca.is_none());
+        assert!(built.client_ca().is_none());
         let crt = std::fs::read_to_string(dir.path().join("pki/kubelet.crt")).unwrap();
         assert_eq!(crt.matches("BEGIN CERTIFICATE").count(), 2);
         let mode = std::os::unix::fs::PermissionsExt::mode(

@@ -106,8 +106,11 @@ impl HttpSource {
             let header = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|e| invalid(format!("invalid header name: {e}")))?;
             for v in values {
-                let value = HeaderValue::from_str(v)
-                    .map_err(|e| invalid(format!("invalid value {v:?}: {e}")))?;
+                // The value is not shown: staticPodURLHeader often carries a credential.
+                let mut value = HeaderValue::from_str(v)
+                    .map_err(|e| invalid(format!("invalid value (not shown): {e}")))?;
+                // Printed as `Sensitive` by any `Debug` of the request.
+                value.set_sensitive(true);
                 map.append(header.clone(), value);
             }
         }

@@ -141,6 +141,15 @@ fn validate_metadata(pod: &Pod, errs: &mut Vec<FieldError>) {
                 .map(|m| invalid_str("metadata.name", name, m)),
         ),
     }
+    // A static pod's UID comes from its manifest (or its hash) and names directories
+    // (`pods/<uid>`, the log directory) and the pod cgroup: one safe path component only.
+    if let Some(uid) = meta.uid.as_deref() {
+        errs.extend(
+            uid_problems(uid)
+                .into_iter()
+                .map(|m| invalid_str("metadata.uid", uid, m)),
+        );
+    }
     match meta.namespace.as_deref() {
         None | Some("") => errs.push(required("metadata.namespace", "")),
         Some(ns) => errs.extend(
@@ -178,6 +187,42 @@ fn validate_metadata(pod: &Pod, errs: &mut Vec<FieldError>) {
             "must have at most 262144 bytes",
         ));
     }
+}
+
+/// Longest UID accepted from a manifest (a UUID is 36 characters, the content hash 32).
+const MAX_UID_LEN: usize = 128;
+
+/// Why `uid` cannot be used as a path component (and cgroup name): empty when it can.
+fn uid_problems(uid: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if uid.is_empty() {
+        out.push("must not be empty".to_owned());
+    }
+    if uid.len() > MAX_UID_LEN {
+        out.push(format!("must be no more than {MAX_UID_LEN} characters"));
+    }
+    if !uid
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        out.push(
+            "must consist of alphanumeric characters, '-', '_' or '.' (no '/', NUL or other characters)"
+                .to_owned(),
+        );
+    }
+    if uid.contains("..") || uid == "." {
+        out.push("must not be '.' or contain '..'".to_owned());
+    }
+    out
+}
+
+/// Upstream's message for the gitRepo plugin, disabled (and locked off) since 1.33
+/// (CVE-2024-10220, CVE-2025-1767: hooks run from a cloned repository, other pods' repositories
+/// read). `volume` is the volume's name.
+pub fn git_repo_disabled_message(volume: &str) -> String {
+    format!(
+        "volume {volume:?}: git-repo volume plugin has been disabled; use an emptyDir volume and an init container that clones the repository instead"
+    )
 }
 
 fn validate_spec(spec: &PodSpec, errs: &mut Vec<FieldError>) {
@@ -323,6 +368,12 @@ fn validate_volumes<'a>(volumes: &'a [Volume], errs: &mut Vec<FieldError>) -> BT
             }
         }
         names.insert(v.name.as_str());
+        if v.git_repo.is_some() {
+            errs.push(forbidden(
+                &format!("spec.volumes[{i}].gitRepo"),
+                git_repo_disabled_message(&v.name),
+            ));
+        }
     }
     names
 }
@@ -649,6 +700,90 @@ mod tests {
 
     fn messages(pod: &Pod) -> Vec<String> {
         validate_pod(pod).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn static_pod_uid_must_be_one_safe_path_component() {
+        let long = "u".repeat(129);
+        #[rustfmt::skip]
+        let bad: &[(&str, &str)] = &[
+            ("../../etc", "must consist of alphanumeric characters"),
+            ("../../etc", "must not be '.' or contain '..'"),
+            ("a/b", "no '/', NUL"),
+            ("/abs", "no '/', NUL"),
+            ("a\0b", "no '/', NUL"),
+            ("..", "must not be '.' or contain '..'"),
+            (".", "must not be '.' or contain '..'"),
+            ("a b", "must consist of alphanumeric characters"),
+            (&long, "must be no more than 128 characters"),
+        ];
+        for (uid, want) in bad {
+            let got = messages(&pod_with(
+                serde_json::json!({"uid": uid}),
+                serde_json::json!({}),
+            ));
+            assert!(
+                got.iter().any(|m| m
+                    .starts_with(&format!("metadata.uid: Invalid value: {uid:?}: "))
+                    && m.contains(want)),
+                "uid {uid:?}: {got:?}"
+            );
+        }
+        for uid in [
+            "4d0c3b64-9a6e-4b8f-a5c0-3f6a2f0d9a11",
+            "0123456789abcdef0123456789abcdef",
+            "Fixed_UID.v2",
+        ] {
+            assert_eq!(
+                messages(&pod_with(
+                    serde_json::json!({"uid": uid}),
+                    serde_json::json!({})
+                )),
+                Vec::<String>::new(),
+                "{uid}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_manifest_with_a_traversing_uid_is_refused_naming_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("evil.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: evil\n  uid: ../../../etc\nspec:\n  containers:\n  - name: c\n    image: busybox\n",
+        )
+        .unwrap();
+        let snap = crate::sources::read_manifests(dir.path(), "n1");
+        assert!(snap.files.is_empty(), "{:?}", snap.files);
+        assert!(snap.invalid.contains(&file));
+        let msg = &snap.errors[&file];
+        assert!(
+            msg.contains("metadata.uid: Invalid value: \"../../../etc\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn git_repo_volumes_are_forbidden_naming_the_volume() {
+        let pod = pod_with(
+            serde_json::json!({}),
+            serde_json::json!({
+                "volumes": [{"name": "ok", "emptyDir": {}},
+                            {"name": "src", "gitRepo": {"repository": "https://example.com/r.git"}}],
+            }),
+        );
+        assert_eq!(
+            messages(&pod),
+            vec![format!(
+                "spec.volumes[1].gitRepo: Forbidden: {}",
+                git_repo_disabled_message("src")
+            )]
+        );
+        assert!(
+            git_repo_disabled_message("src")
+                .starts_with("volume \"src\": git-repo volume plugin has been disabled")
+        );
     }
 
     #[test]

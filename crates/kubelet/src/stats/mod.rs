@@ -635,6 +635,14 @@ fn pod_stats(
             });
         }
     }
+    // The kubelet-managed `/etc/hosts` is writable by the pod's containers: it counts toward
+    // the pod's ephemeral storage (upstream's fix of CVE-2020-8557).
+    let etc_hosts = s.root_dir.join("pods").join(pod.uid()).join("etc-hosts");
+    if let Ok(u) = fs.dir_usage(&etc_hosts) {
+        let st = dir_fs_stats(u, now);
+        add(&mut eph.used_bytes, st.used_bytes);
+        add(&mut eph.inodes_used, st.inodes_used);
+    }
     let cg_path = s
         .cgroups_per_qos
         .then(|| pod_cgroup_path(&s.cgroup_root, pod));

@@ -114,6 +114,14 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
             inodes: 2,
         },
     );
+    // The managed /etc/hosts counts toward ephemeral storage (CVE-2020-8557).
+    fake.set_dir(
+        "/var/lib/kubelet/pods/b1/etc-hosts",
+        DirUsage {
+            bytes: 900,
+            inodes: 1,
+        },
+    );
     fake.set_dir(
         "/var/log/pods/default_bpod_b1/a",
         DirUsage {
@@ -224,8 +232,8 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
         "memory-backed emptyDirs are not disk"
     );
     assert_eq!(b.volume_stats[0].fs.used_bytes, Some(5000));
-    // layers 1000 + 2000, logs of a 100, emptyDir 5000.
-    assert_eq!(b.ephemeral_storage.as_ref().unwrap().used_bytes, Some(8100));
+    // layers 1000 + 2000, logs of a 100, emptyDir 5000, /etc/hosts 900.
+    assert_eq!(b.ephemeral_storage.as_ref().unwrap().used_bytes, Some(9000));
     assert_eq!(b.containers[0].logs.as_ref().unwrap().used_bytes, Some(100));
     assert_eq!(
         b.containers[1].rootfs.as_ref().unwrap().used_bytes,
@@ -237,7 +245,7 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
     assert_eq!(json["node"]["rlimit"]["maxpid"], 1000);
     assert_eq!(json["pods"][1]["podRef"]["uid"], "b1");
     assert_eq!(json["pods"][1]["volume"][0]["usedBytes"], 5000);
-    assert_eq!(json["pods"][1]["ephemeral-storage"]["usedBytes"], 8100);
+    assert_eq!(json["pods"][1]["ephemeral-storage"]["usedBytes"], 9000);
     assert_eq!(json["node"]["startTime"], "2023-11-14T22:13:20Z");
     assert_eq!(json["node"]["network"]["name"], "eth0");
     assert_eq!(json["node"]["systemContainers"][0]["name"], "pods");

@@ -635,3 +635,172 @@ async fn teardown_and_orphan_cleanup_remove_every_plugin_dir() {
     assert!(mounter.mounted.lock().unwrap().is_empty());
     assert!(!dir.path().join("pods/uid-1").exists());
 }
+
+/// One volume of each payload kind (and an emptyDir for contrast), each mounted by the
+/// container with `readOnly` unset, false or true.
+fn payload_kinds_pod(objects: &FakeObjects) -> Pod {
+    objects.set_config_map(config_map("kube-root-ca.crt", &[("ca.crt", "CA")], &[]));
+    objects.set_config_map(config_map("app", &[("a", "A")], &[]));
+    objects.set_secret(secret("tls", &[("tls.key", b"KEY")]));
+    let mut down = volume("down");
+    down.downward_api = Some(k8s_openapi::api::core::v1::DownwardAPIVolumeSource {
+        items: Some(vec![field("labels", "metadata.labels")]),
+        ..Default::default()
+    });
+    let mut scratch = volume("scratch");
+    scratch.empty_dir = Some(Default::default());
+    let vols = vec![
+        down,
+        cm_volume(
+            "cfg",
+            ConfigMapVolumeSource {
+                name: "app".into(),
+                items: Some(vec![item("a", "a", Some(0o4755))]),
+                ..Default::default()
+            },
+        ),
+        secret_volume(
+            "sec",
+            SecretVolumeSource {
+                secret_name: Some("tls".into()),
+                default_mode: Some(0o6777),
+                ..Default::default()
+            },
+        ),
+        projected_volume(
+            "proj",
+            None,
+            all_sources(ServiceAccountTokenProjection {
+                path: "token".into(),
+                ..Default::default()
+            }),
+        ),
+        scratch,
+    ];
+    let mut mounts: Vec<_> = ["down", "cfg", "sec", "proj", "scratch"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| k8s_openapi::api::core::v1::VolumeMount {
+            name: (*name).into(),
+            mount_path: format!("/{name}"),
+            read_only: [None, Some(false), Some(false), None, Some(false)][i],
+            ..Default::default()
+        })
+        .collect();
+    // A subPath of a payload volume is read-only too.
+    mounts.push(k8s_openapi::api::core::v1::VolumeMount {
+        name: "cfg".into(),
+        mount_path: "/one".into(),
+        sub_path: Some("a".into()),
+        read_only: Some(false),
+        ..Default::default()
+    });
+    pod(vols, mounts)
+}
+
+#[tokio::test]
+async fn payload_volumes_are_always_mounted_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _, objects) = setup(dir.path());
+    let p = payload_kinds_pod(&objects);
+    let vols = m.mount_pod_volumes(&p).await.unwrap();
+    let hosts = HostsInfo {
+        pod_ips: &[],
+        hostname: "p",
+        domain: "",
+    };
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let mounts = m.container_mounts(&p, c, &vols, &hosts, &[]).await.unwrap();
+    let ro: Vec<(&str, bool)> = mounts
+        .iter()
+        .map(|m| (m.container_path.as_str(), m.readonly))
+        .collect();
+    assert_eq!(
+        ro,
+        [
+            ("/down", true),
+            ("/cfg", true),
+            ("/sec", true),
+            ("/proj", true),
+            ("/scratch", false),
+            ("/one", true),
+            ("/dev/termination-log", false),
+        ]
+    );
+    for kind in [
+        VolumeKind::DownwardApi,
+        VolumeKind::ConfigMap,
+        VolumeKind::Secret,
+        VolumeKind::Projected,
+    ] {
+        assert!(kind.always_read_only(), "{kind:?}");
+    }
+    for kind in [
+        VolumeKind::EmptyDir,
+        VolumeKind::EmptyDirMemory,
+        VolumeKind::HostPath,
+    ] {
+        assert!(!kind.always_read_only(), "{kind:?}");
+    }
+    // setuid/setgid/sticky never reach the files, whatever the spec says.
+    let cfg = vol_dir(dir.path(), CONFIG_MAP_PLUGIN, "cfg");
+    assert_eq!(mode(&cfg.join("a")), 0o755);
+    let sec = vol_dir(dir.path(), SECRET_PLUGIN, "sec");
+    assert_eq!(mode(&sec.join("tls.key")), 0o777);
+}
+
+#[tokio::test]
+async fn a_tampered_payload_volume_is_rebuilt_on_the_next_sync_without_touching_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _, objects) = setup(dir.path());
+    let mut p = payload_kinds_pod(&objects);
+    m.mount_pod_volumes(&p).await.unwrap();
+    let canary = dir.path().join("host-canary");
+    std::fs::create_dir(&canary).unwrap();
+    std::fs::write(canary.join("keep"), "precious").unwrap();
+    for (plugin, name) in [
+        (DOWNWARD_API_PLUGIN, "down"),
+        (CONFIG_MAP_PLUGIN, "cfg"),
+        (SECRET_PLUGIN, "sec"),
+        (PROJECTED_PLUGIN, "proj"),
+    ] {
+        // What a container with a writable mount did before CVE-2017-1002102's fix.
+        let d = vol_dir(dir.path(), plugin, name);
+        std::fs::remove_file(d.join("..data")).unwrap();
+        std::os::unix::fs::symlink(&canary, d.join("..data")).unwrap();
+    }
+    // A label change makes the downwardAPI payload differ too.
+    p.metadata.labels = Some([("app".to_owned(), "x".to_owned())].into());
+    m.mount_pod_volumes(&p).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(canary.join("keep")).unwrap(),
+        "precious"
+    );
+    assert_eq!(std::fs::read_dir(&canary).unwrap().count(), 1);
+    let down = vol_dir(dir.path(), DOWNWARD_API_PLUGIN, "down");
+    assert_eq!(read(&down.join("labels")), "app=\"x\"");
+    assert_eq!(
+        read(&vol_dir(dir.path(), CONFIG_MAP_PLUGIN, "cfg").join("a")),
+        "A"
+    );
+    assert_eq!(
+        read(&vol_dir(dir.path(), SECRET_PLUGIN, "sec").join("tls.key")),
+        "KEY"
+    );
+    assert_eq!(
+        read(&vol_dir(dir.path(), PROJECTED_PLUGIN, "proj").join("ca.crt")),
+        "CA"
+    );
+    for (plugin, name) in [
+        (DOWNWARD_API_PLUGIN, "down"),
+        (CONFIG_MAP_PLUGIN, "cfg"),
+        (SECRET_PLUGIN, "sec"),
+        (PROJECTED_PLUGIN, "proj"),
+    ] {
+        let link = std::fs::read_link(vol_dir(dir.path(), plugin, name).join("..data")).unwrap();
+        assert!(
+            link.to_string_lossy().starts_with("..20"),
+            "{plugin}: {link:?}"
+        );
+    }
+}

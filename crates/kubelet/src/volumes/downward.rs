@@ -96,7 +96,7 @@ pub fn payload(
             item.path.clone(),
             FileProjection {
                 data: data.into_bytes(),
-                mode: u32::try_from(mode).unwrap_or(0o644),
+                mode: super::payload::file_mode(mode),
             },
         );
     }

@@ -2,8 +2,10 @@
 //! `<root-dir>/pods/<uid>/volumes/<plugin~name>/<volume>`. Receives mount requests from
 //! `sync_pod` (upstream `WaitForAttachAndMount`, here performed in place and idempotent),
 //! unmount requests from `sync_terminated_pod`, and orphan clean-up from housekeeping; emits the
-//! CRI mounts of each container (volumeMounts with subPath/readOnly/propagation, the managed
-//! `/etc/hosts`, the termination-message file).
+//! CRI mounts of each container (volumeMounts with subPath/subPathExpr/readOnly/propagation,
+//! the managed `/etc/hosts`, the termination-message file). subPaths are bind-mounted safely
+//! under `<pod dir>/volume-subpaths/` ([`subpath`]); tear-down never removes anything through a
+//! mount point ([`removeall`]).
 //!
 //! Plugins: emptyDir (disk, and `medium: Memory` as tmpfs sized by sizeLimit or node memory),
 //! hostPath (with type checks), downwardAPI (atomic writer), and the API-backed configMap
@@ -19,7 +21,9 @@ pub mod hostpath;
 pub mod ownership;
 pub mod payload;
 pub mod projected;
+pub mod removeall;
 pub mod secret;
+pub mod subpath;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -56,18 +60,29 @@ pub enum VolumeError {
     SetUp { volume: String, message: String },
     #[error("cannot find volume {volume:?} to mount into container {container:?}")]
     MissingVolume { volume: String, container: String },
-    #[error("invalid subPath {sub_path:?} of volume mount {volume:?}: {reason}")]
-    SubPath {
-        volume: String,
-        sub_path: String,
-        reason: String,
-    },
+    /// An invalid subPath, or an unexpandable subPathExpr (upstream's wording, shown as is).
+    #[error("{0}")]
+    SubPath(String),
+    /// Upstream hides the cause (it could describe the host's filesystem); it is logged.
+    #[error(
+        "failed to create subPath directory for volumeMount {volume:?} of container {container:?}"
+    )]
+    SubPathCreate { volume: String, container: String },
+    #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
+    SubPathPrepare { volume: String, container: String },
     #[error("unmounting volume {volume:?} of pod {uid}: {message}")]
     TearDown {
         uid: String,
         volume: String,
         message: String,
     },
+    #[error("cleaning up subpath mounts of pod {uid}: {source}")]
+    SubPathCleanUp {
+        uid: String,
+        source: subpath::SubPathError,
+    },
+    #[error(transparent)]
+    Remove(#[from] removeall::RemoveError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -81,6 +96,17 @@ pub trait Mounter: Send + Sync {
     async fn mount_tmpfs(&self, dir: &Path, size_bytes: Option<i64>) -> Result<(), String>;
     async fn unmount(&self, dir: &Path) -> Result<(), String>;
     fn is_mount_point(&self, dir: &Path) -> bool;
+    /// Bind-mounts `source` onto `target` (an existing empty directory or file). For subPaths
+    /// `source` is `/proc/<pid>/fd/<n>` of an fd the caller keeps open until this returns: the
+    /// kernel resolves it to the opened object, and it must not be canonicalized. A mounter
+    /// without bind mounts fails every subPath mount.
+    async fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        Err(format!(
+            "bind-mounting {} onto {}: not supported by this mounter",
+            source.display(),
+            target.display()
+        ))
+    }
 }
 
 /// Mounts with the host's `mount`/`umount` (util-linux), as upstream's mounter does.
@@ -109,11 +135,50 @@ impl Mounter for SystemMounter {
         let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
             return false;
         };
-        let want = dir.to_string_lossy();
+        let want = dir.as_os_str().as_encoded_bytes();
         info.lines()
             .filter_map(|l| l.split(' ').nth(4))
-            .any(|mp| mp == want)
+            .any(|mp| unescape_mountinfo(mp) == want)
     }
+
+    /// `mount(2)` with `MS_BIND` in the kubelet's own process (the source path is handed to the
+    /// kernel as is, as `mount --no-canonicalize --bind` would).
+    async fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        let (src, dst) = (source.to_path_buf(), target.to_path_buf());
+        tokio::task::spawn_blocking(move || rustix::mount::mount_bind(&src, &dst))
+            .await
+            .map_err(|e| format!("bind mount task: {e}"))?
+            .map_err(|e| {
+                format!(
+                    "bind-mounting {} onto {}: {e}",
+                    source.display(),
+                    target.display()
+                )
+            })
+    }
+}
+
+/// A mountinfo path field: space, tab, newline and backslash come octal-escaped (`\040`).
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| {
+            b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) && d[0] <= b'3'
+        });
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 async fn run(mut cmd: tokio::process::Command) -> Result<(), String> {
@@ -148,6 +213,13 @@ impl VolumeKind {
             self,
             Self::DownwardApi | Self::ConfigMap | Self::Secret | Self::Projected
         )
+    }
+
+    /// Mounted read-only into every container whatever `volumeMounts.readOnly` says (upstream's
+    /// payload plugins report `ReadOnly` attributes since CVE-2017-1002102): a container that
+    /// could write would tamper with what the kubelet rewrites as root.
+    pub fn always_read_only(self) -> bool {
+        self.is_refreshed()
     }
 }
 
@@ -315,15 +387,7 @@ impl VolumeManager {
         if let Some(da) = &vol.downward_api {
             let dir = self.plugin_dir(uid, DOWNWARD_API_PLUGIN, &vol.name);
             let payload = downward::payload(pod, da)?;
-            let changed =
-                atomic_writer::write_payload(&dir, &payload).map_err(|e| e.to_string())?;
-            return Ok((
-                MountedVolume {
-                    host_path: dir,
-                    kind: VolumeKind::DownwardApi,
-                },
-                changed,
-            ));
+            return write(dir, payload, VolumeKind::DownwardApi).await;
         }
         if let Some(src) = &vol.config_map {
             let payload = configmap::volume_payload(&*self.objects, pod.namespace(), src)
@@ -331,7 +395,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, CONFIG_MAP_PLUGIN, &vol.name);
             ensure_volume_dir(&dir)?;
-            return write(dir, &payload, VolumeKind::ConfigMap);
+            return write(dir, payload, VolumeKind::ConfigMap).await;
         }
         if let Some(src) = &vol.secret {
             let payload = secret::volume_payload(&*self.objects, pod.namespace(), src)
@@ -339,7 +403,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, SECRET_PLUGIN, &vol.name);
             self.ensure_tmpfs(&dir).await?;
-            return write(dir, &payload, VolumeKind::Secret);
+            return write(dir, payload, VolumeKind::Secret).await;
         }
         if let Some(src) = &vol.projected {
             let index = pod
@@ -354,7 +418,13 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, PROJECTED_PLUGIN, &vol.name);
             self.ensure_tmpfs(&dir).await?;
-            return write(dir, &payload, VolumeKind::Projected);
+            return write(dir, payload, VolumeKind::Projected).await;
+        }
+        // API pods are not validated by us: refuse gitRepo here too (CVE-2024-10220/CVE-2025-1767).
+        if vol.git_repo.is_some() {
+            return Err(crate::sources::validation::git_repo_disabled_message(
+                &vol.name,
+            ));
         }
         Err(format!(
             "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI, configMap, secret, projected)",
@@ -372,10 +442,18 @@ impl VolumeManager {
         ensure_volume_dir(dir)
     }
 
-    /// Tears down a pod's volumes (tmpfs unmounted, plugin directories removed; hostPath
-    /// contents are never touched) and forgets them.
+    /// Tears down a pod's volumes (subPath bind mounts first, as upstream cleans them before a
+    /// volume's tear-down; then tmpfs unmounted, plugin directories removed without crossing a
+    /// mount point; hostPath contents are never touched) and forgets them.
     pub async fn unmount_pod_volumes(&self, uid: &str) -> Result<(), VolumeError> {
-        let volumes_dir = self.pod_dir(uid).join("volumes");
+        let pod_dir = self.pod_dir(uid);
+        subpath::clean_sub_paths(&*self.mounter, &pod_dir)
+            .await
+            .map_err(|source| VolumeError::SubPathCleanUp {
+                uid: uid.to_owned(),
+                source,
+            })?;
+        let volumes_dir = pod_dir.join("volumes");
         for plugin in PLUGIN_DIRS {
             let dir = volumes_dir.join(plugin);
             let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -393,14 +471,18 @@ impl VolumeManager {
                             message,
                         })?;
                 }
-                std::fs::remove_dir_all(&path).map_err(|source| VolumeError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+                remove_all(path).await?;
             }
         }
         self.actual().remove(uid);
         Ok(())
+    }
+
+    /// Removes `<root>/pods/<uid>` once its volumes are torn down, never through a mount point:
+    /// whatever is still mounted under it stays (with the directories above it) and is named in
+    /// the error.
+    pub async fn remove_pod_dir(&self, uid: &str) -> Result<(), VolumeError> {
+        remove_all(self.pod_dir(uid)).await
     }
 
     /// Pods with volumes set up (leak checks).
@@ -423,24 +505,29 @@ impl VolumeManager {
                 warn!(%uid, error = %err, "orphaned pod directory: unmounting failed; will retry");
                 continue;
             }
-            match std::fs::remove_dir_all(e.path()) {
+            match self.remove_pod_dir(&uid).await {
                 Ok(()) => info!(%uid, "removed orphaned pod directory"),
-                Err(err) => warn!(%uid, error = %err, "removing orphaned pod directory failed"),
+                Err(err) => {
+                    warn!(%uid, dir = %e.path().display(), error = %err, "orphaned pod directory not removed (nothing is deleted through a mount point)")
+                }
             }
         }
     }
 
     /// The CRI mounts of `container` (upstream `makeMounts`): its volumeMounts, the managed
-    /// `/etc/hosts` (unless it mounts its own) and the termination-message file.
-    pub fn container_mounts(
+    /// `/etc/hosts` (unless it mounts its own) and the termination-message file. A subPath (or
+    /// a subPathExpr expanded with `env`, the container's environment) is bind-mounted under
+    /// `<pod dir>/volume-subpaths/` and that target is the mount's host path.
+    pub async fn container_mounts(
         &self,
         pod: &Pod,
         container: &Container,
         volumes: &BTreeMap<String, MountedVolume>,
         hosts: &HostsInfo<'_>,
+        env: &[(String, String)],
     ) -> Result<Vec<Mount>, VolumeError> {
         let mut mounts = Vec::new();
-        for vm in container.volume_mounts.iter().flatten() {
+        for (index, vm) in container.volume_mounts.iter().flatten().enumerate() {
             let vol = volumes
                 .get(&vm.name)
                 .ok_or_else(|| VolumeError::MissingVolume {
@@ -448,20 +535,20 @@ impl VolumeManager {
                     container: container.name.clone(),
                 })?;
             let mut host_path = vol.host_path.clone();
-            if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                host_path = sub_path(&vm.name, &host_path, sub)?;
-            }
-            if vm.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
-                return Err(VolumeError::SubPath {
-                    volume: vm.name.clone(),
-                    sub_path: vm.sub_path_expr.clone().unwrap_or_default(),
-                    reason: "subPathExpr is not supported by this rkubelet yet".into(),
-                });
+            let sub = match vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+                Some(expr) => crate::kuberuntime::env::expand_sub_path_expr(expr, env)
+                    .map_err(|e| VolumeError::SubPath(e.to_string()))?,
+                None => vm.sub_path.clone().unwrap_or_default(),
+            };
+            if !sub.is_empty() {
+                host_path = self
+                    .sub_path(pod, container, index, &vm.name, &host_path, &sub)
+                    .await?;
             }
             mounts.push(Mount {
                 container_path: vm.mount_path.clone(),
                 host_path: host_path.to_string_lossy().into_owned(),
-                readonly: vm.read_only.unwrap_or(false),
+                readonly: vm.read_only.unwrap_or(false) || vol.kind.always_read_only(),
                 propagation: propagation(vm.mount_propagation.as_deref()) as i32,
                 ..Default::default()
             });
@@ -488,6 +575,38 @@ impl VolumeManager {
             });
         }
         Ok(mounts)
+    }
+
+    /// Upstream `makeMounts`' subPath step: validated, resolved inside the volume and
+    /// bind-mounted; the user sees upstream's messages, the cause goes to the log.
+    async fn sub_path(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        index: usize,
+        volume: &str,
+        volume_path: &Path,
+        sub: &str,
+    ) -> Result<PathBuf, VolumeError> {
+        subpath::validate(sub).map_err(|e| VolumeError::SubPath(e.to_string()))?;
+        let pod_dir = self.pod_dir(pod.uid());
+        let req = subpath::SubPathMount {
+            pod_dir: &pod_dir,
+            volume,
+            volume_path,
+            container: &container.name,
+            index,
+            sub_path: sub,
+        };
+        subpath::prepare(&*self.mounter, &req).await.map_err(|e| {
+            warn!(pod = %pod.full_name(), container = %container.name, volume, sub_path = sub, error = %e, "preparing subPath failed");
+            let (volume, container) = (volume.to_owned(), container.name.clone());
+            if e.is_create() {
+                VolumeError::SubPathCreate { volume, container }
+            } else {
+                VolumeError::SubPathPrepare { volume, container }
+            }
+        })
     }
 
     fn write_hosts_file(&self, pod: &Pod, hosts: &HostsInfo<'_>) -> Result<PathBuf, VolumeError> {
@@ -538,13 +657,19 @@ fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
     ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind.is_refreshed())
 }
 
-/// Writes a payload volume's files atomically; `true` when anything changed.
-fn write(
+/// Writes a payload volume's files atomically (on a blocking thread: the writer does file
+/// I/O); `true` when anything changed.
+async fn write(
     dir: PathBuf,
-    payload: &payload::Payload,
+    payload: payload::Payload,
     kind: VolumeKind,
 ) -> Result<(MountedVolume, bool), String> {
-    let changed = atomic_writer::write_payload(&dir, payload).map_err(|e| e.to_string())?;
+    let target = dir.clone();
+    let changed =
+        tokio::task::spawn_blocking(move || atomic_writer::write_payload(&target, &payload))
+            .await
+            .map_err(|e| format!("writing the payload of {}: {e}", dir.display()))?
+            .map_err(|e| e.to_string())?;
     Ok((
         MountedVolume {
             host_path: dir,
@@ -555,18 +680,33 @@ fn write(
 }
 
 /// The volume root exists and is world-accessible (0777 as upstream's wrapped emptyDir; a
-/// tmpfs root's sticky bit is left alone).
+/// tmpfs root's sticky bit and an fsGroup's setgid bit are left alone).
 fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let mode = std::fs::metadata(dir)
+    let fd = open_dir_nofollow(dir)?;
+    let mode = rustix::fs::fstat(&fd)
         .map_err(|e| format!("{}: {e}", dir.display()))?
-        .permissions()
-        .mode();
+        .st_mode;
     if mode & 0o777 != 0o777 {
-        set_mode(dir, (mode & 0o7000) | 0o777)?;
+        rustix::fs::fchmod(
+            &fd,
+            rustix::fs::Mode::from_raw_mode((mode & 0o7000) | 0o777),
+        )
+        .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
     }
     Ok(())
+}
+
+/// Opens a directory of the kubelet's tree, refusing a symlink in its place.
+fn open_dir_nofollow(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::openat(
+        rustix::fs::CWD,
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("opening {}: {e}", dir.display()))
 }
 
 /// What the managed `/etc/hosts` needs.
@@ -585,41 +725,30 @@ fn propagation(p: Option<&str>) -> MountPropagation {
     }
 }
 
-/// Resolves a subPath under a volume (no absolute paths, no `..`), creating it as a directory
-/// when missing, as upstream does.
-fn sub_path(volume: &str, base: &Path, sub: &str) -> Result<PathBuf, VolumeError> {
-    let bad = |reason: &str| VolumeError::SubPath {
-        volume: volume.to_owned(),
-        sub_path: sub.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let p = Path::new(sub);
-    if p.is_absolute() {
-        return Err(bad("must be a relative path"));
-    }
-    if p.components()
-        .any(|c| matches!(c, std::path::Component::ParentDir))
-    {
-        return Err(bad("must not contain '..'"));
-    }
-    let full = base.join(p);
-    if !full.exists() {
-        std::fs::create_dir_all(&full).map_err(|source| VolumeError::Io {
-            path: full.clone(),
-            source,
-        })?;
-    }
-    Ok(full)
+/// [`removeall::remove_all_one_filesystem`] off the async workers.
+async fn remove_all(path: PathBuf) -> Result<(), VolumeError> {
+    tokio::task::spawn_blocking(move || removeall::remove_all_one_filesystem(&path))
+        .await
+        .map_err(|e| VolumeError::Io {
+            path: PathBuf::new(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map_err(VolumeError::from)
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    // A directory of the kubelet's tree, never chmod'ed through a symlink.
+    let fd = open_dir_nofollow(path)?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(mode))
         .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
+/// Replaces `path` with a file holding `data`, created with its final `mode` (a fresh
+/// temporary file opened with that mode and without following links, its mode corrected only
+/// when the umask narrowed it, then renamed over `path`).
 fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let io = |source| VolumeError::Io {
         path: path.to_path_buf(),
         source,
@@ -628,8 +757,23 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data).map_err(io)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(io)?;
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(io)?;
+    if f.metadata().map_err(io)?.permissions().mode() & 0o7777 != mode {
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io)?;
+    }
+    f.write_all(data).map_err(io)?;
+    drop(f);
     std::fs::rename(&tmp, path).map_err(io)
 }
 

@@ -69,7 +69,7 @@ pub fn aggregate(errs: Vec<SourceError>) -> Result<(), SourceError> {
 /// A spec mode (`0..=0777`, validated by the API server) as a permission mode; nonsense values
 /// fall back to 0644 rather than failing the volume.
 pub fn file_mode(mode: i32) -> u32 {
-    u32::try_from(mode).map_or(0o644, |m| m & 0o7777)
+    u32::try_from(mode).map_or(0o644, super::atomic_writer::permission_bits)
 }
 
 #[cfg(test)]
@@ -97,5 +97,8 @@ mod tests {
         );
         assert_eq!(file_mode(0o600), 0o600);
         assert_eq!(file_mode(-1), 0o644);
+        // API validation admits 0..=0777; anything above never becomes setuid/setgid/sticky.
+        assert_eq!(file_mode(0o4755), 0o755);
+        assert_eq!(file_mode(0o7777), 0o777);
     }
 }

@@ -10,9 +10,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 
+/// Records mounts; a bind records its source as `Some(-1)` in `mounted` and in `binds`.
 #[derive(Default)]
 pub(super) struct FakeMounter {
     pub(super) mounted: StdMutex<HashMap<PathBuf, Option<i64>>>,
+    /// `(source, target, what the source resolved to when the bind was asked for)`.
+    pub(super) binds: StdMutex<Vec<(PathBuf, PathBuf, PathBuf)>>,
+    /// Runs inside `bind_mount` before anything is recorded: the window between resolving a
+    /// subPath and mounting it.
+    #[allow(clippy::type_complexity)]
+    pub(super) before_bind: StdMutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 #[async_trait]
@@ -27,6 +34,21 @@ impl Mounter for FakeMounter {
     }
     fn is_mount_point(&self, dir: &Path) -> bool {
         self.mounted.lock().unwrap().contains_key(dir)
+    }
+    async fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        if let Some(hook) = self.before_bind.lock().unwrap().as_ref() {
+            hook();
+        }
+        let resolved = std::fs::read_link(source).map_err(|e| format!("{source:?}: {e}"))?;
+        self.binds
+            .lock()
+            .unwrap()
+            .push((source.to_path_buf(), target.to_path_buf(), resolved));
+        self.mounted
+            .lock()
+            .unwrap()
+            .insert(target.to_path_buf(), Some(-1));
+        Ok(())
     }
 }
 
@@ -131,10 +153,17 @@ async fn empty_dirs_host_paths_and_mounts() {
         domain: "",
     };
     let c = &p.spec.as_ref().unwrap().containers[0];
-    let mounts = m.container_mounts(&p, c, &vols, &hosts).unwrap();
+    let mounts = m.container_mounts(&p, c, &vols, &hosts, &[]).await.unwrap();
     assert_eq!(mounts[0].container_path, "/work");
-    assert_eq!(mounts[0].host_path, work.join("sub/dir").to_string_lossy());
+    let target = dir.path().join("pods/uid-1/volume-subpaths/work/c/0");
+    assert_eq!(mounts[0].host_path, target.to_string_lossy());
     assert!(work.join("sub/dir").is_dir());
+    assert!(target.is_dir());
+    assert_eq!(
+        mounter.binds.lock().unwrap()[0].2,
+        work.join("sub/dir"),
+        "the bind source is the opened subPath"
+    );
     assert!(mounts[1].readonly);
     assert_eq!(
         mounts[1].propagation,
@@ -149,6 +178,7 @@ async fn empty_dirs_host_paths_and_mounts() {
     m.unmount_pod_volumes("uid-1").await.unwrap();
     assert!(mounter.mounted.lock().unwrap().is_empty());
     assert!(!work.exists());
+    assert!(!dir.path().join("pods/uid-1/volume-subpaths").exists());
     assert!(host.is_dir(), "hostPath contents are never removed");
     assert!(m.mounted_pods().is_empty());
 }
@@ -177,6 +207,21 @@ async fn bad_volumes_fail_with_upstream_wording() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not supported"), "{err}");
+    // gitRepo is refused with its own message and nothing is cloned (CVE-2024-10220).
+    let mut git = volume("repo");
+    git.git_repo = Some(k8s_openapi::api::core::v1::GitRepoVolumeSource {
+        repository: "https://example.invalid/r.git".into(),
+        ..Default::default()
+    });
+    let err = m
+        .mount_pod_volumes(&pod(vec![git], vec![]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("volume \"repo\": git-repo volume plugin has been disabled"),
+        "{err}"
+    );
 
     let p = pod(
         vec![],
@@ -193,7 +238,8 @@ async fn bad_volumes_fail_with_upstream_wording() {
         domain: "",
     };
     let err = m
-        .container_mounts(&p, c, &BTreeMap::new(), &hosts)
+        .container_mounts(&p, c, &BTreeMap::new(), &hosts, &[])
+        .await
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -220,4 +266,53 @@ async fn orphaned_pod_dirs_are_cleaned() {
         mounter.mounted.lock().unwrap().is_empty(),
         "tmpfs unmounted before removal"
     );
+}
+
+/// Needs root (mount). A mount the manager does not know about (left by someone else) under an
+/// orphaned pod directory: the directory is not deleted through it; once unmounted it goes.
+#[tokio::test]
+async fn orphaned_pod_dirs_with_a_mount_inside_are_kept() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to mount");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = manager(dir.path());
+    let pod_dir = dir.path().join("pods/orphan");
+    let mp = pod_dir.join("plugins/foreign");
+    std::fs::create_dir_all(&mp).unwrap();
+    std::fs::write(pod_dir.join("etc-hosts"), "x").unwrap();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::fs::write(mp.join("canary"), "alive").unwrap();
+
+    m.cleanup_orphaned_pod_dirs(&HashSet::new()).await;
+    let canary = std::fs::read_to_string(mp.join("canary"));
+    let umount = std::process::Command::new("umount")
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(umount.status.success(), "{umount:?}");
+    assert_eq!(
+        canary.unwrap(),
+        "alive",
+        "nothing deleted through the mount"
+    );
+    assert!(mp.is_dir());
+    assert!(!pod_dir.join("etc-hosts").exists(), "the rest was removed");
+    m.cleanup_orphaned_pod_dirs(&HashSet::new()).await;
+    assert!(!pod_dir.exists());
+}
+
+#[test]
+fn mountinfo_paths_are_unescaped() {
+    assert_eq!(unescape_mountinfo("/a\\040b\\011c"), b"/a b\tc");
+    assert_eq!(unescape_mountinfo("/x\\134y"), b"/x\\y");
+    assert_eq!(unescape_mountinfo("/plain\\9"), b"/plain\\9");
+    assert!(SystemMounter.is_mount_point(Path::new("/proc")));
+    assert!(!SystemMounter.is_mount_point(Path::new("/proc/self")));
 }
