@@ -58,6 +58,11 @@ fn smoke_http_query() {
 }
 
 #[test]
+fn smoke_http_route() {
+    smoke("http-route");
+}
+
+#[test]
 fn smoke_cri_log() {
     smoke("cri-log");
 }
@@ -80,6 +85,7 @@ fn every_target_has_a_smoke_test() {
         "quantity",
         "duration",
         "http-query",
+        "http-route",
         "cri-log",
         "smp-diff",
         "cri-status",

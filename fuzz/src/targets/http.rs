@@ -1,15 +1,14 @@
-//! Target `http-query`: the request-target parsing of the kubelet HTTP server — the query
-//! string (`server::routes::parse_query`, percent-decoding included) and the streaming
-//! parsers fed from it (`server::streaming::parse_path/parse_options/parse_command/
-//! parse_ports`). Properties: no panic; a parsed query's keys and values never exceed the
-//! input's size.
-//!
-//! When the router becomes one parsed `Route`, a route target is `fn run_route(data)` calling
-//! that parser on `split(data)` plus one line in `targets::TARGETS` (this file's seeds and
-//! generator already produce whole request targets).
+//! Targets `http-query` and `http-route`: the request-target parsing of the kubelet HTTP
+//! server. `http-query`: the query string (`server::routes::parse_query`, percent-decoding
+//! included) and the streaming option parsers fed from it (`server::streaming::parse_options/
+//! parse_command/parse_ports`); property: decoding never grows a parameter. `http-route`: the
+//! path (`server::path::parse` into a `Route`, plus its root and metrics label); property: a
+//! routed path never carries a `.`/`..` segment or a decoded `/`, `\` or control byte in the
+//! names it hands on (ASCII controls: C1 controls such as `%C2%9B` do pass — reported). Both share the seeds and generator (whole request targets).
 
+use kubelet::server::path::{ContainerRef, Route, parse as parse_route};
 use kubelet::server::routes::parse_query;
-use kubelet::server::streaming::{parse_command, parse_options, parse_path, parse_ports};
+use kubelet::server::streaming::{parse_command, parse_options, parse_ports};
 
 use super::Target;
 use crate::mutate::mutate;
@@ -17,9 +16,17 @@ use crate::rng::Rng;
 
 pub const TARGET: Target = Target {
     name: "http-query",
-    about: "HTTP query string + streaming path/option parsing",
+    about: "HTTP query string + streaming option parsing",
     generate,
     run,
+    smoke_inputs: 300_000,
+};
+
+pub const ROUTE: Target = Target {
+    name: "http-route",
+    about: "HTTP request path -> Route",
+    generate,
+    run: run_route,
     smoke_inputs: 300_000,
 };
 
@@ -94,7 +101,7 @@ fn split(data: &[u8]) -> (String, Option<String>) {
 }
 
 fn run(data: &[u8]) {
-    let (path, query) = split(data);
+    let (_, query) = split(data);
     let parsed = parse_query(query.as_deref());
     let limit = query.as_deref().map_or(0, str::len);
     for (k, v) in &parsed {
@@ -105,9 +112,34 @@ fn run(data: &[u8]) {
     }
     let mut pairs: Vec<(String, String)> = parsed.into_iter().collect();
     pairs.sort();
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let _ = parse_path(&segs);
     let _ = parse_options(&pairs);
     let _ = parse_command(&pairs);
     let _ = parse_ports(&pairs, true);
+}
+
+fn run_route(data: &[u8]) {
+    let (path, _) = split(data);
+    let route = parse_route(&path);
+    let _ = (route.root().name(), route.metrics_label());
+    let names = |c: &ContainerRef| {
+        let mut v = vec![c.namespace.clone(), c.pod.clone(), c.container.clone()];
+        v.extend(c.uid.clone());
+        v
+    };
+    let handed_on = match &route {
+        Route::ContainerLogs(c) | Route::Run(c) | Route::Checkpoint(c) | Route::Stream(_, c) => {
+            names(c)
+        }
+        Route::Healthz { check: Some(c) } => vec![c.clone()],
+        _ => Vec::new(),
+    };
+    for name in handed_on {
+        assert!(
+            name != "."
+                && name != ".."
+                && !name.contains(['/', '\\'])
+                && !name.bytes().any(|b| b < 0x20 || b == 0x7f),
+            "{path:?} routed with the name {name:?}"
+        );
+    }
 }

@@ -33,6 +33,7 @@ pub const TARGETS: &[Target] = &[
     quantity::TARGET,
     duration::TARGET,
     http::TARGET,
+    http::ROUTE,
     cri_log::TARGET,
     smp_diff::TARGET,
     cri_status::TARGET,
