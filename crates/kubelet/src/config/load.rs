@@ -297,8 +297,12 @@ fn suggest(name: &str, known: &[String]) -> Option<String> {
         return Some(k.clone());
     }
     let limit = (name.len() / 4).clamp(1, 3);
+    let chars = name.chars().count();
     known
         .iter()
+        // The edit distance is at least the length difference: skip hopeless candidates, so a
+        // long unknown key costs nothing (found by the `kubelet-config` fuzz target).
+        .filter(|k| k.chars().count().abs_diff(chars) <= limit)
         .map(|k| {
             (
                 edit_distance(&name.to_ascii_lowercase(), &k.to_ascii_lowercase()),

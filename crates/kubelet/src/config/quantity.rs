@@ -136,7 +136,10 @@ fn scaled_nanos(digits: &str, mut exp10: i64, exp2: u32) -> i128 {
     let digits = digits.trim_start_matches('0');
     // Keep at most 36 significant digits; the rest cannot matter at nano precision.
     let keep = digits.len().min(36);
-    exp10 += (digits.len() - keep) as i64;
+    exp10 = exp10.saturating_add((digits.len() - keep) as i64);
+    // Dropped non-zero digits still make the value round up (only the fraction path can
+    // have any: 36 kept digits with a non-negative exponent saturate anyway).
+    let dropped = digits[keep..].bytes().any(|c| c != b'0');
     let mut mantissa: i128 = 0;
     for c in digits[..keep].bytes() {
         mantissa = mantissa * 10 + i128::from(c - b'0');
@@ -150,15 +153,16 @@ fn scaled_nanos(digits: &str, mut exp10: i64, exp2: u32) -> i128 {
     else {
         return i128::MAX;
     };
-    exp10 += 9;
+    // Saturating: an exponent near i64::MAX (`1e9223372036854775807`) must not wrap negative.
+    exp10 = exp10.saturating_add(9);
     if exp10 >= 0 {
         let factor = u32::try_from(exp10).ok().and_then(pow10);
         return factor.and_then(|f| v.checked_mul(f)).unwrap_or(i128::MAX);
     }
-    match u32::try_from(-exp10).ok().and_then(pow10) {
+    match u32::try_from(exp10.unsigned_abs()).ok().and_then(pow10) {
         Some(div) => {
             let (q, r) = (v / div, v % div);
-            v = if r > 0 { q + 1 } else { q };
+            v = if r > 0 || dropped { q + 1 } else { q };
             v
         }
         // Smaller than one nano-unit but not zero: rounds up to one.
@@ -457,6 +461,40 @@ mod tests {
             assert_eq!(q.nanos(), *want, "input {input:?}");
             assert_eq!(q.as_str(), *input);
         }
+    }
+
+    #[test]
+    fn extreme_exponents_saturate_instead_of_wrapping() {
+        // Fuzz reproducers (`quantity` target): the exponent arithmetic overflowed (a panic in
+        // debug builds; in release the value wrapped to one nano-unit).
+        for input in [
+            "61e9223372036854775807",
+            "1e9223372036854775807",
+            "1111111111111111111111111111111111111111e9223372036854775807",
+        ] {
+            assert_eq!(
+                Quantity::parse(input).unwrap().nanos(),
+                i128::MAX,
+                "{input}"
+            );
+        }
+        assert_eq!(
+            Quantity::parse("-1e9223372036854775807").unwrap().nanos(),
+            -i128::MAX
+        );
+        for input in ["1e-9223372036854775808", "0.1e-9223372036854775808"] {
+            assert_eq!(Quantity::parse(input).unwrap().nanos(), 1, "{input}");
+        }
+    }
+
+    #[test]
+    fn digits_beyond_the_kept_precision_still_round_up() {
+        // Fuzz reproducer (`quantity` target, differential against the pod-resource parser):
+        // the digits past the 36th were dropped before rounding, so this rounded down.
+        let q = Quantity::parse("123456789.12345670000000000000000000089k").unwrap();
+        assert_eq!(q.nanos(), 123_456_789_123_456_700_001);
+        let q = Quantity::parse("0.100000000000000000000000000000000000000").unwrap();
+        assert_eq!(q.nanos(), N / 10);
     }
 
     #[test]

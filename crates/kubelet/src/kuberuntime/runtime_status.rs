@@ -398,7 +398,8 @@ pub fn to_sandbox_status(status: &api::PodSandboxStatus) -> SandboxStatus {
 
 /// The pod IPs a ready sandbox reports, primary first (upstream `determinePodSandboxIPs`): none
 /// when the runtime reports no network or any unparseable address.
-fn determine_pod_ips(pod: &str, status: &api::PodSandboxStatus) -> Vec<String> {
+#[doc(hidden)] // public for the fuzz targets (fuzz/)
+pub fn determine_pod_ips(pod: &str, status: &api::PodSandboxStatus) -> Vec<String> {
     let Some(net) = status.network.as_ref() else {
         info!(pod = %pod, "pod sandbox status has no network information; cannot report IPs");
         return Vec::new();
@@ -595,7 +596,8 @@ async fn last_log_text(path: &Path) -> String {
 /// `data` (`<time> <stream> <P|F> <text>`), keeping the last
 /// `MAX_TERMINATION_MESSAGE_LOG_LENGTH` bytes. `whole_file` says whether `data` starts at the
 /// beginning of the file; otherwise its first, cut line is dropped.
-fn log_tail_text(data: &[u8], whole_file: bool) -> String {
+#[doc(hidden)] // public for the fuzz targets (fuzz/)
+pub fn log_tail_text(data: &[u8], whole_file: bool) -> String {
     let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
     if data.ends_with(b"\n") {
         lines.pop();

@@ -118,74 +118,14 @@ const NANOS: i128 = 1_000_000_000;
 
 /// Parses a Kubernetes resource quantity (`100m`, `1.5Gi`, `2e3`, `500M`, …) into an exact
 /// number of nano-units (value × 10⁹), rounding sub-nano precision up as upstream does.
-/// Returns `None` for malformed input or values beyond ±2⁶³ units.
-pub(crate) fn parse_quantity_nanos(s: &str) -> Option<i128> {
-    let s = s.trim();
-    let (negative, rest) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let num_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(num_end);
-    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
-    if frac_part.contains('.') {
-        return None;
-    }
-    let (mut exp10, bin_exp): (i32, u32) = match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        other => {
-            let exp = other.strip_prefix(['e', 'E'])?;
-            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            (exp.parse::<i32>().ok()?, 0)
-        }
-    };
-    let mut mantissa: i128 = 0;
-    for b in int_part.bytes().chain(frac_part.bytes()) {
-        mantissa = mantissa
-            .checked_mul(10)?
-            .checked_add(i128::from(b - b'0'))?;
-    }
-    exp10 = exp10.checked_sub(i32::try_from(frac_part.len()).ok()?)?;
-    // value = mantissa × 10^exp10 × 2^bin_exp; scale to nano-units.
-    let scale = exp10.checked_add(9)?;
-    let mut nanos = if scale >= 0 {
-        mantissa.checked_mul(10i128.checked_pow(u32::try_from(scale).ok()?)?)?
-    } else {
-        let div = 10i128
-            .checked_pow(u32::try_from(-scale).ok()?)
-            .unwrap_or(i128::MAX);
-        // Round up: sub-nano precision is never lost downwards.
-        mantissa / div + i128::from(mantissa % div != 0)
-    };
-    nanos = nanos.checked_mul(1i128 << bin_exp)?;
-    if nanos > i128::from(i64::MAX) * NANOS {
-        return None;
-    }
-    Some(if negative { -nanos } else { nanos })
+/// Returns `None` for malformed input or values beyond ±2⁶³ units. One grammar for the whole
+/// kubelet: this is [`crate::config::Quantity`]'s parser (a second copy here rounded before
+/// applying binary suffixes, so `0.0000000001Ei` came out ten times too large — found by the
+/// `quantity` fuzz target's differential check).
+#[doc(hidden)] // public for the fuzz targets (fuzz/)
+pub fn parse_quantity_nanos(s: &str) -> Option<i128> {
+    let nanos = crate::config::Quantity::parse(s.trim()).ok()?.nanos();
+    (nanos.abs() <= i128::from(i64::MAX) * NANOS).then_some(nanos)
 }
 
 /// Upstream `Quantity.MilliValue()` (rounded up).
@@ -396,6 +336,11 @@ mod tests {
             ("1.2.3", None),
             ("1e", None),
             ("16Ei", None),
+            ("-16Ei", None),
+            // Fuzz reproducers: binary suffixes apply before rounding to nano-units.
+            ("1.4294967295Mi", Some(1_498_935_962_632_192)),
+            ("0.0000000001Ei", Some(115_292_150_460_684_698)),
+            (" 2 ", Some(2 * NANOS)),
         ];
         for (input, want) in cases {
             assert_eq!(parse_quantity_nanos(input), *want, "{input}");

@@ -17,6 +17,11 @@ pub struct ParseCpuSetError {
     pub reason: String,
 }
 
+/// CPU ids at or above this are rejected: no Linux kernel supports that many CPUs (`NR_CPUS`
+/// is at most 8192), and a range such as `0-4294967295` would otherwise expand into billions
+/// of set entries (found by the `quantity` fuzz target).
+pub const MAX_CPU_ID: u32 = 1 << 16;
+
 impl CpuSet {
     pub fn new() -> Self {
         Self::default()
@@ -71,9 +76,10 @@ impl CpuSet {
             return Ok(CpuSet(set));
         }
         for part in input.split(',') {
-            let num = |n: &str| {
-                n.parse::<u32>()
-                    .map_err(|_| err(format!("{n:?} is not a CPU number")))
+            let num = |n: &str| match n.parse::<u32>() {
+                Ok(cpu) if cpu < MAX_CPU_ID => Ok(cpu),
+                Ok(_) => Err(err(format!("CPU {n} is beyond {}", MAX_CPU_ID - 1))),
+                Err(_) => Err(err(format!("{n:?} is not a CPU number"))),
             };
             match part.split_once('-') {
                 None => {
@@ -160,6 +166,17 @@ mod tests {
             assert_eq!(err.input, bad);
             assert!(err.to_string().starts_with("invalid cpuset"), "{err}");
         }
+    }
+
+    #[test]
+    fn huge_ranges_are_rejected_not_expanded() {
+        // Fuzz reproducer (`quantity` target): this used to build a 2^31-entry set.
+        let err = CpuSet::parse("0-2147483647,5,7-9").unwrap_err();
+        assert!(err.reason.contains("beyond 65535"), "{err}");
+        assert!(CpuSet::parse("0-4294967295").is_err());
+        assert!(CpuSet::parse("65536").is_err());
+        assert_eq!(CpuSet::parse("65535").unwrap().len(), 1);
+        assert_eq!(CpuSet::parse("0-8191").unwrap().len(), 8192);
     }
 
     #[test]
