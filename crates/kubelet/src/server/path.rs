@@ -212,7 +212,7 @@ impl Route {
 }
 
 /// Percent-decodes one segment; `None` for a malformed escape, non-UTF-8, or a decoded `/`,
-/// `\`, NUL or control byte.
+/// `\`, NUL or control character (C0 and C1).
 fn decode_segment(raw: &str) -> Option<String> {
     let b = raw.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -234,7 +234,10 @@ fn decode_segment(raw: &str) -> Option<String> {
         }
         out.push(c);
     }
-    String::from_utf8(out).ok()
+    // C1 controls (U+0080–U+009F, e.g. CSI) start terminal escape sequences as well.
+    String::from_utf8(out)
+        .ok()
+        .filter(|s| !s.chars().any(char::is_control))
 }
 
 /// Parses a request path (the URI path, without the query).

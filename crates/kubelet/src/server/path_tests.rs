@@ -136,6 +136,8 @@ fn hostile_spellings_are_malformed() {
         "/stats/%73ummary",
         "/metrics/%63advisor",
         "/run/ns/p/c%00",
+        "/run/ns/p/c%C2%9B",
+        "/containerLogs/ns/p%C2%85/c",
         "/run/ns/p/c%0a",
         "/run/ns/p/c%5c",
         "/run/ns/p/c%",
