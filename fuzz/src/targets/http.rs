@@ -4,7 +4,7 @@
 //! parse_command/parse_ports`); property: decoding never grows a parameter. `http-route`: the
 //! path (`server::path::parse` into a `Route`, plus its root and metrics label); property: a
 //! routed path never carries a `.`/`..` segment or a decoded `/`, `\` or control byte in the
-//! names it hands on (ASCII controls: C1 controls such as `%C2%9B` do pass — reported). Both share the seeds and generator (whole request targets).
+//! names it hands on (C0 and C1 controls, e.g. `%C2%9B`). Both share the seeds and generator (whole request targets).
 
 use kubelet::server::path::{ContainerRef, Route, parse as parse_route};
 use kubelet::server::routes::parse_query;
@@ -138,7 +138,7 @@ fn run_route(data: &[u8]) {
             name != "."
                 && name != ".."
                 && !name.contains(['/', '\\'])
-                && !name.bytes().any(|b| b < 0x20 || b == 0x7f),
+                && !name.chars().any(char::is_control),
             "{path:?} routed with the name {name:?}"
         );
     }
