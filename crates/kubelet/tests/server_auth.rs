@@ -518,22 +518,79 @@ async fn hostile_spellings_never_execute_on_any_port() {
     }
 }
 
+/// Sends a keep-alive `GET target` on `s` and reads one response (`Content-Length` body).
+async fn keep_alive_get<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    target: &str,
+) -> (u16, String) {
+    let head = format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("a response within 10 s")
+            .unwrap();
+        assert_ne!(n, 0, "closed before a whole response: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_owned)
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .expect("a Content-Length");
+        if body.len() >= len {
+            let code = head
+                .split(' ')
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            return (code, body.to_owned());
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_connections_do_not_delay_other_clients() {
     const STALLED: usize = 1000;
+    const HEAD: Duration = Duration::from_secs(2);
+    const IDLE: Duration = Duration::from_secs(6);
     let dir = tempfile::tempdir().unwrap();
     let good_ca = ca("client-ca");
     let ca_file = dir.path().join("client-ca.crt");
     std::fs::write(&ca_file, &good_ca.pem).unwrap();
     let cancel = CancellationToken::new();
-    let (state, _tx, _rt) = exec_state();
+    let (mut state, _tx, _rt) = exec_state();
+    state.header_read_timeout = HEAD;
+    state.idle_timeout = IDLE;
     let (ro, ro_task) = start_plain(server::Endpoints::ReadOnly, state.clone(), &cancel).await;
     let cfg = allow_all_config(dir.path(), &ca_file);
     let (sec, _, sec_task) = start_secure(&cfg, state, &cancel).await;
     let crt = std::fs::read_to_string(dir.path().join("pki/kubelet.crt")).unwrap();
     let admin = client_config(&crt, Some(&client_cert(&good_ca, "admin", &[])));
 
+    // A keep-alive HTTPS connection (as the API server's client keeps one), idle afterwards.
+    let tcp = tokio::net::TcpStream::connect(sec).await.unwrap();
+    let mut keep_alive = tokio_rustls::TlsConnector::from(admin.clone())
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(
+        keep_alive_get(&mut keep_alive, "/healthz").await,
+        (200, "ok".into())
+    );
+    let idle_from = std::time::Instant::now();
+
     // Opened, nothing sent (on the HTTPS port: stuck before the TLS handshake).
+    let stalled_from = std::time::Instant::now();
     let mut idle = Vec::with_capacity(2 * STALLED);
     for addr in [ro, sec] {
         for _ in 0..STALLED {
@@ -563,6 +620,24 @@ async fn stalled_connections_do_not_delay_other_clients() {
         "20 requests took {took:?} beside {} stalled connections",
         idle.len()
     );
+
+    // The plain stalled connections and the half-sent head are closed after the header-read
+    // timeout (the HTTPS ones by the TLS handshake timeout, not waited for here).
+    for conn in idle[..STALLED].iter_mut().chain([&mut partial]) {
+        let mut buf = [0u8; 16];
+        let r = tokio::time::timeout(HEAD + Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .expect("a stalled connection is closed");
+        assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+    }
+    assert!(stalled_from.elapsed() >= HEAD);
+    // The idle keep-alive connection outlived the header-read timeout and serves again.
+    if let Some(rest) = (HEAD + Duration::from_millis(500)).checked_sub(idle_from.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    assert!(idle_from.elapsed() < IDLE, "the test itself took too long");
+    assert_eq!(keep_alive_get(&mut keep_alive, "/pods").await.0, 200);
+
     // A request head larger than 1 MiB is refused (431) rather than buffered.
     let big = "a".repeat(1100 * 1024);
     let mut tcp = tokio::net::TcpStream::connect(ro).await.unwrap();

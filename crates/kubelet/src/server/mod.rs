@@ -6,12 +6,13 @@
 //! `routes` (container logs read by `logs`, exec/attach/port-forward proxied by `streaming`,
 //! whose spliced connections each server tracks and ends at shutdown). Every request path is
 //! parsed once (`path`) and only that route is read afterwards. Connections are HTTP/1.1 with
-//! upgrades enabled, a header-read timeout and a request-head size limit, each served by its
-//! own task (TLS handshake included).
+//! upgrades enabled, a request-head size limit, and a header-read and an idle keep-alive
+//! timeout (`conn`), each served by its own task (TLS handshake included).
 
 pub mod authn;
 pub mod authz;
 pub mod cache;
+mod conn;
 mod log_handlers;
 pub mod logs;
 pub mod path;
@@ -93,8 +94,11 @@ pub struct ServerState {
     pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
     /// Proxied streaming connections; a server ends them (and waits) when it stops.
     pub streams: streaming::StreamTasks,
-    /// How long a client may take to send a request head ([`HEADER_READ_TIMEOUT`]).
+    /// How long a client may take to send a request head, from its first byte (from the
+    /// accept or handshake for a connection's first request) ([`HEADER_READ_TIMEOUT`]).
     pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request ([`IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
 }
 
 impl ServerState {
@@ -123,6 +127,7 @@ impl ServerState {
             machine: None,
             streams: streaming::StreamTasks::default(),
             header_read_timeout: HEADER_READ_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
         }
     }
 }
@@ -165,23 +170,54 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
-/// How long a client may take to send a request's headers (also bounds an idle keep-alive
-/// connection: the timer runs while the next request is awaited, which keeps idle
-/// connections below upstream's 90 s idle timeout).
+/// How long a client may take to send a request's headers, from the first byte.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a keep-alive connection may wait for its next request (upstream `IdleTimeout`,
+/// above Go's client keep-alive of the same length, so the API server's client closes an idle
+/// connection before the kubelet does and never sends on one being closed).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// The largest request head accepted (upstream `MaxHeaderBytes`: 1 MiB); larger is a 431.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// How long a TLS handshake may take.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The HTTP/1.1 settings of every port.
-fn http1(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
+/// The HTTP/1.1 settings of every port. hyper's header-read timer is off: it also runs while
+/// a keep-alive connection is idle; `conn` times heads and idleness instead.
+fn http1() -> hyper::server::conn::http1::Builder {
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
+        .header_read_timeout(None)
         .max_header_size(MAX_HEADER_BYTES)
         .max_buf_size(MAX_HEADER_BYTES + 64 * 1024);
     b
+}
+
+/// Serves HTTP/1.1 on one accepted (and, on the HTTPS port, handshaken) connection until it
+/// ends, is upgraded (the upgraded stream is not timed here), or its request head or
+/// idleness outlasts the state's timeouts.
+async fn serve_connection<S, H, F>(io: S, state: &ServerState, peer: SocketAddr, handler: H)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + 'static,
+    F: std::future::Future<Output = Resp> + Send + 'static,
+{
+    let clock = conn::Clock::new(state.header_read_timeout, state.idle_timeout);
+    let io = TokioIo::new(conn::Watched::new(io, clock.clone()));
+    let requests = clock.clone();
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let guard = requests.begin();
+        let resp = handler(req);
+        async move { Ok::<_, Infallible>(resp.await.map(|b| conn::Tracked::new(b, guard))) }
+    });
+    let connection = http1().serve_connection(io, svc).with_upgrades();
+    tokio::select! {
+        ended = connection => {
+            if let Err(e) = ended {
+                debug!(%peer, error = %e, "HTTP connection ended with an error");
+            }
+        }
+        why = conn::watchdog(clock) => debug!(%peer, why, "HTTP connection closed"),
+    }
 }
 
 /// Waits before the next accept after a failure (out of descriptors…) so the loop does not
@@ -218,19 +254,13 @@ pub async fn serve(
                     }
                 };
                 let state = state.clone();
-                let http = http1(state.header_read_timeout);
                 conns.spawn(async move {
-                    let svc = service_fn(move |req: Request<Incoming>| {
+                    let st = state.clone();
+                    serve_connection(stream, &st, peer, move |req: Request<Incoming>| {
                         let state = state.clone();
-                        async move { Ok::<_, Infallible>(routes::route(&state, endpoints, &req).await) }
-                    });
-                    if let Err(e) = http
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .with_upgrades()
-                        .await
-                    {
-                        debug!(%peer, error = %e, "HTTP connection ended with an error");
-                    }
+                        async move { routes::route(&state, endpoints, &req).await }
+                    })
+                    .await;
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -268,7 +298,6 @@ pub async fn serve_secure(
                     }
                 };
                 let state = state.clone();
-                let http = http1(state.header_read_timeout);
                 let auth = auth.clone();
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
                 conns.spawn(async move {
@@ -287,7 +316,8 @@ pub async fn serve_secure(
                     // client CA), not only once at the handshake.
                     let chain: Arc<Option<Vec<rustls::pki_types::CertificateDer<'static>>>> =
                         Arc::new(tls.get_ref().1.peer_certificates().map(<[_]>::to_vec));
-                    let svc = service_fn(move |req: Request<Incoming>| {
+                    let st = state.clone();
+                    serve_connection(tls, &st, peer, move |req: Request<Incoming>| {
                         let state = state.clone();
                         let auth = auth.clone();
                         let chain = chain.clone();
@@ -295,16 +325,10 @@ pub async fn serve_secure(
                             let cert = chain
                                 .as_deref()
                                 .and_then(|c| auth.authenticator.authenticate_cert(c));
-                            Ok::<_, Infallible>(handle_secure(&state, &auth, cert.as_ref(), &req).await)
+                            handle_secure(&state, &auth, cert.as_ref(), &req).await
                         }
-                    });
-                    if let Err(e) = http
-                        .serve_connection(TokioIo::new(tls), svc)
-                        .with_upgrades()
-                        .await
-                    {
-                        debug!(%peer, error = %e, "HTTPS connection ended with an error");
-                    }
+                    })
+                    .await;
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -561,11 +585,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn stalled_and_idle_connections_are_closed_after_the_header_timeout() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        const TIMEOUT: Duration = Duration::from_millis(800);
+    async fn stalled_heads_end_after_the_header_timeout_and_idle_connections_after_the_idle_one() {
+        use tokio::io::AsyncWriteExt;
+        const HEAD: Duration = Duration::from_millis(200);
+        const IDLE: Duration = Duration::from_millis(600);
         let (mut st, _tx) = state(false);
-        st.header_read_timeout = TIMEOUT;
+        st.header_read_timeout = HEAD;
+        st.idle_timeout = IDLE;
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cancel = CancellationToken::new();
@@ -577,23 +603,48 @@ mod tests {
             .write_all(b"GET /pods HTTP/1.1\r\nHost: x\r\n")
             .await
             .unwrap();
-        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
-        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        let mut idle = served_once(addr).await;
+        let idle_from = tokio::time::Instant::now();
+        // A connection that never sends a whole head is closed after the header timeout.
+        for conn in [&mut silent, &mut partial] {
+            assert!(closed_within(conn, Duration::from_secs(5)).await);
+        }
+        let took = start.elapsed();
+        assert!(took >= HEAD && took < IDLE, "{took:?}");
+        // The idle keep-alive connection is still open at twice the header timeout…
+        assert!(!closed_within(&mut idle, (2 * HEAD).saturating_sub(idle_from.elapsed())).await);
+        assert!(idle_from.elapsed() >= 2 * HEAD);
+        // …and closed after the idle timeout.
+        assert!(closed_within(&mut idle, Duration::from_secs(5)).await);
+        let took = idle_from.elapsed();
+        assert!(took >= IDLE && took < Duration::from_secs(3), "{took:?}");
+        // Each connection is its own: served meanwhile and afterwards.
+        drop(served_once(addr).await);
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    /// Sends one keep-alive request for `/healthz` and returns the open connection.
+    async fn served_once(addr: SocketAddr) -> tokio::net::TcpStream {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
             .unwrap();
         let mut buf = [0u8; 512];
-        let n = idle.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-        for conn in [&mut silent, &mut partial, &mut idle] {
-            let mut rest = Vec::new();
-            let r = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut rest))
-                .await
-                .expect("closed by the server");
-            assert!(r.is_err() || !rest.starts_with(b"HTTP/1.1 200"), "{rest:?}");
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+        conn
+    }
+
+    /// Whether the server closed `conn` within `wait` (EOF or reset; data is a failure).
+    async fn closed_within(conn: &mut tokio::net::TcpStream, wait: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(wait, conn.read(&mut buf)).await {
+            Err(_) => false,
+            Ok(Ok(0)) | Ok(Err(_)) => true,
+            Ok(Ok(n)) => panic!("unexpected bytes {:?}", &buf[..n]),
         }
-        let took = start.elapsed();
-        assert!(took >= TIMEOUT && took < Duration::from_secs(5), "{took:?}");
-        cancel.cancel();
-        task.await.unwrap();
     }
 }

@@ -469,26 +469,40 @@ async fn container_logs(
     .await
 }
 
-/// Whether container `id` still runs, asked from a log reader's own thread (a blocking call on
-/// the runtime's handle; a CRI call that fails or hangs for 10 s counts as stopped).
+/// How long a log reader waits for the runtime to say whether its container still runs; a
+/// CRI call that fails or takes longer counts as stopped.
+const RUNNING_QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether container `id` still runs, asked from a log reader's own thread. The CRI call runs
+/// as a task on the async runtime and answers through a channel; once that runtime has shut
+/// down (the kubelet is stopping) the task is dropped unrun, the channel closes and the
+/// answer is "not running", so the reader ends instead of panicking.
 fn container_running(
     runtime: std::sync::Arc<dyn rkubelet_cri::RuntimeService>,
     id: String,
 ) -> Box<dyn FnMut() -> bool + Send> {
     let handle = tokio::runtime::Handle::current();
     Box::new(move || {
-        let status = runtime.container_status(api::ContainerStatusRequest {
-            container_id: id.clone(),
-            verbose: false,
-        });
-        handle.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(10), status)
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let runtime = runtime.clone();
+        let id = id.clone();
+        // Detached: the answer comes through `tx`, or `tx` is dropped with the task.
+        drop(handle.spawn(async move {
+            let status = runtime.container_status(api::ContainerStatusRequest {
+                container_id: id,
+                verbose: false,
+            });
+            let running = tokio::time::timeout(RUNNING_QUERY_TIMEOUT, status)
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .and_then(|r| r.status)
-                .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32)
-        })
+                .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32);
+            let _ = tx.send(running);
+        }));
+        // Bounded here too: a runtime shutting down may neither run nor drop the task at once.
+        rx.recv_timeout(RUNNING_QUERY_TIMEOUT + std::time::Duration::from_secs(1))
+            .unwrap_or(false)
     })
 }
 

@@ -743,3 +743,82 @@ async fn each_port_serves_only_its_endpoints() {
         "{text}"
     );
 }
+
+/// A fake runtime with one running container; returns it and the container's id.
+async fn one_running_container() -> (Arc<rkubelet_cri::fake::FakeRuntime>, String) {
+    use rkubelet_cri::RuntimeService;
+    let rt = Arc::new(rkubelet_cri::fake::FakeRuntime::with_images(&["busybox"]));
+    let sandbox = rt
+        .run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: "p".into(),
+                    uid: "u1".into(),
+                    namespace: "ns".into(),
+                    attempt: 0,
+                }),
+                ..Default::default()
+            }),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .pod_sandbox_id;
+    let id = rt
+        .create_container(api::CreateContainerRequest {
+            pod_sandbox_id: sandbox,
+            config: Some(api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "c".into(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: "busybox".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .unwrap()
+        .container_id;
+    rt.start_container(api::StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    (rt, id)
+}
+
+#[test]
+fn a_log_reader_asking_after_the_runtime_shut_down_gets_not_running_not_a_panic() {
+    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (cri, id) = tokio_rt.block_on(one_running_container());
+    let (mut running, mut missing) = tokio_rt.block_on(async {
+        (
+            container_running(cri.clone(), id.clone()),
+            container_running(cri.clone(), "nope".into()),
+        )
+    });
+    // Asked from the log reader's own thread while the runtime runs: the real answer.
+    let (mut running, mut missing) = std::thread::spawn(move || {
+        assert!(running(), "the container runs");
+        assert!(!missing(), "an unknown container does not");
+        (running, missing)
+    })
+    .join()
+    .unwrap();
+    // A CRI call that waits (as a real one does on its socket) needs the runtime's drivers.
+    cri.set_latency("ContainerStatus", std::time::Duration::from_millis(20));
+    drop(tokio_rt);
+    // After the runtime shut down (kubelet stopping): "not running", so the reader ends.
+    let answers = std::thread::spawn(move || (running(), missing()))
+        .join()
+        .expect("the log reader's thread does not panic");
+    assert_eq!(answers, (false, false));
+}
