@@ -699,14 +699,8 @@ fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
 
 /// Opens a directory of the kubelet's tree, refusing a symlink in its place.
 fn open_dir_nofollow(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
-    use rustix::fs::{Mode, OFlags};
-    rustix::fs::openat(
-        rustix::fs::CWD,
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("opening {}: {e}", dir.display()))
+    removeall::open_dir_at(rustix::fs::CWD, dir)
+        .map_err(|e| format!("opening {}: {e}", dir.display()))
 }
 
 /// What the managed `/etc/hosts` needs.

@@ -26,6 +26,7 @@ use rustix::io::Errno;
 use tracing::{debug, warn};
 
 use super::Mounter;
+use super::removeall::open_dir_at;
 
 /// `<pod dir>/volume-subpaths`.
 pub const SUBPATHS_DIR: &str = "volume-subpaths";
@@ -269,13 +270,7 @@ fn create_dir(
             });
         }
     }
-    let dir = rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|source| SubPathError::Create {
+    let dir = open_dir_at(parent, name).map_err(|source| SubPathError::Create {
         path: path.to_path_buf(),
         source,
     })?;
