@@ -398,3 +398,65 @@ async fn sandbox_config_errors_are_reported_as_failed_create_pod_sandbox() {
     );
     agent.shutdown().await;
 }
+
+/// The log directories are made off the async workers; their failures still reach the user
+/// with the same wording: the pod's log directory (sandbox creation) and a container's.
+#[tokio::test(start_paused = true)]
+async fn log_directory_failures_keep_their_messages() {
+    // A file where the pod's log directory goes: the sandbox is never created.
+    let h = Harness::new();
+    let p = pod("nolog", "Always", 1);
+    let pod_logs = kubelet::kuberuntime::sandbox_config::pod_logs_directory(
+        &h.root.join("pods-logs"),
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap(),
+        common::agent::uid(&p),
+    );
+    std::fs::create_dir_all(h.root.join("pods-logs")).unwrap();
+    std::fs::write(&pod_logs, "not a directory").unwrap();
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until(
+        "FailedCreatePodSandBox event",
+        Duration::from_secs(30),
+        || !h.events.with_reason("FailedCreatePodSandBox").is_empty(),
+    )
+    .await;
+    let e = &h.events.with_reason("FailedCreatePodSandBox")[0];
+    assert!(
+        e.message
+            .starts_with("Failed to create pod sandbox: creating log directory "),
+        "{}",
+        e.message
+    );
+    assert_eq!(h.fake.call_count("RunPodSandbox"), 0);
+    agent.shutdown().await;
+
+    // A file where the container's log directory goes: the container is never created.
+    let h = Harness::new();
+    let p = pod("clog", "Always", 1);
+    let pod_logs = kubelet::kuberuntime::sandbox_config::pod_logs_directory(
+        &h.root.join("pods-logs"),
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap(),
+        common::agent::uid(&p),
+    );
+    std::fs::create_dir_all(&pod_logs).unwrap();
+    std::fs::write(pod_logs.join("clog-c"), "not a directory").unwrap();
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until("Failed event", Duration::from_secs(30), || {
+        !h.events.with_reason("Failed").is_empty()
+    })
+    .await;
+    let e = &h.events.with_reason("Failed")[0];
+    assert!(
+        e.message
+            .starts_with("Error: creating container log directory "),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("clog-c"), "{}", e.message);
+    assert_eq!(h.fake.call_count("CreateContainer"), 0);
+    agent.shutdown().await;
+}

@@ -298,12 +298,11 @@ impl VolumeManager {
                 mounted.insert(vol.name.clone(), m.clone());
                 continue;
             }
-            let res = self.set_up(pod, vol).await.and_then(|(m, changed)| {
-                if changed {
-                    apply_fs_group(pod, &m)?;
-                }
-                Ok(m)
-            });
+            let res = match self.set_up(pod, vol).await {
+                Ok((m, true)) => apply_fs_group(pod, &m).await.map(|()| m),
+                Ok((m, false)) => Ok(m),
+                Err(e) => Err(e),
+            };
             match res {
                 Ok(m) => {
                     mounted.insert(vol.name.clone(), m);
@@ -387,15 +386,14 @@ impl VolumeManager {
         if let Some(da) = &vol.downward_api {
             let dir = self.plugin_dir(uid, DOWNWARD_API_PLUGIN, &vol.name);
             let payload = downward::payload(pod, da)?;
-            return write(dir, payload, VolumeKind::DownwardApi).await;
+            return write(dir, payload, VolumeKind::DownwardApi, false).await;
         }
         if let Some(src) = &vol.config_map {
             let payload = configmap::volume_payload(&*self.objects, pod.namespace(), src)
                 .await
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, CONFIG_MAP_PLUGIN, &vol.name);
-            ensure_volume_dir(&dir)?;
-            return write(dir, payload, VolumeKind::ConfigMap).await;
+            return write(dir, payload, VolumeKind::ConfigMap, true).await;
         }
         if let Some(src) = &vol.secret {
             let payload = secret::volume_payload(&*self.objects, pod.namespace(), src)
@@ -403,7 +401,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, SECRET_PLUGIN, &vol.name);
             self.ensure_tmpfs(&dir).await?;
-            return write(dir, payload, VolumeKind::Secret).await;
+            return write(dir, payload, VolumeKind::Secret, true).await;
         }
         if let Some(src) = &vol.projected {
             let index = pod
@@ -418,7 +416,7 @@ impl VolumeManager {
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, PROJECTED_PLUGIN, &vol.name);
             self.ensure_tmpfs(&dir).await?;
-            return write(dir, payload, VolumeKind::Projected).await;
+            return write(dir, payload, VolumeKind::Projected, true).await;
         }
         // API pods are not validated by us: refuse gitRepo here too (CVE-2024-10220/CVE-2025-1767).
         if vol.git_repo.is_some() {
@@ -433,13 +431,21 @@ impl VolumeManager {
     }
 
     /// The memory-backed directory of a secret or projected volume (upstream wraps an emptyDir
-    /// with `medium: Memory`, here without a size limit).
+    /// with `medium: Memory`, here without a size limit); its root's mode is left to [`write`].
+    /// Runs on every sync: the directory and mount checks go off the async workers.
     async fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        if !self.mounter.is_mount_point(dir) {
+        let (mounter, owned) = (Arc::clone(&self.mounter), dir.to_path_buf());
+        let mounted = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&owned)
+                .map_err(|e| format!("creating {}: {e}", owned.display()))?;
+            Ok::<_, String>(mounter.is_mount_point(&owned))
+        })
+        .await
+        .map_err(|e| format!("creating {}: {e}", dir.display()))??;
+        if !mounted {
             self.mounter.mount_tmpfs(dir, None).await?;
         }
-        ensure_volume_dir(dir)
+        Ok(())
     }
 
     /// Tears down a pod's volumes (subPath bind mounts first, as upstream cleans them before a
@@ -492,12 +498,22 @@ impl VolumeManager {
 
     /// Removes `<root>/pods/<uid>` of pods that are neither desired nor running (after a
     /// restart, pods deleted meanwhile leave their directories behind).
+    /// Runs with every housekeeping: the listing goes off the async workers.
     pub async fn cleanup_orphaned_pod_dirs(&self, keep: &HashSet<String>) {
-        let Ok(entries) = std::fs::read_dir(self.cfg.root_dir.join("pods")) else {
+        let pods = self.cfg.root_dir.join("pods");
+        let listed = tokio::task::spawn_blocking(move || {
+            std::fs::read_dir(pods).map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await;
+        let Ok(Ok(entries)) = listed else {
             return;
         };
-        for e in entries.flatten() {
-            let uid = e.file_name().to_string_lossy().into_owned();
+        for (uid, path) in entries {
             if keep.contains(&uid) {
                 continue;
             }
@@ -508,7 +524,7 @@ impl VolumeManager {
             match self.remove_pod_dir(&uid).await {
                 Ok(()) => info!(%uid, "removed orphaned pod directory"),
                 Err(err) => {
-                    warn!(%uid, dir = %e.path().display(), error = %err, "orphaned pod directory not removed (nothing is deleted through a mount point)")
+                    warn!(%uid, dir = %path.display(), error = %err, "orphaned pod directory not removed (nothing is deleted through a mount point)")
                 }
             }
         }
@@ -643,8 +659,9 @@ impl VolumeManager {
 }
 
 /// fsGroup ownership for the volume kinds upstream manages it for (emptyDir and the payload
-/// volumes, whose contents are read-only to the group; never hostPath).
-fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
+/// volumes, whose contents are read-only to the group; never hostPath). The walk runs on a
+/// blocking thread.
+async fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
     let sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let Some(gid) = sc.and_then(|c| c.fs_group) else {
         return Ok(());
@@ -653,23 +670,32 @@ fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
         return Ok(());
     }
     let gid = u32::try_from(gid).map_err(|_| format!("fsGroup {gid} is out of range"))?;
-    let policy = sc.and_then(|c| c.fs_group_change_policy.as_deref());
-    ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind.is_refreshed())
+    let policy = sc.and_then(|c| c.fs_group_change_policy.clone());
+    let (dir, read_only) = (m.host_path.clone(), m.kind.is_refreshed());
+    tokio::task::spawn_blocking(move || {
+        ownership::set_volume_ownership(&dir, gid, policy.as_deref(), read_only)
+    })
+    .await
+    .map_err(|e| format!("fsGroup ownership of {}: {e}", m.host_path.display()))?
 }
 
-/// Writes a payload volume's files atomically (on a blocking thread: the writer does file
-/// I/O); `true` when anything changed.
+/// Writes a payload volume's files atomically, after [`ensure_volume_dir`] when `open_root`
+/// (on a blocking thread: both do file I/O); `true` when anything changed.
 async fn write(
     dir: PathBuf,
     payload: payload::Payload,
     kind: VolumeKind,
+    open_root: bool,
 ) -> Result<(MountedVolume, bool), String> {
     let target = dir.clone();
-    let changed =
-        tokio::task::spawn_blocking(move || atomic_writer::write_payload(&target, &payload))
-            .await
-            .map_err(|e| format!("writing the payload of {}: {e}", dir.display()))?
-            .map_err(|e| e.to_string())?;
+    let changed = tokio::task::spawn_blocking(move || {
+        if open_root {
+            ensure_volume_dir(&target)?;
+        }
+        atomic_writer::write_payload(&target, &payload).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("writing the payload of {}: {e}", dir.display()))??;
     Ok((
         MountedVolume {
             host_path: dir,
