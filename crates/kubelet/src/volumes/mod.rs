@@ -338,20 +338,15 @@ impl VolumeManager {
         let uid = pod.uid();
         if let Some(ed) = &vol.empty_dir {
             let dir = self.plugin_dir(uid, EMPTY_DIR_PLUGIN, &vol.name);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
             if ed.medium.as_deref() == Some("Memory") {
-                if !self.mounter.is_mount_point(&dir) {
-                    let size = ed
-                        .size_limit
-                        .as_ref()
-                        .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
-                        .map(crate::status::qos::nanos_to_units)
-                        .and_then(|b| i64::try_from(b).ok())
-                        .unwrap_or(self.cfg.node_memory_bytes);
-                    let size = (size > 0).then_some(size);
-                    self.mounter.mount_tmpfs(&dir, size).await?;
-                }
+                let size = ed
+                    .size_limit
+                    .as_ref()
+                    .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
+                    .map(crate::status::qos::nanos_to_units)
+                    .and_then(|b| i64::try_from(b).ok())
+                    .unwrap_or(self.cfg.node_memory_bytes);
+                self.ensure_tmpfs(&dir, (size > 0).then_some(size)).await?;
                 return Ok((
                     MountedVolume {
                         host_path: dir,
@@ -360,10 +355,18 @@ impl VolumeManager {
                     true,
                 ));
             }
-            if let Some(medium) = ed.medium.as_deref().filter(|m| !m.is_empty()) {
-                return Err(format!("emptyDir medium {medium:?} is not supported"));
-            }
-            set_mode(&dir, 0o777)?;
+            let medium = ed.medium.clone().filter(|m| !m.is_empty());
+            let owned = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                std::fs::create_dir_all(&owned)
+                    .map_err(|e| format!("creating {}: {e}", owned.display()))?;
+                if let Some(medium) = medium {
+                    return Err(format!("emptyDir medium {medium:?} is not supported"));
+                }
+                set_mode(&owned, 0o777)
+            })
+            .await
+            .map_err(|e| format!("creating {}: {e}", dir.display()))??;
             return Ok((
                 MountedVolume {
                     host_path: dir,
@@ -400,7 +403,7 @@ impl VolumeManager {
                 .await
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, SECRET_PLUGIN, &vol.name);
-            self.ensure_tmpfs(&dir).await?;
+            self.ensure_tmpfs(&dir, None).await?;
             return write(dir, payload, VolumeKind::Secret, true).await;
         }
         if let Some(src) = &vol.projected {
@@ -415,7 +418,7 @@ impl VolumeManager {
                 .await
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, PROJECTED_PLUGIN, &vol.name);
-            self.ensure_tmpfs(&dir).await?;
+            self.ensure_tmpfs(&dir, None).await?;
             return write(dir, payload, VolumeKind::Projected, true).await;
         }
         // API pods are not validated by us: refuse gitRepo here too (CVE-2024-10220/CVE-2025-1767).
@@ -430,10 +433,11 @@ impl VolumeManager {
         ))
     }
 
-    /// The memory-backed directory of a secret or projected volume (upstream wraps an emptyDir
-    /// with `medium: Memory`, here without a size limit); its root's mode is left to [`write`].
-    /// Runs on every sync: the directory and mount checks go off the async workers.
-    async fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
+    /// A memory-backed directory: an emptyDir with `medium: Memory` (`size` bytes) or a
+    /// secret or projected volume (upstream wraps such an emptyDir, here without a size limit;
+    /// its root's mode is left to [`write`]). Runs on every sync for the payload volumes: the
+    /// directory and mount checks go off the async workers.
+    async fn ensure_tmpfs(&self, dir: &Path, size: Option<i64>) -> Result<(), String> {
         let (mounter, owned) = (Arc::clone(&self.mounter), dir.to_path_buf());
         let mounted = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&owned)
@@ -443,7 +447,7 @@ impl VolumeManager {
         .await
         .map_err(|e| format!("creating {}: {e}", dir.display()))??;
         if !mounted {
-            self.mounter.mount_tmpfs(dir, None).await?;
+            self.mounter.mount_tmpfs(dir, size).await?;
         }
         Ok(())
     }
@@ -571,7 +575,7 @@ impl VolumeManager {
         }
         let mounts_own_hosts = mounts.iter().any(|m| m.container_path == "/etc/hosts");
         if !mounts_own_hosts && !hosts.pod_ips.is_empty() {
-            let path = self.write_hosts_file(pod, hosts)?;
+            let path = self.write_hosts_file(pod, hosts).await?;
             mounts.push(Mount {
                 container_path: "/etc/hosts".into(),
                 host_path: path.to_string_lossy().into_owned(),
@@ -583,7 +587,9 @@ impl VolumeManager {
             .as_deref()
             .filter(|p| !p.is_empty())
         {
-            let path = self.termination_log_file(pod.uid(), &container.name)?;
+            let path = self
+                .termination_log_file(pod.uid(), &container.name)
+                .await?;
             mounts.push(Mount {
                 container_path: tmp.to_owned(),
                 host_path: path.to_string_lossy().into_owned(),
@@ -625,25 +631,40 @@ impl VolumeManager {
         })
     }
 
-    fn write_hosts_file(&self, pod: &Pod, hosts: &HostsInfo<'_>) -> Result<PathBuf, VolumeError> {
+    /// The pod's `/etc/hosts` (the node's file read and the pod's written in one trip off the
+    /// async workers: this runs on every container start).
+    async fn write_hosts_file(
+        &self,
+        pod: &Pod,
+        hosts: &HostsInfo<'_>,
+    ) -> Result<PathBuf, VolumeError> {
         let spec = pod.spec.as_ref();
         let aliases = spec
             .and_then(|s| s.host_aliases.clone())
             .unwrap_or_default();
-        let content = if spec.and_then(|s| s.host_network).unwrap_or(false) {
-            let node = std::fs::read_to_string(&self.cfg.node_hosts_file).unwrap_or_default();
-            etc_hosts::node_content(&node, &aliases)
-        } else {
+        let managed = (!spec.and_then(|s| s.host_network).unwrap_or(false)).then(|| {
             etc_hosts::managed_content(hosts.pod_ips, hosts.hostname, hosts.domain, &aliases)
-        };
+        });
+        let node_hosts_file = self.cfg.node_hosts_file.clone();
         let path = self.pod_dir(pod.uid()).join("etc-hosts");
-        write_file(&path, content.as_bytes(), 0o644)?;
-        Ok(path)
+        off_worker(path.clone(), move || {
+            let content = managed.unwrap_or_else(|| {
+                let node = std::fs::read_to_string(&node_hosts_file).unwrap_or_default();
+                etc_hosts::node_content(&node, &aliases)
+            });
+            write_file(&path, content.as_bytes(), 0o644)?;
+            Ok(path)
+        })
+        .await
     }
 
     /// `<root>/pods/<uid>/containers/<name>/<id>`: an empty world-writable file per container
     /// instance (upstream creates a new one for every start).
-    fn termination_log_file(&self, uid: &str, container: &str) -> Result<PathBuf, VolumeError> {
+    async fn termination_log_file(
+        &self,
+        uid: &str,
+        container: &str,
+    ) -> Result<PathBuf, VolumeError> {
         let dir = self.pod_dir(uid).join("containers").join(container);
         let id = format!(
             "{:08x}",
@@ -653,8 +674,11 @@ impl VolumeManager {
                 .unwrap_or(0))
         );
         let path = dir.join(id);
-        write_file(&path, b"", 0o666)?;
-        Ok(path)
+        off_worker(path.clone(), move || {
+            write_file(&path, b"", 0o666)?;
+            Ok(path)
+        })
+        .await
     }
 }
 
@@ -745,15 +769,26 @@ fn propagation(p: Option<&str>) -> MountPropagation {
     }
 }
 
+/// Runs blocking file work about `path` on the blocking pool, not on an async worker thread;
+/// a panic in it comes back as an I/O error about `path`.
+async fn off_worker<T: Send + 'static>(
+    path: PathBuf,
+    work: impl FnOnce() -> Result<T, VolumeError> + Send + 'static,
+) -> Result<T, VolumeError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(VolumeError::Io {
+            path,
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}
+
 /// [`removeall::remove_all_one_filesystem`] off the async workers.
 async fn remove_all(path: PathBuf) -> Result<(), VolumeError> {
-    tokio::task::spawn_blocking(move || removeall::remove_all_one_filesystem(&path))
-        .await
-        .map_err(|e| VolumeError::Io {
-            path: PathBuf::new(),
-            source: std::io::Error::other(e.to_string()),
-        })?
-        .map_err(VolumeError::from)
+    off_worker(path.clone(), move || {
+        removeall::remove_all_one_filesystem(&path).map_err(VolumeError::from)
+    })
+    .await
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {

@@ -352,10 +352,14 @@ pub async fn prepare(
                 message,
             })?;
     }
-    make_target(&target, resolved.is_dir).map_err(|source| SubPathError::Target {
-        path: target.clone(),
-        source,
-    })?;
+    let (made, is_dir) = (target.clone(), resolved.is_dir);
+    tokio::task::spawn_blocking(move || make_target(&made, is_dir))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+        .map_err(|source| SubPathError::Target {
+            path: target.clone(),
+            source,
+        })?;
     // The fd stays open (in `resolved`) until the mount returned.
     let source = resolved.proc_path();
     debug!(source = %source.display(), subpath = %resolved.path.display(), target = %target.display(), "bind-mounting subpath");
