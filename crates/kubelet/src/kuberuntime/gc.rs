@@ -584,19 +584,29 @@ impl ContainerGc {
         {
             Ok(resp) => {
                 if let Some(st) = resp.status {
-                    remove_container_logs(Path::new(&st.log_path));
-                    if let Some(dir) = &self.inner.config.container_log_symlink_dir {
-                        let pod = st.labels.get(crate::kuberuntime::labels::POD_NAME_LABEL);
-                        let ns = st
-                            .labels
-                            .get(crate::kuberuntime::labels::POD_NAMESPACE_LABEL);
-                        if let (Some(pod), Some(ns)) = (pod, ns) {
-                            let link = dir.join(crate::kuberuntime::start::legacy_log_name(
+                    let link = self
+                        .inner
+                        .config
+                        .container_log_symlink_dir
+                        .as_ref()
+                        .and_then(|dir| {
+                            let pod = st.labels.get(crate::kuberuntime::labels::POD_NAME_LABEL)?;
+                            let ns = st
+                                .labels
+                                .get(crate::kuberuntime::labels::POD_NAMESPACE_LABEL)?;
+                            Some(dir.join(crate::kuberuntime::start::legacy_log_name(
                                 pod, ns, &c.name, &c.id,
-                            ));
+                            )))
+                        });
+                    // The log files and the legacy link, in one trip off the async workers.
+                    let log_path = st.log_path;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        remove_container_logs(Path::new(&log_path));
+                        if let Some(link) = link {
                             let _ = std::fs::remove_file(link);
                         }
-                    }
+                    })
+                    .await;
                 }
             }
             Err(e) if e.is_not_found() => return false,
