@@ -51,6 +51,25 @@ impl Harness {
         self.start_with(|_| {}).await
     }
 
+    /// The first event with `reason`, waited for.
+    async fn first_event(&self, reason: &str) -> kubelet::events::RecordedEvent {
+        wait_until(&format!("{reason} event"), Duration::from_secs(30), || {
+            !self.events.with_reason(reason).is_empty()
+        })
+        .await;
+        self.events.with_reason(reason).remove(0)
+    }
+
+    /// Where the agent keeps the logs of `p` (`AgentConfig::for_tests`' layout).
+    fn pod_logs(&self, p: &Pod) -> std::path::PathBuf {
+        kubelet::kuberuntime::sandbox_config::pod_logs_directory(
+            &self.root.join("pods-logs"),
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap(),
+            common::agent::uid(p),
+        )
+    }
+
     async fn start_with(&self, tweak: impl FnOnce(&mut AgentConfig)) -> Agent {
         let mut cfg = AgentConfig::for_tests(&self.root, NODE);
         tweak(&mut cfg);
@@ -378,13 +397,7 @@ async fn sandbox_config_errors_are_reported_as_failed_create_pod_sandbox() {
     p.spec.as_mut().unwrap().host_users = Some(false);
     let agent = h.start().await;
     set(&agent, vec![p.clone()]).await;
-    wait_until(
-        "FailedCreatePodSandBox event",
-        Duration::from_secs(30),
-        || !h.events.with_reason("FailedCreatePodSandBox").is_empty(),
-    )
-    .await;
-    let e = &h.events.with_reason("FailedCreatePodSandBox")[0];
+    let e = h.first_event("FailedCreatePodSandBox").await;
     assert!(
         e.message.starts_with("Failed to create pod sandbox: "),
         "{}",
@@ -396,5 +409,47 @@ async fn sandbox_config_errors_are_reported_as_failed_create_pod_sandbox() {
         0,
         "the runtime never sees the pod"
     );
+    agent.shutdown().await;
+}
+
+/// The log directories are made off the async workers; their failures still reach the user
+/// with the same wording: the pod's log directory (sandbox creation) and a container's.
+#[tokio::test(start_paused = true)]
+async fn log_directory_failures_keep_their_messages() {
+    // A file where the pod's log directory goes: the sandbox is never created.
+    let h = Harness::new();
+    let p = pod("nolog", "Always", 1);
+    let pod_logs = h.pod_logs(&p);
+    std::fs::create_dir_all(h.root.join("pods-logs")).unwrap();
+    std::fs::write(&pod_logs, "not a directory").unwrap();
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    let e = h.first_event("FailedCreatePodSandBox").await;
+    assert!(
+        e.message
+            .starts_with("Failed to create pod sandbox: creating log directory "),
+        "{}",
+        e.message
+    );
+    assert_eq!(h.fake.call_count("RunPodSandbox"), 0);
+    agent.shutdown().await;
+
+    // A file where the container's log directory goes: the container is never created.
+    let h = Harness::new();
+    let p = pod("clog", "Always", 1);
+    let pod_logs = h.pod_logs(&p);
+    std::fs::create_dir_all(&pod_logs).unwrap();
+    std::fs::write(pod_logs.join("clog-c"), "not a directory").unwrap();
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    let e = h.first_event("Failed").await;
+    assert!(
+        e.message
+            .starts_with("Error: creating container log directory "),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("clog-c"), "{}", e.message);
+    assert_eq!(h.fake.call_count("CreateContainer"), 0);
     agent.shutdown().await;
 }

@@ -489,19 +489,29 @@ impl ContainerGc {
     /// Removes legacy `/var/log/containers` symlinks whose target is gone, unless their
     /// container still runs (its log may be mid-rotation), as upstream.
     async fn remove_dead_symlinks(&self) {
-        let Some(dir) = &self.inner.config.container_log_symlink_dir else {
+        let Some(dir) = self.inner.config.container_log_symlink_dir.clone() else {
             return;
         };
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.filter_map(Result::ok) {
-            let path = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            // `exists` follows the link: false for a dangling one.
-            if !name.ends_with(".log") || path.exists() || !path.is_symlink() {
-                continue;
-            }
+        // The dangling `.log` links, listed off the async workers.
+        let listed = tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                return Vec::new();
+            };
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let path = e.path();
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    // `exists` follows the link: false for a dangling one.
+                    (name.ends_with(".log") && !path.exists() && path.is_symlink())
+                        .then_some((name, path))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut dead = Vec::new();
+        for (name, path) in listed {
             if let Some(id) = container_id_of_legacy_symlink(&name) {
                 let status = self
                     .inner
@@ -519,12 +529,21 @@ impl ContainerGc {
                     continue;
                 }
             }
-            if let Err(err) = std::fs::remove_file(&path)
-                && err.kind() != std::io::ErrorKind::NotFound
-            {
-                warn!(path = %path.display(), error = %err, "failed to remove dead container log symlink");
-            }
+            dead.push(path);
         }
+        if dead.is_empty() {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for path in dead {
+                if let Err(err) = std::fs::remove_file(&path)
+                    && err.kind() != std::io::ErrorKind::NotFound
+                {
+                    warn!(path = %path.display(), error = %err, "failed to remove dead container log symlink");
+                }
+            }
+        })
+        .await;
     }
 
     async fn list_containers(&self) -> Result<Vec<GcContainer>, ContainerGcError> {
@@ -565,19 +584,29 @@ impl ContainerGc {
         {
             Ok(resp) => {
                 if let Some(st) = resp.status {
-                    remove_container_logs(Path::new(&st.log_path));
-                    if let Some(dir) = &self.inner.config.container_log_symlink_dir {
-                        let pod = st.labels.get(crate::kuberuntime::labels::POD_NAME_LABEL);
-                        let ns = st
-                            .labels
-                            .get(crate::kuberuntime::labels::POD_NAMESPACE_LABEL);
-                        if let (Some(pod), Some(ns)) = (pod, ns) {
-                            let link = dir.join(crate::kuberuntime::start::legacy_log_name(
+                    let link = self
+                        .inner
+                        .config
+                        .container_log_symlink_dir
+                        .as_ref()
+                        .and_then(|dir| {
+                            let pod = st.labels.get(crate::kuberuntime::labels::POD_NAME_LABEL)?;
+                            let ns = st
+                                .labels
+                                .get(crate::kuberuntime::labels::POD_NAMESPACE_LABEL)?;
+                            Some(dir.join(crate::kuberuntime::start::legacy_log_name(
                                 pod, ns, &c.name, &c.id,
-                            ));
+                            )))
+                        });
+                    // The log files and the legacy link, in one trip off the async workers.
+                    let log_path = st.log_path;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        remove_container_logs(Path::new(&log_path));
+                        if let Some(link) = link {
                             let _ = std::fs::remove_file(link);
                         }
-                    }
+                    })
+                    .await;
                 }
             }
             Err(e) if e.is_not_found() => return false,

@@ -293,6 +293,7 @@ pub async fn remove_pod_content(
         .await
         .map_err(|e| SyncError(e.to_string()))?;
     let mut errors = Vec::new();
+    let mut links = Vec::new();
     for c in &status.container_statuses {
         if let Err(e) = rt
             .remove_container(RemoveContainerRequest {
@@ -304,9 +305,13 @@ pub async fn remove_pod_content(
             errors.push(format!("removing container {} ({}): {e}", c.name, c.id));
         }
         if let Some(dir) = &syncer.config.container_log_symlink_dir {
-            let link = dir.join(legacy_log_name(name, namespace, &c.name, &c.id));
-            remove_quietly(&link);
+            links.push(dir.join(legacy_log_name(name, namespace, &c.name, &c.id)));
         }
+    }
+    if !links.is_empty() {
+        // The legacy log links, all in one trip off the async workers.
+        let _ =
+            tokio::task::spawn_blocking(move || links.iter().for_each(|l| remove_quietly(l))).await;
     }
     for sb in &status.sandbox_statuses {
         let id = sb.id.clone();

@@ -5,7 +5,7 @@
 //! CreateContainerError, RunContainerError). Emits the upstream events for each step.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::api::{
@@ -248,12 +248,15 @@ impl<'a> Starter<'a> {
             StartError::CreatePodSandbox(msg) => fail(msg),
             other => other,
         })?;
-        std::fs::create_dir_all(&config.log_directory).map_err(|e| {
-            fail(format!(
-                "creating log directory {}: {e}",
-                config.log_directory
-            ))
-        })?;
+        let log_directory = PathBuf::from(&config.log_directory);
+        off_worker(move || std::fs::create_dir_all(&log_directory))
+            .await
+            .map_err(|e| {
+                fail(format!(
+                    "creating log directory {}: {e}",
+                    config.log_directory
+                ))
+            })?;
         let started = tokio::time::Instant::now();
         let resp = self
             .syncer
@@ -315,17 +318,26 @@ impl<'a> Starter<'a> {
             pod.uid(),
         )
         .join(&container.name);
-        let restart_count = match self.status.find_container(&container.name) {
-            Some(prev) => prev.restart_count + 1,
-            None => restart_count_from_log_dir(&log_dir),
-        };
+        let prev_restarts = self
+            .status
+            .find_container(&container.name)
+            .map(|prev| prev.restart_count);
         let failed = |msg: String| {
             syncer
                 .events
                 .event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
             msg
         };
-        std::fs::create_dir_all(&log_dir).map_err(|e| {
+        // One trip off the async workers: the restart count from the old logs (when the
+        // runtime has no record), then the log directory.
+        let dir = log_dir.clone();
+        let (restart_count, created) = off_worker(move || {
+            let count = prev_restarts.map_or_else(|| restart_count_from_log_dir(&dir), |n| n + 1);
+            Ok((count, std::fs::create_dir_all(&dir)))
+        })
+        .await
+        .unwrap_or_else(|e| (prev_restarts.map_or(0, |n| n + 1), Err(e)));
+        created.map_err(|e| {
             StartError::CreateContainerConfig(failed(format!(
                 "creating container log directory {}: {e}",
                 log_dir.display()
@@ -447,7 +459,8 @@ impl<'a> Starter<'a> {
             &container.name,
             &sandbox.config.log_directory,
             &log_path,
-        );
+        )
+        .await;
         self.post_start(sandbox, container, &id).await?;
         Ok(id)
     }
@@ -565,8 +578,8 @@ impl<'a> Starter<'a> {
 
     /// Upstream keeps `/var/log/containers/<pod>_<ns>_<container>-<id>.log` symlinks for log
     /// shippers; failures only warn.
-    fn link_legacy_log(&self, id: &str, name: &str, log_directory: &str, log_path: &str) {
-        let Some(dir) = &self.syncer.config.container_log_symlink_dir else {
+    async fn link_legacy_log(&self, id: &str, name: &str, log_directory: &str, log_path: &str) {
+        let Some(dir) = self.syncer.config.container_log_symlink_dir.clone() else {
             return;
         };
         let link = dir.join(legacy_log_name(
@@ -576,14 +589,27 @@ impl<'a> Starter<'a> {
             id,
         ));
         let target = Path::new(log_directory).join(log_path);
-        let result =
-            std::fs::create_dir_all(dir).and_then(|()| std::os::unix::fs::symlink(&target, &link));
+        let made = link.clone();
+        let result = off_worker(move || {
+            std::fs::create_dir_all(&dir).and_then(|()| std::os::unix::fs::symlink(&target, &made))
+        })
+        .await;
         if let Err(e) = result
             && e.kind() != std::io::ErrorKind::AlreadyExists
         {
             warn!(link = %link.display(), error = %e, "failed to create container log symlink");
         }
     }
+}
+
+/// Runs blocking file work on the blocking pool, not on an async worker thread; a panic in it
+/// comes back as an I/O error.
+pub(crate) async fn off_worker<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
 }
 
 /// `<pod>_<ns>_<container>-<id>.log` (upstream `logSymlink`), cut to ext4's 255-byte limit.

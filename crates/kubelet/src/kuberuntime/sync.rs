@@ -286,18 +286,29 @@ impl Syncer {
         .map_err(|e| SyncError(e.to_string()))
     }
 
-    fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
-        // Upstream `makePodDataDirs`: the pod directory and its subdirectories 0750.
+    /// Upstream `makePodDataDirs`: the pod directory and its subdirectories 0750, in one trip
+    /// off the async workers (this runs on every sync).
+    async fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
         let base = self.config.root_dir.join("pods").join(pod.uid());
-        for sub in ["", "volumes", "plugins", "containers"] {
-            let dir = base.join(sub);
-            crate::agent::data_dirs::create_dir_with_mode(
-                &dir,
-                crate::agent::data_dirs::DATA_DIR_MODE,
-            )
-            .map_err(|e| SyncError(format!("creating pod directory {}: {e}", dir.display())))?;
-        }
-        Ok(())
+        let made = base.clone();
+        tokio::task::spawn_blocking(move || {
+            for sub in ["", "volumes", "plugins", "containers"] {
+                let dir = made.join(sub);
+                crate::agent::data_dirs::create_dir_with_mode(
+                    &dir,
+                    crate::agent::data_dirs::DATA_DIR_MODE,
+                )
+                .map_err(|e| SyncError(format!("creating pod directory {}: {e}", dir.display())))?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(SyncError(format!(
+                "creating pod directory {}: {e}",
+                base.display()
+            )))
+        })
     }
 }
 
@@ -320,7 +331,7 @@ impl PodSyncer for Syncer {
         if update_type == UpdateType::Create {
             info!(pod = %pod.full_name(), uid = %pod.uid(), "syncing new pod");
         }
-        self.make_pod_dirs(pod)?;
+        self.make_pod_dirs(pod).await?;
         if let Some(cm) = &self.cgroups
             && let Err(e) = ensure_pod_cgroup(cm, pod).await
         {

@@ -114,30 +114,17 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
     Ok(usage)
 }
 
-/// `statvfs(2)`; the standard library has no safe wrapper. The kubelet's one call of it (node
-/// capacity, image GC and the stats provider all read filesystems through here).
-#[allow(unsafe_code)]
+/// `statvfs(2)` (through rustix's safe wrapper). The kubelet's one call of it (node capacity,
+/// image GC and the stats provider all read filesystems through here).
 pub fn statvfs(path: &Path) -> io::Result<FsUsage> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `c_path` is NUL-terminated and outlives the call; `st` is writable memory of the
-    // right type that statvfs only writes into.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so the struct is filled (and was zeroed before anyway).
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // field types differ between libc targets
+    let st = rustix::fs::statvfs(path)?;
     let (blocks, bfree, bavail, frsize, files, ffree) = (
-        st.f_blocks as u64,
-        st.f_bfree as u64,
-        st.f_bavail as u64,
-        st.f_frsize as u64,
-        st.f_files as u64,
-        st.f_ffree as u64,
+        st.f_blocks,
+        st.f_bfree,
+        st.f_bavail,
+        st.f_frsize,
+        st.f_files,
+        st.f_ffree,
     );
     Ok(FsUsage {
         capacity_bytes: blocks.saturating_mul(frsize),

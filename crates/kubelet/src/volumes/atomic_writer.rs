@@ -12,15 +12,17 @@
 //! written afresh.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use tracing::warn;
+
+use super::removeall::{RemoveError, list_dir, open_dir_at, remove_entry_at};
 
 /// One file of a payload: contents and mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +50,7 @@ const DIR_MODE: u32 = 0o755;
 /// Upstream's limits on payload paths.
 const MAX_FILE_NAME: usize = 255;
 const MAX_PATH: usize = 4096;
-/// Deeper trees found in a volume directory are refused rather than walked.
+/// Deeper trees found in an old payload directory make it "different" rather than walked.
 const MAX_DEPTH: usize = 256;
 
 /// Permission bits only: setuid, setgid and sticky are never applied from a payload's modes
@@ -138,6 +140,14 @@ impl Ctx<'_> {
             source,
         }
     }
+
+    fn rm_err(
+        &self,
+        what: impl std::fmt::Display,
+    ) -> impl FnOnce(RemoveError) -> AtomicWriteError + '_ {
+        let io = self.io_err(what);
+        move |e| io(e.into())
+    }
 }
 
 /// Writes `payload` into `target_dir` atomically. Returns `true` when anything changed
@@ -154,8 +164,7 @@ pub fn write_payload(
     let cx = Ctx { dir: target_dir };
     // The volume directory itself is the kubelet's (under `<root>/pods/<uid>/volumes`).
     std::fs::create_dir_all(target_dir).map_err(cx.io_err("creating the volume directory"))?;
-    let root = rustix::fs::openat(CWD, target_dir, dir_flags(), Mode::empty())
-        .map_err(cx.err("opening the volume directory"))?;
+    let root = open_dir_at(CWD, target_dir).map_err(cx.err("opening the volume directory"))?;
     let root = root.as_fd();
     let top: BTreeSet<&str> = files.keys().filter_map(|k| k.split('/').next()).collect();
 
@@ -173,7 +182,7 @@ pub fn write_payload(
     // 1. The new payload in a fresh directory.
     let stamp = new_timestamp_dir(&cx, root)?;
     if let Err(e) = write_files(&cx, root, &stamp, &files) {
-        let _ = remove_entry(root, OsStr::new(&stamp), 0);
+        let _ = remove_entry_at(root, OsStr::new(&stamp));
         return Err(e);
     }
     // 2. User-visible names link through `..data`; whatever occupies one of them otherwise
@@ -183,19 +192,19 @@ pub fn write_payload(
         match rustix::fs::readlinkat(root, *name, Vec::new()) {
             Ok(target) if target.as_bytes() == want.as_bytes() => continue,
             Err(Errno::NOENT) => {}
-            _ => remove_entry(root, OsStr::new(name), 0)
-                .map_err(cx.io_err(format!("removing tampered {name:?}")))?,
+            _ => remove_entry_at(root, OsStr::new(name))
+                .map_err(cx.rm_err(format!("removing tampered {name:?}")))?,
         }
         rustix::fs::symlinkat(want.as_str(), root, *name)
             .map_err(cx.err(format!("linking {name:?}")))?;
     }
     // 3. Swap `..data` to it (a rename replaces a link without following it; a real
     //    directory in its place is removed first).
-    remove_entry(root, OsStr::new(DATA_DIR_TMP), 0).map_err(cx.io_err("removing ..data_tmp"))?;
+    remove_entry_at(root, OsStr::new(DATA_DIR_TMP)).map_err(cx.rm_err("removing ..data_tmp"))?;
     rustix::fs::symlinkat(stamp.as_str(), root, DATA_DIR_TMP)
         .map_err(cx.err("linking ..data_tmp"))?;
     if current.is_none() && !is_symlink(root, DATA_DIR) {
-        remove_entry(root, OsStr::new(DATA_DIR), 0).map_err(cx.io_err("removing ..data"))?;
+        remove_entry_at(root, OsStr::new(DATA_DIR)).map_err(cx.rm_err("removing ..data"))?;
     }
     rustix::fs::renameat(root, DATA_DIR_TMP, root, DATA_DIR)
         .map_err(cx.err("renaming ..data_tmp to ..data"))?;
@@ -206,9 +215,9 @@ pub fn write_payload(
         let keep = name == DATA_DIR
             || name.as_bytes() == stamp.as_bytes()
             || name.to_str().is_some_and(|n| top.contains(n));
-        if !keep && let Err(e) = remove_entry(root, &name, 0) {
+        if !keep && let Err(e) = remove_entry_at(root, &name) {
             warn!(dir = %target_dir.display(), entry = ?name, error = %e, "pruning volume directory entry failed");
-            last_err = Some(cx.io_err(format!("removing {name:?}"))(e));
+            last_err = Some(cx.rm_err(format!("removing {name:?}"))(e));
         }
     }
     match last_err {
@@ -234,15 +243,6 @@ fn check_no_file_dir_conflict(
         }
     }
     Ok(())
-}
-
-fn dir_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
-}
-
-/// Opens the directory `name` under `parent` without following a link.
-pub(crate) fn open_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(parent, name, dir_flags(), Mode::empty())
 }
 
 fn entry_exists(dir: BorrowedFd<'_>, name: &str) -> bool {
@@ -381,54 +381,6 @@ fn read_at(dir: BorrowedFd<'_>, rel: &str, limit: usize) -> Result<Vec<u8>, Errn
         .read_to_end(&mut out)
         .map_err(|e| e.raw_os_error().map_or(Errno::IO, Errno::from_raw_os_error))?;
     Ok(out)
-}
-
-/// Entry names of `dir` (without `.` and `..`), listed before anything is changed.
-pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
-    let mut names = Vec::new();
-    for entry in Dir::read_from(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(OsString::from_vec(name.to_vec()));
-        }
-    }
-    Ok(names)
-}
-
-/// Removes `name` under `parent` without following links: a link or file is unlinked; a
-/// directory is emptied the same way and removed. A directory on another filesystem (a mount
-/// point) is never entered. A missing entry is not an error.
-pub(crate) fn remove_entry(
-    parent: BorrowedFd<'_>,
-    name: &OsStr,
-    depth: usize,
-) -> std::io::Result<()> {
-    match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
-        Ok(()) | Err(Errno::NOENT) => return Ok(()),
-        Err(Errno::ISDIR | Errno::PERM) => {}
-        Err(e) => return Err(e.into()),
-    }
-    if depth > MAX_DEPTH {
-        return Err(std::io::Error::other("directory tree too deep to remove"));
-    }
-    let dir = match open_dir_at(parent, name) {
-        Ok(d) => d,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    if rustix::fs::fstat(&dir)?.st_dev != rustix::fs::fstat(parent)?.st_dev {
-        return Err(std::io::Error::other(format!(
-            "{name:?} is on another filesystem; not removed"
-        )));
-    }
-    for child in list_dir(dir.as_fd())? {
-        remove_entry(dir.as_fd(), &child, depth + 1)?;
-    }
-    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(Errno::NOENT) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Creates `..<timestamp>` (mode 0755 whatever the umask) and returns its name.

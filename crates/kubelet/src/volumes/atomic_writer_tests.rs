@@ -55,7 +55,7 @@ fn assert_volume(vol: &Path, items: &[(&str, &str)]) {
     for (k, v) in items {
         assert_eq!(std::fs::read_to_string(vol.join(k)).unwrap(), *v, "{k}");
     }
-    let root = rustix::fs::openat(CWD, vol, dir_flags(), Mode::empty()).unwrap();
+    let root = open_dir_at(CWD, vol).unwrap();
     let ts = trusted_data_dir(root.as_fd()).expect("..data trusted after the write");
     let top: BTreeSet<&str> = items
         .iter()
@@ -308,7 +308,7 @@ fn stray_entries_are_removed_without_following() {
 }
 
 #[test]
-fn remove_entry_unlinks_links_and_empties_dirs_without_following() {
+fn remove_entry_at_unlinks_links_and_empties_dirs_without_following() {
     let base = tempfile::tempdir().unwrap();
     let c = canary(base.path());
     let d = base.path().join("d");
@@ -316,13 +316,13 @@ fn remove_entry_unlinks_links_and_empties_dirs_without_following() {
     symlink(&c, d.join("a/b/link")).unwrap();
     symlink(&c, d.join("a/link")).unwrap();
     std::fs::write(d.join("a/f"), "x").unwrap();
-    let parent = rustix::fs::openat(CWD, base.path(), dir_flags(), Mode::empty()).unwrap();
-    remove_entry(parent.as_fd(), OsStr::new("d"), 0).unwrap();
+    let parent = open_dir_at(CWD, base.path()).unwrap();
+    remove_entry_at(parent.as_fd(), OsStr::new("d")).unwrap();
     assert!(std::fs::symlink_metadata(&d).is_err());
     // A link to a directory is unlinked, its target kept.
     symlink(&c, base.path().join("l")).unwrap();
-    remove_entry(parent.as_fd(), OsStr::new("l"), 0).unwrap();
+    remove_entry_at(parent.as_fd(), OsStr::new("l")).unwrap();
     assert!(std::fs::symlink_metadata(base.path().join("l")).is_err());
-    remove_entry(parent.as_fd(), OsStr::new("missing"), 0).unwrap();
+    remove_entry_at(parent.as_fd(), OsStr::new("missing")).unwrap();
     assert_canary_intact(&c);
 }

@@ -5,12 +5,11 @@
 //! pod's namespace and the volume source; emits the payload (the manager writes it).
 
 use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, KeyToPath};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::objects::PodObjects;
 
 use super::atomic_writer::FileProjection;
-use super::payload::{DEFAULT_MODE, Payload, SourceError, file_mode};
+use super::payload::{DEFAULT_MODE, Payload, SourceError, file_mode, found_or_empty};
 
 /// The ConfigMap `namespace/name`; an empty one when it does not exist and `optional` is set.
 /// Lookup failures other than "not found" are errors even when optional, as upstream.
@@ -20,21 +19,8 @@ pub async fn get(
     name: &str,
     optional: bool,
 ) -> Result<ConfigMap, SourceError> {
-    match objects.config_map(namespace, name).await? {
-        Some(cm) => Ok(cm),
-        None if optional => Ok(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                namespace: Some(namespace.to_owned()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
-        None => Err(SourceError::NotFound {
-            kind: "configmap",
-            name: name.to_owned(),
-        }),
-    }
+    let found = objects.config_map(namespace, name).await?;
+    found_or_empty(found, "configmap", namespace, name, optional)
 }
 
 /// Upstream `configmap.MakePayload`: without `items` every key of `data` and `binaryData`

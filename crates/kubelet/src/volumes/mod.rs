@@ -298,12 +298,11 @@ impl VolumeManager {
                 mounted.insert(vol.name.clone(), m.clone());
                 continue;
             }
-            let res = self.set_up(pod, vol).await.and_then(|(m, changed)| {
-                if changed {
-                    apply_fs_group(pod, &m)?;
-                }
-                Ok(m)
-            });
+            let res = match self.set_up(pod, vol).await {
+                Ok((m, true)) => apply_fs_group(pod, &m).await.map(|()| m),
+                Ok((m, false)) => Ok(m),
+                Err(e) => Err(e),
+            };
             match res {
                 Ok(m) => {
                     mounted.insert(vol.name.clone(), m);
@@ -339,20 +338,15 @@ impl VolumeManager {
         let uid = pod.uid();
         if let Some(ed) = &vol.empty_dir {
             let dir = self.plugin_dir(uid, EMPTY_DIR_PLUGIN, &vol.name);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
             if ed.medium.as_deref() == Some("Memory") {
-                if !self.mounter.is_mount_point(&dir) {
-                    let size = ed
-                        .size_limit
-                        .as_ref()
-                        .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
-                        .map(crate::status::qos::nanos_to_units)
-                        .and_then(|b| i64::try_from(b).ok())
-                        .unwrap_or(self.cfg.node_memory_bytes);
-                    let size = (size > 0).then_some(size);
-                    self.mounter.mount_tmpfs(&dir, size).await?;
-                }
+                let size = ed
+                    .size_limit
+                    .as_ref()
+                    .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
+                    .map(crate::status::qos::nanos_to_units)
+                    .and_then(|b| i64::try_from(b).ok())
+                    .unwrap_or(self.cfg.node_memory_bytes);
+                self.ensure_tmpfs(&dir, (size > 0).then_some(size)).await?;
                 return Ok((
                     MountedVolume {
                         host_path: dir,
@@ -361,10 +355,18 @@ impl VolumeManager {
                     true,
                 ));
             }
-            if let Some(medium) = ed.medium.as_deref().filter(|m| !m.is_empty()) {
-                return Err(format!("emptyDir medium {medium:?} is not supported"));
-            }
-            set_mode(&dir, 0o777)?;
+            let medium = ed.medium.clone().filter(|m| !m.is_empty());
+            let owned = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                std::fs::create_dir_all(&owned)
+                    .map_err(|e| format!("creating {}: {e}", owned.display()))?;
+                if let Some(medium) = medium {
+                    return Err(format!("emptyDir medium {medium:?} is not supported"));
+                }
+                set_mode(&owned, 0o777)
+            })
+            .await
+            .map_err(|e| format!("creating {}: {e}", dir.display()))??;
             return Ok((
                 MountedVolume {
                     host_path: dir,
@@ -387,23 +389,22 @@ impl VolumeManager {
         if let Some(da) = &vol.downward_api {
             let dir = self.plugin_dir(uid, DOWNWARD_API_PLUGIN, &vol.name);
             let payload = downward::payload(pod, da)?;
-            return write(dir, payload, VolumeKind::DownwardApi).await;
+            return write(dir, payload, VolumeKind::DownwardApi, false).await;
         }
         if let Some(src) = &vol.config_map {
             let payload = configmap::volume_payload(&*self.objects, pod.namespace(), src)
                 .await
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, CONFIG_MAP_PLUGIN, &vol.name);
-            ensure_volume_dir(&dir)?;
-            return write(dir, payload, VolumeKind::ConfigMap).await;
+            return write(dir, payload, VolumeKind::ConfigMap, true).await;
         }
         if let Some(src) = &vol.secret {
             let payload = secret::volume_payload(&*self.objects, pod.namespace(), src)
                 .await
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, SECRET_PLUGIN, &vol.name);
-            self.ensure_tmpfs(&dir).await?;
-            return write(dir, payload, VolumeKind::Secret).await;
+            self.ensure_tmpfs(&dir, None).await?;
+            return write(dir, payload, VolumeKind::Secret, true).await;
         }
         if let Some(src) = &vol.projected {
             let index = pod
@@ -417,8 +418,8 @@ impl VolumeManager {
                 .await
                 .map_err(|e| e.to_string())?;
             let dir = self.plugin_dir(uid, PROJECTED_PLUGIN, &vol.name);
-            self.ensure_tmpfs(&dir).await?;
-            return write(dir, payload, VolumeKind::Projected).await;
+            self.ensure_tmpfs(&dir, None).await?;
+            return write(dir, payload, VolumeKind::Projected, true).await;
         }
         // API pods are not validated by us: refuse gitRepo here too (CVE-2024-10220/CVE-2025-1767).
         if vol.git_repo.is_some() {
@@ -432,14 +433,23 @@ impl VolumeManager {
         ))
     }
 
-    /// The memory-backed directory of a secret or projected volume (upstream wraps an emptyDir
-    /// with `medium: Memory`, here without a size limit).
-    async fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        if !self.mounter.is_mount_point(dir) {
-            self.mounter.mount_tmpfs(dir, None).await?;
+    /// A memory-backed directory: an emptyDir with `medium: Memory` (`size` bytes) or a
+    /// secret or projected volume (upstream wraps such an emptyDir, here without a size limit;
+    /// its root's mode is left to [`write`]). Runs on every sync for the payload volumes: the
+    /// directory and mount checks go off the async workers.
+    async fn ensure_tmpfs(&self, dir: &Path, size: Option<i64>) -> Result<(), String> {
+        let (mounter, owned) = (Arc::clone(&self.mounter), dir.to_path_buf());
+        let mounted = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&owned)
+                .map_err(|e| format!("creating {}: {e}", owned.display()))?;
+            Ok::<_, String>(mounter.is_mount_point(&owned))
+        })
+        .await
+        .map_err(|e| format!("creating {}: {e}", dir.display()))??;
+        if !mounted {
+            self.mounter.mount_tmpfs(dir, size).await?;
         }
-        ensure_volume_dir(dir)
+        Ok(())
     }
 
     /// Tears down a pod's volumes (subPath bind mounts first, as upstream cleans them before a
@@ -492,12 +502,22 @@ impl VolumeManager {
 
     /// Removes `<root>/pods/<uid>` of pods that are neither desired nor running (after a
     /// restart, pods deleted meanwhile leave their directories behind).
+    /// Runs with every housekeeping: the listing goes off the async workers.
     pub async fn cleanup_orphaned_pod_dirs(&self, keep: &HashSet<String>) {
-        let Ok(entries) = std::fs::read_dir(self.cfg.root_dir.join("pods")) else {
+        let pods = self.cfg.root_dir.join("pods");
+        let listed = tokio::task::spawn_blocking(move || {
+            std::fs::read_dir(pods).map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await;
+        let Ok(Ok(entries)) = listed else {
             return;
         };
-        for e in entries.flatten() {
-            let uid = e.file_name().to_string_lossy().into_owned();
+        for (uid, path) in entries {
             if keep.contains(&uid) {
                 continue;
             }
@@ -508,7 +528,7 @@ impl VolumeManager {
             match self.remove_pod_dir(&uid).await {
                 Ok(()) => info!(%uid, "removed orphaned pod directory"),
                 Err(err) => {
-                    warn!(%uid, dir = %e.path().display(), error = %err, "orphaned pod directory not removed (nothing is deleted through a mount point)")
+                    warn!(%uid, dir = %path.display(), error = %err, "orphaned pod directory not removed (nothing is deleted through a mount point)")
                 }
             }
         }
@@ -555,7 +575,7 @@ impl VolumeManager {
         }
         let mounts_own_hosts = mounts.iter().any(|m| m.container_path == "/etc/hosts");
         if !mounts_own_hosts && !hosts.pod_ips.is_empty() {
-            let path = self.write_hosts_file(pod, hosts)?;
+            let path = self.write_hosts_file(pod, hosts).await?;
             mounts.push(Mount {
                 container_path: "/etc/hosts".into(),
                 host_path: path.to_string_lossy().into_owned(),
@@ -567,7 +587,9 @@ impl VolumeManager {
             .as_deref()
             .filter(|p| !p.is_empty())
         {
-            let path = self.termination_log_file(pod.uid(), &container.name)?;
+            let path = self
+                .termination_log_file(pod.uid(), &container.name)
+                .await?;
             mounts.push(Mount {
                 container_path: tmp.to_owned(),
                 host_path: path.to_string_lossy().into_owned(),
@@ -609,25 +631,40 @@ impl VolumeManager {
         })
     }
 
-    fn write_hosts_file(&self, pod: &Pod, hosts: &HostsInfo<'_>) -> Result<PathBuf, VolumeError> {
+    /// The pod's `/etc/hosts` (the node's file read and the pod's written in one trip off the
+    /// async workers: this runs on every container start).
+    async fn write_hosts_file(
+        &self,
+        pod: &Pod,
+        hosts: &HostsInfo<'_>,
+    ) -> Result<PathBuf, VolumeError> {
         let spec = pod.spec.as_ref();
         let aliases = spec
             .and_then(|s| s.host_aliases.clone())
             .unwrap_or_default();
-        let content = if spec.and_then(|s| s.host_network).unwrap_or(false) {
-            let node = std::fs::read_to_string(&self.cfg.node_hosts_file).unwrap_or_default();
-            etc_hosts::node_content(&node, &aliases)
-        } else {
+        let managed = (!spec.and_then(|s| s.host_network).unwrap_or(false)).then(|| {
             etc_hosts::managed_content(hosts.pod_ips, hosts.hostname, hosts.domain, &aliases)
-        };
+        });
+        let node_hosts_file = self.cfg.node_hosts_file.clone();
         let path = self.pod_dir(pod.uid()).join("etc-hosts");
-        write_file(&path, content.as_bytes(), 0o644)?;
-        Ok(path)
+        off_worker(path.clone(), move || {
+            let content = managed.unwrap_or_else(|| {
+                let node = std::fs::read_to_string(&node_hosts_file).unwrap_or_default();
+                etc_hosts::node_content(&node, &aliases)
+            });
+            write_file(&path, content.as_bytes(), 0o644)?;
+            Ok(path)
+        })
+        .await
     }
 
     /// `<root>/pods/<uid>/containers/<name>/<id>`: an empty world-writable file per container
     /// instance (upstream creates a new one for every start).
-    fn termination_log_file(&self, uid: &str, container: &str) -> Result<PathBuf, VolumeError> {
+    async fn termination_log_file(
+        &self,
+        uid: &str,
+        container: &str,
+    ) -> Result<PathBuf, VolumeError> {
         let dir = self.pod_dir(uid).join("containers").join(container);
         let id = format!(
             "{:08x}",
@@ -637,14 +674,18 @@ impl VolumeManager {
                 .unwrap_or(0))
         );
         let path = dir.join(id);
-        write_file(&path, b"", 0o666)?;
-        Ok(path)
+        off_worker(path.clone(), move || {
+            write_file(&path, b"", 0o666)?;
+            Ok(path)
+        })
+        .await
     }
 }
 
 /// fsGroup ownership for the volume kinds upstream manages it for (emptyDir and the payload
-/// volumes, whose contents are read-only to the group; never hostPath).
-fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
+/// volumes, whose contents are read-only to the group; never hostPath). The walk runs on a
+/// blocking thread.
+async fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
     let sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let Some(gid) = sc.and_then(|c| c.fs_group) else {
         return Ok(());
@@ -653,23 +694,32 @@ fn apply_fs_group(pod: &Pod, m: &MountedVolume) -> Result<(), String> {
         return Ok(());
     }
     let gid = u32::try_from(gid).map_err(|_| format!("fsGroup {gid} is out of range"))?;
-    let policy = sc.and_then(|c| c.fs_group_change_policy.as_deref());
-    ownership::set_volume_ownership(&m.host_path, gid, policy, m.kind.is_refreshed())
+    let policy = sc.and_then(|c| c.fs_group_change_policy.clone());
+    let (dir, read_only) = (m.host_path.clone(), m.kind.is_refreshed());
+    tokio::task::spawn_blocking(move || {
+        ownership::set_volume_ownership(&dir, gid, policy.as_deref(), read_only)
+    })
+    .await
+    .map_err(|e| format!("fsGroup ownership of {}: {e}", m.host_path.display()))?
 }
 
-/// Writes a payload volume's files atomically (on a blocking thread: the writer does file
-/// I/O); `true` when anything changed.
+/// Writes a payload volume's files atomically, after [`ensure_volume_dir`] when `open_root`
+/// (on a blocking thread: both do file I/O); `true` when anything changed.
 async fn write(
     dir: PathBuf,
     payload: payload::Payload,
     kind: VolumeKind,
+    open_root: bool,
 ) -> Result<(MountedVolume, bool), String> {
     let target = dir.clone();
-    let changed =
-        tokio::task::spawn_blocking(move || atomic_writer::write_payload(&target, &payload))
-            .await
-            .map_err(|e| format!("writing the payload of {}: {e}", dir.display()))?
-            .map_err(|e| e.to_string())?;
+    let changed = tokio::task::spawn_blocking(move || {
+        if open_root {
+            ensure_volume_dir(&target)?;
+        }
+        atomic_writer::write_payload(&target, &payload).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("writing the payload of {}: {e}", dir.display()))??;
     Ok((
         MountedVolume {
             host_path: dir,
@@ -699,14 +749,8 @@ fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
 
 /// Opens a directory of the kubelet's tree, refusing a symlink in its place.
 fn open_dir_nofollow(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
-    use rustix::fs::{Mode, OFlags};
-    rustix::fs::openat(
-        rustix::fs::CWD,
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("opening {}: {e}", dir.display()))
+    removeall::open_dir_at(rustix::fs::CWD, dir)
+        .map_err(|e| format!("opening {}: {e}", dir.display()))
 }
 
 /// What the managed `/etc/hosts` needs.
@@ -725,15 +769,26 @@ fn propagation(p: Option<&str>) -> MountPropagation {
     }
 }
 
+/// Runs blocking file work about `path` on the blocking pool, not on an async worker thread;
+/// a panic in it comes back as an I/O error about `path`.
+async fn off_worker<T: Send + 'static>(
+    path: PathBuf,
+    work: impl FnOnce() -> Result<T, VolumeError> + Send + 'static,
+) -> Result<T, VolumeError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(VolumeError::Io {
+            path,
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}
+
 /// [`removeall::remove_all_one_filesystem`] off the async workers.
 async fn remove_all(path: PathBuf) -> Result<(), VolumeError> {
-    tokio::task::spawn_blocking(move || removeall::remove_all_one_filesystem(&path))
-        .await
-        .map_err(|e| VolumeError::Io {
-            path: PathBuf::new(),
-            source: std::io::Error::other(e.to_string()),
-        })?
-        .map_err(VolumeError::from)
+    off_worker(path.clone(), move || {
+        removeall::remove_all_one_filesystem(&path).map_err(VolumeError::from)
+    })
+    .await
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {

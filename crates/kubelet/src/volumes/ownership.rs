@@ -14,7 +14,7 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Stat};
 use tracing::warn;
 
-use super::atomic_writer::{list_dir, open_dir_at};
+use super::removeall::{list_dir, open_dir_at};
 
 const RW_MASK: u32 = 0o660;
 const RO_MASK: u32 = 0o440;
@@ -32,13 +32,7 @@ pub fn set_volume_ownership(
 ) -> Result<(), String> {
     let mask = if read_only { RO_MASK } else { RW_MASK };
     let err = |what: &str, e: rustix::io::Errno| format!("{what} {}: {e}", dir.display());
-    let root = rustix::fs::openat(
-        rustix::fs::CWD,
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| err("opening", e))?;
+    let root = open_dir_at(rustix::fs::CWD, dir).map_err(|e| err("opening", e))?;
     let st = rustix::fs::fstat(&root).map_err(|e| err("stat", e))?;
     if change_policy == Some("OnRootMismatch") && root_matches(&st, fs_group, mask) {
         return Ok(());

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 use crate::objects::ObjectError;
 
 use super::atomic_writer::FileProjection;
@@ -63,6 +65,34 @@ pub fn aggregate(errs: Vec<SourceError>) -> Result<(), SourceError> {
         0 => Ok(()),
         1 => Err(unique.remove(0)),
         _ => Err(SourceError::Aggregate(unique)),
+    }
+}
+
+/// The object a configMap or secret source names, as looked up; when it does not exist, an
+/// empty one named `namespace/name` for an `optional` source, upstream's NotFound otherwise.
+pub fn found_or_empty<T>(
+    found: Option<T>,
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+    optional: bool,
+) -> Result<T, SourceError>
+where
+    T: Default + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    match found {
+        Some(obj) => Ok(obj),
+        None if optional => {
+            let mut obj = T::default();
+            let meta = obj.metadata_mut();
+            meta.name = Some(name.to_owned());
+            meta.namespace = Some(namespace.to_owned());
+            Ok(obj)
+        }
+        None => Err(SourceError::NotFound {
+            kind,
+            name: name.to_owned(),
+        }),
     }
 }
 

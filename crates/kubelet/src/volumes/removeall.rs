@@ -1,18 +1,22 @@
-//! `rm -rf --one-file-system` for pod directories (upstream `RemoveAllOneFilesystem`, stricter):
-//! receives a directory the kubelet owns and removes it with everything under it, walking by
-//! fd (`openat(O_NOFOLLOW|O_DIRECTORY)`, `unlinkat`) so a link planted by a container is removed,
-//! never followed; emits the first error. Nothing on another mount is touched: every entry is
-//! checked with `statx(AT_SYMLINK_NOFOLLOW)` against the starting directory's device and mount
-//! ID (a bind mount of the same filesystem has the same device but its own mount ID), and a
-//! mount point is reported and left in place, with the directories above it.
+//! `rm -rf --one-file-system` for the kubelet's volume and pod directories (upstream
+//! `RemoveAllOneFilesystem`, stricter), and the no-follow directory-fd helpers the other volume
+//! walks (atomic writer, fsGroup ownership, subPath) share. Receives a directory the kubelet
+//! owns (by path, or as an entry name relative to an open directory fd) and removes it with
+//! everything under it, walking by fd (`openat(O_NOFOLLOW|O_DIRECTORY)`, `unlinkat`) so a link
+//! planted by a container is removed, never followed; emits the first error. Nothing on another
+//! mount is touched: every entry is checked with `statx(AT_SYMLINK_NOFOLLOW)` against the parent
+//! directory's device and mount ID (a bind mount of the same filesystem has the same device but
+//! its own mount ID), and a mount point is reported and left in place, with the directories
+//! above it.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
+use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
+use rustix::io::Errno;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoveError {
@@ -33,6 +37,44 @@ impl RemoveError {
             source: source.into(),
         }
     }
+}
+
+impl From<RemoveError> for std::io::Error {
+    fn from(e: RemoveError) -> Self {
+        let kind = match &e {
+            RemoveError::MountPoint(_) => ErrorKind::ResourceBusy,
+            RemoveError::Io { source, .. } => source.kind(),
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// How a directory of a volume is opened: read-only, never through a link in its place.
+pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Opens the directory `name` under `parent` (a path under [`CWD`]) without following a link
+/// in its place.
+pub(crate) fn open_dir_at<P: rustix::path::Arg>(
+    parent: impl AsFd,
+    name: P,
+) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(parent, name, DIR_FLAGS, Mode::empty())
+}
+
+/// Entry names of `dir` (without `.` and `..`), listed before anything is changed.
+pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+    let mut names = Vec::new();
+    for entry in Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsString::from_vec(name.to_vec()));
+        }
+    }
+    Ok(names)
 }
 
 /// Which filesystem and mount an object is on.
@@ -62,7 +104,7 @@ impl Place {
 
 const MASK: StatxFlags = StatxFlags::TYPE.union(StatxFlags::MNT_ID);
 
-fn statx_fd(fd: &OwnedFd) -> rustix::io::Result<Statx> {
+fn statx_fd(fd: impl AsFd) -> rustix::io::Result<Statx> {
     rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, MASK)
 }
 
@@ -73,7 +115,7 @@ fn is_dir(st: &Statx) -> bool {
 /// One directory being emptied.
 struct Frame {
     dir: Dir,
-    /// Its name in the parent frame's directory (unused for the start).
+    /// Its name in the parent frame's directory (or in the starting parent).
     name: Vec<u8>,
     path: PathBuf,
 }
@@ -82,55 +124,65 @@ struct Frame {
 /// A missing `path` is fine. Removes all it can and returns the first error; a mount point
 /// anywhere below (or `path` itself being one) is a [`RemoveError::MountPoint`].
 pub fn remove_all_one_filesystem(path: &Path) -> Result<(), RemoveError> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(RemoveError::io(path, e)),
+    let Some(name) = path.file_name() else {
+        return Err(RemoveError::io(path, ErrorKind::InvalidInput));
     };
-    if !meta.is_dir() {
-        return match std::fs::remove_file(path) {
-            Err(e) if e.kind() == ErrorKind::ResourceBusy => {
-                Err(RemoveError::MountPoint(path.to_path_buf()))
-            }
-            Err(e) if e.kind() != ErrorKind::NotFound => Err(RemoveError::io(path, e)),
-            _ => Ok(()),
-        };
-    }
-    let start = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+    // The kubelet's own path up to `path` is trusted (links in it are followed); from `path`
+    // on nothing is.
+    let parent_path = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let parent = match rustix::fs::openat(
+        CWD,
+        parent_path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
-    )
-    .map_err(|e| RemoveError::io(path, e))?;
-    let home = Place::of(&statx_fd(&start).map_err(|e| RemoveError::io(path, e))?);
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        let up = rustix::fs::statx(rustix::fs::CWD, parent, AtFlags::empty(), MASK)
-            .map_err(|e| RemoveError::io(parent, e))?;
-        if !Place::of(&up).same_mount(home) {
-            return Err(RemoveError::MountPoint(path.to_path_buf()));
-        }
-    }
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(RemoveError::io(parent_path, e)),
+    };
+    remove_tree_at(parent.as_fd(), name, path)
+}
 
+/// Removes the entry `name` of the directory `parent` as [`remove_all_one_filesystem`] does:
+/// a link or file is unlinked, a directory emptied (never through a link, never across a
+/// mount) and removed. A missing entry is fine. Error paths are relative to `parent`.
+pub(crate) fn remove_entry_at(parent: BorrowedFd<'_>, name: &OsStr) -> Result<(), RemoveError> {
+    remove_tree_at(parent, name, Path::new(name))
+}
+
+/// The one removal walk: `path` names `name` of `parent` in messages. Iterative (one open
+/// directory per level), so a deep tree does not recurse on the stack.
+fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), RemoveError> {
+    let home = Place::of(&statx_fd(parent).map_err(|e| RemoveError::io(path, e))?);
+    let Some(start) = step(parent, name.as_bytes(), path, home)? else {
+        return Ok(());
+    };
     let mut first_err: Option<RemoveError> = None;
     let mut stack = vec![Frame {
-        dir: Dir::new(start).map_err(|e| RemoveError::io(path, e))?,
-        name: Vec::new(),
+        dir: start,
+        name: name.as_bytes().to_vec(),
         path: path.to_path_buf(),
     }];
     while let Some(top) = stack.last_mut() {
         let entry = match top.dir.next() {
             None => {
-                if let Some(done) = stack.pop()
-                    && let Some(parent) = stack.last()
-                {
+                if let Some(done) = stack.pop() {
+                    let up = match stack.last() {
+                        Some(frame) => frame.dir.fd(),
+                        None => Ok(parent),
+                    };
                     // Fails (ENOTEMPTY) when something below stayed; that error is not the first.
-                    if let Err(e) = unlink(parent, &done.name, AtFlags::REMOVEDIR) {
+                    if let Err(e) = up.and_then(|fd| unlink(fd, &done.name, AtFlags::REMOVEDIR)) {
                         first_err.get_or_insert(RemoveError::io(&done.path, e));
                     }
                 }
                 continue;
             }
             Some(Err(e)) => {
+                // Its directory stays (not empty); the parent's removal of it fails quietly.
                 let path = top.path.clone();
                 stack.pop();
                 first_err.get_or_insert(RemoveError::io(&path, e));
@@ -144,7 +196,12 @@ pub fn remove_all_one_filesystem(path: &Path) -> Result<(), RemoveError> {
         }
         let name = name.to_vec();
         let child_path = top.path.join(OsStr::from_bytes(&name));
-        match step(top, &name, &child_path, home) {
+        let stepped = top
+            .dir
+            .fd()
+            .map_err(|e| RemoveError::io(&top.path, e))
+            .and_then(|dirfd| step(dirfd, &name, &child_path, home));
+        match stepped {
             Ok(Some(child)) => stack.push(Frame {
                 dir: child,
                 name,
@@ -156,24 +213,23 @@ pub fn remove_all_one_filesystem(path: &Path) -> Result<(), RemoveError> {
             }
         }
     }
-    if let Err(e) = std::fs::remove_dir(path)
-        && e.kind() != ErrorKind::NotFound
-    {
-        first_err.get_or_insert(RemoveError::io(path, e));
-    }
     match first_err {
         Some(e) => Err(e),
         None => Ok(()),
     }
 }
 
-/// Handles one entry of `top`: a directory on the same mount is opened (to be emptied next),
-/// anything else on the same mount is unlinked, anything on another mount is refused.
-fn step(top: &Frame, name: &[u8], path: &Path, home: Place) -> Result<Option<Dir>, RemoveError> {
-    let dirfd = top.dir.fd().map_err(|e| RemoveError::io(&top.path, e))?;
+/// Handles the entry `name` of `dirfd`: a directory on the same mount is opened (to be emptied
+/// next), anything else on the same mount is unlinked, anything on another mount is refused.
+fn step(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &Path,
+    home: Place,
+) -> Result<Option<Dir>, RemoveError> {
     let st = match rustix::fs::statx(dirfd, name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
         Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(Errno::NOENT) => return Ok(None),
         Err(e) => return Err(RemoveError::io(path, e)),
     };
     if !Place::of(&st).same_mount(home) {
@@ -181,19 +237,14 @@ fn step(top: &Frame, name: &[u8], path: &Path, home: Place) -> Result<Option<Dir
     }
     if !is_dir(&st) {
         return match rustix::fs::unlinkat(dirfd, name, AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(rustix::io::Errno::BUSY) => Err(RemoveError::MountPoint(path.to_path_buf())),
+            Ok(()) | Err(Errno::NOENT) => Ok(None),
+            Err(Errno::BUSY) => Err(RemoveError::MountPoint(path.to_path_buf())),
             Err(e) => Err(RemoveError::io(path, e)),
         };
     }
-    let child = match rustix::fs::openat(
-        dirfd,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
+    let child = match open_dir_at(dirfd, name) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(Errno::NOENT) => return Ok(None),
         Err(e) => return Err(RemoveError::io(path, e)),
     };
     // What was opened decides (the entry may have been swapped since the statx).
@@ -206,9 +257,9 @@ fn step(top: &Frame, name: &[u8], path: &Path, home: Place) -> Result<Option<Dir
         .map_err(|e| RemoveError::io(path, e))
 }
 
-fn unlink(parent: &Frame, name: &[u8], flags: AtFlags) -> rustix::io::Result<()> {
-    match rustix::fs::unlinkat(parent.dir.fd()?, name, flags) {
-        Err(rustix::io::Errno::NOENT) => Ok(()),
+fn unlink(dir: BorrowedFd<'_>, name: &[u8], flags: AtFlags) -> rustix::io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, flags) {
+        Err(Errno::NOENT) => Ok(()),
         other => other,
     }
 }
@@ -332,5 +383,37 @@ mod tests {
         // Unmounted, the same tree goes.
         remove_all_one_filesystem(&victim).unwrap();
         assert!(!victim.exists());
+    }
+
+    /// Needs root (mount): the fd-relative entry point (the atomic writer's) stops at a mount
+    /// point below the entry, as the path one does, and names it relative to the parent.
+    #[test]
+    fn entry_removal_never_crosses_a_mount() {
+        if !can_mount() {
+            eprintln!("skipped: needs root to mount");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mp = dir.path().join("entry/sub/mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        std::fs::write(dir.path().join("entry/sub/f"), "x").unwrap();
+        mount(&["-t", "tmpfs", "tmpfs", mp.to_str().unwrap()]);
+        std::fs::write(mp.join("canary"), "tmpfs").unwrap();
+        let parent = open_dir_at(CWD, dir.path()).unwrap();
+        let err = remove_entry_at(parent.as_fd(), OsStr::new("entry")).unwrap_err();
+        let alive = std::fs::read_to_string(mp.join("canary"));
+        umount(&mp);
+        assert!(
+            matches!(err, RemoveError::MountPoint(ref p) if p == Path::new("entry/sub/mnt")),
+            "{err}"
+        );
+        assert_eq!(alive.unwrap(), "tmpfs");
+        assert!(!dir.path().join("entry/sub/f").exists());
+        // As an io::Error (how the atomic writer reports it) the message is kept.
+        let io: std::io::Error = err.into();
+        assert_eq!(io.kind(), ErrorKind::ResourceBusy);
+        assert!(io.to_string().contains("it is a mount point"), "{io}");
+        remove_entry_at(parent.as_fd(), OsStr::new("entry")).unwrap();
+        assert!(!dir.path().join("entry").exists());
     }
 }

@@ -5,12 +5,11 @@
 //! source; emits the payload (the manager writes it onto a tmpfs).
 
 use k8s_openapi::api::core::v1::{KeyToPath, Secret, SecretVolumeSource};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::objects::PodObjects;
 
 use super::atomic_writer::FileProjection;
-use super::payload::{DEFAULT_MODE, Payload, SourceError, file_mode};
+use super::payload::{DEFAULT_MODE, Payload, SourceError, file_mode, found_or_empty};
 
 /// The Secret `namespace/name`; an empty one when it does not exist and `optional` is set.
 /// Lookup failures other than "not found" are errors even when optional, as upstream.
@@ -20,21 +19,8 @@ pub async fn get(
     name: &str,
     optional: bool,
 ) -> Result<Secret, SourceError> {
-    match objects.secret(namespace, name).await? {
-        Some(s) => Ok(s),
-        None if optional => Ok(Secret {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                namespace: Some(namespace.to_owned()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
-        None => Err(SourceError::NotFound {
-            kind: "secret",
-            name: name.to_owned(),
-        }),
-    }
+    let found = objects.secret(namespace, name).await?;
+    found_or_empty(found, "secret", namespace, name, optional)
 }
 
 /// Upstream `secret.MakePayload`: without `items` every key of `data` becomes a file with

@@ -26,6 +26,7 @@ use rustix::io::Errno;
 use tracing::{debug, warn};
 
 use super::Mounter;
+use super::removeall::open_dir_at;
 
 /// `<pod dir>/volume-subpaths`.
 pub const SUBPATHS_DIR: &str = "volume-subpaths";
@@ -269,13 +270,7 @@ fn create_dir(
             });
         }
     }
-    let dir = rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|source| SubPathError::Create {
+    let dir = open_dir_at(parent, name).map_err(|source| SubPathError::Create {
         path: path.to_path_buf(),
         source,
     })?;
@@ -357,10 +352,14 @@ pub async fn prepare(
                 message,
             })?;
     }
-    make_target(&target, resolved.is_dir).map_err(|source| SubPathError::Target {
-        path: target.clone(),
-        source,
-    })?;
+    let (made, is_dir) = (target.clone(), resolved.is_dir);
+    tokio::task::spawn_blocking(move || make_target(&made, is_dir))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+        .map_err(|source| SubPathError::Target {
+            path: target.clone(),
+            source,
+        })?;
     // The fd stays open (in `resolved`) until the mount returned.
     let source = resolved.proc_path();
     debug!(source = %source.display(), subpath = %resolved.path.display(), target = %target.display(), "bind-mounting subpath");

@@ -282,16 +282,15 @@ fn remove_plain_files(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Sends SIGKILL to `pid`. Returns false when the process is already gone.
-#[allow(unsafe_code)]
+/// Sends SIGKILL to `pid`. Returns false when the process is already gone (or `pid` is not
+/// positive: zero and negative values would signal a process group or every process).
 pub(crate) fn kill_pid(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    // SAFETY: kill(2) takes plain integers and touches no memory of this process; `pid` is
-    // positive, so it never signals a process group or every process.
-    let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
-    rc == 0
+    rustix::process::Pid::from_raw(pid).is_some_and(|pid| {
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
+    })
 }
 
 /// Upstream `tryKillingCgroupProcesses`: kills whatever `pids` reports, up to 5 rounds.
@@ -409,5 +408,21 @@ mod tests {
         for (q, p, want) in cases {
             assert_eq!(cpu_max(q, p).as_deref(), want, "quota {q:?} period {p:?}");
         }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn kill_pid_sends_sigkill_and_never_a_group_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(!kill_pid(0), "0 would signal the own process group");
+        assert!(!kill_pid(-1), "-1 would signal every process");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        assert!(kill_pid(pid));
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(9), "{status:?}");
     }
 }
