@@ -378,7 +378,7 @@ fn exec_state() -> (ServerState, watch::Sender<Arc<Vec<Pod>>>, Arc<FakeRuntime>)
 
 /// Starts a plain port.
 async fn start_plain(
-    endpoints: server::Endpoints,
+    endpoints: server::PlainPort,
     state: ServerState,
     cancel: &CancellationToken,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
@@ -446,8 +446,8 @@ async fn hostile_spellings_never_execute_on_any_port() {
     let cancel = CancellationToken::new();
 
     let (state, _tx, rt) = exec_state();
-    let (ro, ro_task) = start_plain(server::Endpoints::ReadOnly, state.clone(), &cancel).await;
-    let (hz, hz_task) = start_plain(server::Endpoints::Healthz, state.clone(), &cancel).await;
+    let (ro, ro_task) = start_plain(server::PlainPort::ReadOnly, state.clone(), &cancel).await;
+    let (hz, hz_task) = start_plain(server::PlainPort::Healthz, state.clone(), &cancel).await;
     let mut off = state.clone();
     off.debugging_handlers = false;
     let cfg_off = allow_all_config(dir.path(), &ca_file);
@@ -571,7 +571,7 @@ async fn stalled_connections_do_not_delay_other_clients() {
     let (mut state, _tx, _rt) = exec_state();
     state.header_read_timeout = HEAD;
     state.idle_timeout = IDLE;
-    let (ro, ro_task) = start_plain(server::Endpoints::ReadOnly, state.clone(), &cancel).await;
+    let (ro, ro_task) = start_plain(server::PlainPort::ReadOnly, state.clone(), &cancel).await;
     let cfg = allow_all_config(dir.path(), &ca_file);
     let (sec, _, sec_task) = start_secure(&cfg, state, &cancel).await;
     let crt = std::fs::read_to_string(dir.path().join("pki/kubelet.crt")).unwrap();

@@ -53,7 +53,7 @@ use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
 use crate::pod_workers::{PodWorkers, WorkerTimings};
 use crate::prober::ProbeManager;
-use crate::server::{self, Endpoints, HealthCheck, ServerState};
+use crate::server::{self, HealthCheck, ServerState};
 use crate::sources::file::FileSource;
 use crate::sources::http::HttpSource;
 use crate::status::manager::StatusManager;
@@ -654,8 +654,8 @@ impl Agent {
         }
         let mut bound = [None, None];
         for (i, (addr, endpoints)) in [
-            (cfg.read_only_addr, Endpoints::ReadOnly),
-            (cfg.healthz_addr, Endpoints::Healthz),
+            (cfg.read_only_addr, server::PlainPort::ReadOnly),
+            (cfg.healthz_addr, server::PlainPort::Healthz),
         ]
         .into_iter()
         .enumerate()
@@ -664,8 +664,8 @@ impl Agent {
                 let listener = server::bind(addr).await?;
                 bound[i] = listener.local_addr().ok();
                 let name = match endpoints {
-                    Endpoints::ReadOnly => "read-only server",
-                    _ => "healthz server",
+                    server::PlainPort::ReadOnly => "read-only server",
+                    server::PlainPort::Healthz => "healthz server",
                 };
                 sup.spawn_critical(
                     name,

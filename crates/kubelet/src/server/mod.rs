@@ -227,11 +227,39 @@ async fn accept_failed(e: &std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// Serves plain HTTP on `listener` until `cancel` fires; in-flight connections are closed then.
-/// The accept loop never waits for a connection: each is served by its own task. For the
-/// read-only and healthz ports (`Endpoints::Secure` here would serve every endpoint without
-/// authentication: only tests do that).
+/// The ports served without authentication; the type keeps the authenticated endpoints off
+/// plain HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainPort {
+    /// `readOnlyPort`.
+    ReadOnly,
+    /// `healthzPort`.
+    Healthz,
+}
+
+impl From<PlainPort> for Endpoints {
+    fn from(p: PlainPort) -> Self {
+        match p {
+            PlainPort::ReadOnly => Endpoints::ReadOnly,
+            PlainPort::Healthz => Endpoints::Healthz,
+        }
+    }
+}
+
+/// Serves the read-only or healthz port on `listener` until `cancel` fires.
 pub async fn serve(
+    listener: TcpListener,
+    port: PlainPort,
+    state: ServerState,
+    cancel: CancellationToken,
+) {
+    serve_plain(listener, port.into(), state, cancel).await
+}
+
+/// Serves plain HTTP on `listener` until `cancel` fires; in-flight connections are closed then.
+/// The accept loop never waits for a connection: each is served by its own task. Only the
+/// crate's own tests pass `Endpoints::Secure` here (every endpoint, no authentication).
+pub(crate) async fn serve_plain(
     listener: TcpListener,
     endpoints: Endpoints,
     state: ServerState,
@@ -595,7 +623,7 @@ mod tests {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(serve(listener, Endpoints::ReadOnly, st, cancel.clone()));
+        let task = tokio::spawn(serve(listener, PlainPort::ReadOnly, st, cancel.clone()));
         let start = tokio::time::Instant::now();
         let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut partial = tokio::net::TcpStream::connect(addr).await.unwrap();

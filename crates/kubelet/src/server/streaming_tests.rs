@@ -500,7 +500,7 @@ async fn the_kubelet_splices_the_runtime_stream_both_ways() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let cancel = CancellationToken::new();
-    let serve = tokio::spawn(crate::server::serve(
+    let serve = tokio::spawn(crate::server::serve_plain(
         listener,
         Endpoints::Secure,
         f.state.clone(),
