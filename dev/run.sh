@@ -94,7 +94,8 @@ if [[ $DIR != /tmp/rkubelet-dev ]]; then
 		"$CONFIG" >"$DIR/kubelet-config.yaml"
 	CONFIG=$DIR/kubelet-config.yaml
 fi
-mkdir -p "$DIR/kubelet" "$DIR/pod-logs"
+mkdir -p "$DIR/pod-logs"
+mkdir -p -m 0750 "$DIR/kubelet" # the root dir mode the kubelet gives a root dir it creates
 
 ARGS=(--config "$CONFIG"
 	--pod-manifest-path "$MANIFESTS"
