@@ -15,6 +15,7 @@ pub mod container;
 pub mod events;
 pub mod events_api;
 pub mod eviction;
+pub(crate) mod fsat;
 pub mod images;
 pub mod kuberuntime;
 pub mod logs;

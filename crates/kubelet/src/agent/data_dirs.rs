@@ -7,7 +7,7 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{CWD, Mode, OFlags};
+use rustix::fs::{CWD, Mode};
 
 /// Group-readable, no access for others (upstream's 0750).
 pub const DATA_DIR_MODE: u32 = 0o750;
@@ -53,12 +53,7 @@ pub fn create_dir_with_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
         .recursive(true)
         .mode(mode)
         .create(dir)?;
-    let fd = rustix::fs::openat(
-        CWD,
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let fd = crate::fsat::open_dir_at(CWD, dir)?;
     if rustix::fs::fstat(&fd)?.st_mode & 0o7777 != mode {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
     }

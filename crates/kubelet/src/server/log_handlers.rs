@@ -28,6 +28,7 @@ use tracing::{debug, warn};
 
 use super::logs::{self, LogChunk, LogOptions};
 use super::{Resp, text};
+use crate::fsat::{open_dir_at, open_regular_at};
 
 /// The body of a container log response: the reader's first chunk, then the rest of its
 /// channel. An error after the text started ends the body (it is logged).
@@ -214,8 +215,7 @@ fn errno_found(e: rustix::io::Errno) -> Target {
 /// link swapped in at any moment is either resolved inside or refused. Only directories and
 /// regular files are opened (a FIFO or a device never is). Escapes and loops are "not found".
 fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Target> {
-    use rustix::fs::{CWD, fstat, openat, readlinkat, statat};
-    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    use rustix::fs::{CWD, openat, readlinkat, statat};
     // The root itself comes from the configuration and is trusted.
     let root_fd = openat(
         CWD,
@@ -272,29 +272,17 @@ fn open_beneath(root: &Path, comps: Vec<OsString>) -> Result<Opened, Target> {
                 }
             }
             FileType::Directory => {
-                let fd = openat(dir, &c, dir_flags, Mode::empty()).map_err(errno_found)?;
+                let fd = open_dir_at(dir, &c).map_err(errno_found)?;
                 stack.push(fd);
             }
             FileType::RegularFile => {
                 if pending.iter().any(|p| !p.is_empty() && p != ".") {
                     return Err(Target::NotFound);
                 }
-                let fd = openat(
-                    dir,
-                    &c,
-                    OFlags::RDONLY
-                        | OFlags::NOFOLLOW
-                        | OFlags::NONBLOCK
-                        | OFlags::NOCTTY
-                        | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(errno_found)?;
-                // It may have been swapped since the stat: check what was opened.
-                let st = fstat(&fd).map_err(errno_found)?;
-                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                // It may have been swapped since the stat: only a regular file is served.
+                let Some((fd, _)) = open_regular_at(dir, &c).map_err(errno_found)? else {
                     return Err(Target::NotFound);
-                }
+                };
                 return Ok(Opened::File(File::from(fd)));
             }
             _ => return Err(Target::NotFound),

@@ -22,7 +22,8 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use tracing::warn;
 
-use super::removeall::{RemoveError, list_dir, open_dir_at, remove_entry_at};
+use super::removeall::{RemoveError, remove_entry_at};
+use crate::fsat::{list_dir, open_dir_at, open_regular_at};
 
 /// One file of a payload: contents and mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,16 +366,9 @@ fn read_at(dir: BorrowedFd<'_>, rel: &str, limit: usize) -> Result<Vec<u8>, Errn
         held = Some(open_dir_at(base, OsStr::new(part))?);
     }
     let base = held.as_ref().map_or(dir, AsFd::as_fd);
-    let fd = rustix::fs::openat(
-        base,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+    let Some((fd, _)) = open_regular_at(base, name)? else {
         return Err(Errno::INVAL);
-    }
+    };
     let mut out = Vec::new();
     std::fs::File::from(fd)
         .take(u64::try_from(limit).unwrap_or(u64::MAX))

@@ -749,7 +749,7 @@ fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
 
 /// Opens a directory of the kubelet's tree, refusing a symlink in its place.
 fn open_dir_nofollow(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
-    removeall::open_dir_at(rustix::fs::CWD, dir)
+    crate::fsat::open_dir_at(rustix::fs::CWD, dir)
         .map_err(|e| format!("opening {}: {e}", dir.display()))
 }
 

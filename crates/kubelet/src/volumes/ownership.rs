@@ -11,10 +11,10 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Gid, Mode, Stat};
 use tracing::warn;
 
-use super::removeall::{list_dir, open_dir_at};
+use crate::fsat::{FILE_FLAGS, list_dir, open_dir_at};
 
 const RW_MASK: u32 = 0o660;
 const RO_MASK: u32 = 0o440;
@@ -89,16 +89,7 @@ fn walk(
                 walk(root, sub.as_fd(), dev, gid, mask, depth + 1)?;
             }
             FileType::RegularFile => {
-                let Ok(fd) = rustix::fs::openat(
-                    dir,
-                    &name,
-                    OFlags::RDONLY
-                        | OFlags::NOFOLLOW
-                        | OFlags::NONBLOCK
-                        | OFlags::NOCTTY
-                        | OFlags::CLOEXEC,
-                    Mode::empty(),
-                ) else {
+                let Ok(fd) = rustix::fs::openat(dir, &name, FILE_FLAGS, Mode::empty()) else {
                     continue;
                 };
                 let st = rustix::fs::fstat(&fd).map_err(|e| err(&name, e))?;

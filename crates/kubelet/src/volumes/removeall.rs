@@ -1,6 +1,5 @@
 //! `rm -rf --one-file-system` for the kubelet's volume and pod directories (upstream
-//! `RemoveAllOneFilesystem`, stricter), and the no-follow directory-fd helpers the other volume
-//! walks (atomic writer, fsGroup ownership, subPath) share. Receives a directory the kubelet
+//! `RemoveAllOneFilesystem`, stricter). Receives a directory the kubelet
 //! owns (by path, or as an entry name relative to an open directory fd) and removes it with
 //! everything under it, walking by fd (`openat(O_NOFOLLOW|O_DIRECTORY)`, `unlinkat`) so a link
 //! planted by a container is removed, never followed; emits the first error. Nothing on another
@@ -9,14 +8,16 @@
 //! its own mount ID), and a mount point is reported and left in place, with the directories
 //! above it.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::io::ErrorKind;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
 use rustix::io::Errno;
+
+use crate::fsat::open_dir_at;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoveError {
@@ -47,34 +48,6 @@ impl From<RemoveError> for std::io::Error {
         };
         std::io::Error::new(kind, e)
     }
-}
-
-/// How a directory of a volume is opened: read-only, never through a link in its place.
-pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
-
-/// Opens the directory `name` under `parent` (a path under [`CWD`]) without following a link
-/// in its place.
-pub(crate) fn open_dir_at<P: rustix::path::Arg>(
-    parent: impl AsFd,
-    name: P,
-) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(parent, name, DIR_FLAGS, Mode::empty())
-}
-
-/// Entry names of `dir` (without `.` and `..`), listed before anything is changed.
-pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
-    let mut names = Vec::new();
-    for entry in Dir::read_from(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(OsString::from_vec(name.to_vec()));
-        }
-    }
-    Ok(names)
 }
 
 /// Which filesystem and mount an object is on.
