@@ -81,7 +81,10 @@ impl Inner {
             if waiter.tx.is_closed() {
                 continue;
             }
-            if waiter.min_time.is_some_and(|m| timestamp < m) {
+            // Same rule as `get_if_newer_than`: data as of `min_time` itself is not newer. A
+            // worker that synced at T must not get the listing a relist took at T (a paused or
+            // coarse clock makes the two equal), or it would recreate what it just started.
+            if waiter.min_time.is_some_and(|m| timestamp <= m) {
                 keep.push(waiter);
                 continue;
             }
@@ -263,14 +266,16 @@ mod tests {
             1,
             "entry not newer than min time: must wait"
         );
-        // An older write does not satisfy the waiter.
+        // An older write does not satisfy the waiter, and neither does one as of `min` itself.
         cache.set(
             "a",
             Ok(status("a", "older")),
             min - Duration::from_millis(1),
         );
+        cache.set("a", Ok(status("a", "same instant")), min);
+        cache.update_time(min);
         tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
+        assert!(!waiter.is_finished(), "data as of min time is not newer");
         tokio::time::advance(Duration::from_millis(10)).await;
         cache.set("a", Ok(status("a", "new")), Instant::now());
         assert_eq!(waiter.await.unwrap(), Ok(status("a", "new")));
