@@ -37,6 +37,7 @@ CFG=$DIR/containerd.toml
 LOG=$DIR/containerd.log
 PIDFILE=$DIR/containerd.pid
 RUNC_ROOT=$DIR/runc
+REGISTRY_HOSTS_DIR=$DIR/certs.d
 CNI_CONF_DIR=$DIR/cni/net.d
 CNI_IPAM_DIR=$DIR/cni/ipam
 IMG_DIR=$DIR/images
@@ -137,7 +138,7 @@ write_if_changed() {
 }
 
 write_configs() {
-	mkdir -p "$DIR" "$CNI_CONF_DIR" "$CNI_IPAM_DIR" "$IMG_DIR" "$RUNC_ROOT"
+	mkdir -p "$DIR" "$CNI_CONF_DIR" "$CNI_IPAM_DIR" "$IMG_DIR" "$RUNC_ROOT" "$REGISTRY_HOSTS_DIR"
 	if ((${#SOCK} > 100)); then
 		die "socket path $SOCK is ${#SOCK} chars; unix sockets allow ~107: use a shorter RKUBELET_DEV_DIR"
 	fi
@@ -187,8 +188,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
           Root = "$RUNC_ROOT"
           SystemdCgroup = false
 
+      # A second handler for the same runc, so RuntimeClass pass-through is tested for real.
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt.options]
+          Root = "$RUNC_ROOT"
+          SystemdCgroup = false
+
     [plugins."io.containerd.grpc.v1.cri".registry]
-      config_path = ""
+      # hosts.toml per registry (e.g. the test registry on 127.0.0.1, plain HTTP); read per pull.
+      config_path = "$REGISTRY_HOSTS_DIR"
 EOF
 		log "wrote $CFG"
 	fi
@@ -666,6 +676,7 @@ cmd_down() {
 cmd_env() {
 	printf 'export RKUBELET_CRI_ENDPOINT=%q\n' "$ENDPOINT"
 	printf 'export RKUBELET_DEV_DIR=%q\n' "$DIR"
+	printf 'export RKUBELET_REGISTRY_HOSTS_DIR=%q\n' "$REGISTRY_HOSTS_DIR"
 }
 
 cmd_status() {
