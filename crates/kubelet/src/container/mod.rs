@@ -29,6 +29,9 @@ pub struct SandboxStatus {
     pub attempt: u32,
     /// Pod IPs: primary first.
     pub ips: Vec<String>,
+    /// The primary IP exactly as the runtime reported it (`network.ip`, possibly empty);
+    /// `None` when the runtime reported no network status.
+    pub primary_ip: Option<String>,
     /// Whether the sandbox runs in the host network namespace.
     pub host_network: bool,
     pub labels: BTreeMap<String, String>,

@@ -390,6 +390,7 @@ pub fn to_sandbox_status(status: &api::PodSandboxStatus) -> SandboxStatus {
         created_at: from_unix_nanos(status.created_at),
         attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
         ips: sandbox_ips(status),
+        primary_ip: status.network.as_ref().map(|n| n.ip.clone()),
         host_network: network_mode == Some(api::NamespaceMode::Node as i32),
         labels: sorted(&status.labels),
         annotations: sorted(&status.annotations),

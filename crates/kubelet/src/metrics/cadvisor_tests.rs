@@ -67,6 +67,7 @@ fn sandbox(id: &str, ready: bool) -> SandboxStatus {
         created_at: None,
         attempt: 0,
         ips: Vec::new(),
+        primary_ip: None,
         host_network: false,
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),

@@ -222,6 +222,7 @@ async fn fixture(stream_base: &str) -> Fixture {
                 created_at: None,
                 attempt: 0,
                 ips: Vec::new(),
+                primary_ip: None,
                 host_network: false,
                 labels: Default::default(),
                 annotations: Default::default(),

@@ -115,8 +115,9 @@ pub struct SandboxChange {
 }
 
 /// Upstream `PodSandboxChanged`: a new sandbox is needed when there is none, more than one is
-/// ready, the newest is not ready, its host-network mode differs from the spec, or a
-/// pod-network sandbox has no IP.
+/// ready, the newest is not ready, its host-network mode differs from the spec, or the runtime
+/// reported a network status without a primary IP for a pod that is not host-network (no
+/// network status at all is not a reason: the runtime may not manage the network).
 pub fn pod_sandbox_changed(pod: &Pod, status: &PodStatus) -> SandboxChange {
     let Some(newest) = status.sandbox_statuses.first() else {
         return SandboxChange {
@@ -137,7 +138,7 @@ pub fn pod_sandbox_changed(pod: &Pod, status: &PodStatus) -> SandboxChange {
         (true, true)
     } else if newest.host_network != host_network {
         (true, false)
-    } else if !host_network && newest.ips.is_empty() {
+    } else if !host_network && newest.primary_ip.as_deref() == Some("") {
         (true, true)
     } else {
         (false, true)
@@ -386,6 +387,16 @@ fn compute_init_container_actions(
     if inits.is_empty() {
         return true;
     }
+    // Only init containers of the sandbox in use count: a new sandbox runs every init
+    // container again, and the old ones' `Exited 0` must not count as done. `sync` purges
+    // them (upstream `purgeInitContainers`); this also holds when a removal failed. An empty
+    // sandbox ID means the runtime did not say, and counts as the current one.
+    let current = changes.sandbox_id.clone().unwrap_or_default();
+    let find_init = |name: &str| {
+        status
+            .find_container(name)
+            .filter(|s| s.sandbox_id.is_empty() || s.sandbox_id == current)
+    };
     // A created or running regular container means initialization happened before, even if
     // the init containers have since been removed from the runtime. (Exited ones don't count:
     // they may belong to a previous sandbox, e.g. after a node reboot.)
@@ -404,7 +415,7 @@ fn compute_init_container_actions(
     for i in (0..inits.len()).rev() {
         let c = &inits[i];
         let sidecar = is_restartable_init_container(c);
-        let Some(s) = status.find_container(&c.name) else {
+        let Some(s) = find_init(&c.name) else {
             if previously_initialized && sidecar {
                 to_start.push(i);
             }

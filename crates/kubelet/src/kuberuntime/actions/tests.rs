@@ -80,6 +80,7 @@ fn sandbox(id: &str, ready: bool, attempt: u32) -> SandboxStatus {
         created_at: None,
         attempt,
         ips: vec!["10.0.0.2".into()],
+        primary_ip: Some("10.0.0.2".into()),
         host_network: false,
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
@@ -245,8 +246,10 @@ fn regular_containers() {
     let mut host_sb = sandbox("sb1", true, 0);
     host_sb.host_network = true;
     host_sb.ips.clear();
+    host_sb.primary_ip = Some(String::new());
     let mut no_ip = sandbox("sb1", true, 0);
     no_ip.ips.clear();
+    no_ip.primary_ip = Some(String::new());
     let mut deleted = basic("Always");
     deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
 
@@ -518,6 +521,110 @@ fn regular_containers() {
             },
         },
     ]);
+}
+
+/// After the sandbox died, every init container runs again in the new one: the `Exited 0` of
+/// init containers from the old sandbox (left over when their removal failed) do not count.
+#[test]
+fn init_containers_of_an_old_sandbox_do_not_count() {
+    let p = with_inits("Always");
+    let in_sb = |name: &str, sb: &str, state, exit| {
+        let mut c = cs(&p, name, state, exit);
+        c.sandbox_id = sb.into();
+        c.id = format!("id-{name}-{sb}");
+        c
+    };
+    let sandboxes = vec![sandbox("sb2", true, 1), sandbox("sb1", false, 0)];
+    let old_run = vec![
+        in_sb("init2", "sb1", Exited, 0),
+        in_sb("init3", "sb1", Exited, 0),
+        in_sb("foo1", "sb1", Exited, 137),
+        in_sb("foo2", "sb1", Exited, 137),
+    ];
+    let want = |init: Vec<usize>| PodActions {
+        sandbox_id: Some("sb2".into()),
+        attempt: 1,
+        init_containers_to_start: init,
+        ..PodActions::default()
+    };
+
+    // The sandbox died: kill, new sandbox, start from the first init container.
+    let mut dead = old_run.clone();
+    dead.insert(0, in_sb("init1", "sb1", Exited, 0));
+    let got = compute_pod_actions(&p, &status(vec![sandbox("sb1", false, 0)], dead));
+    assert!(got.kill_pod && got.create_sandbox, "{got:?}");
+    assert_eq!(got.init_containers_to_start, vec![0]);
+    assert!(got.containers_to_start.is_empty());
+
+    // init1 ran in the new sandbox: init2 is next, not the regular containers.
+    let mut st = old_run.clone();
+    st.insert(0, in_sb("init1", "sb2", Exited, 0));
+    assert_eq!(compute_pod_actions(&p, &status(sandboxes.clone(), st)), want(vec![1]));
+
+    // init2 too: init3 is next.
+    let mut st = old_run.clone();
+    st.insert(0, in_sb("init2", "sb2", Exited, 0));
+    st.insert(1, in_sb("init1", "sb2", Exited, 0));
+    assert_eq!(compute_pod_actions(&p, &status(sandboxes.clone(), st)), want(vec![2]));
+
+    // All three in the new sandbox: initialized, the regular containers start.
+    let mut st = old_run;
+    for name in ["init1", "init2", "init3"] {
+        st.insert(0, in_sb(name, "sb2", Exited, 0));
+    }
+    let got = compute_pod_actions(&p, &status(sandboxes, st));
+    assert_eq!(
+        got,
+        PodActions {
+            containers_to_start: vec![0, 1],
+            ..want(vec![])
+        }
+    );
+}
+
+/// Upstream `PodSandboxChanged` recreates an IP-less sandbox only when the pod is not
+/// host-network and the runtime reported a network status whose primary IP is empty.
+#[test]
+fn sandbox_ip_check_as_upstream() {
+    let always = basic("Always");
+    let mut host_net = basic("Always");
+    if let Some(spec) = host_net.spec.as_mut() {
+        spec.host_network = Some(true);
+    }
+    let recreate = Want {
+        kill_pod: true,
+        create: true,
+        sandbox: Some("sb1"),
+        attempt: 1,
+        start: vec![0, 1, 2],
+        ..Want::default()
+    };
+
+    // The runtime said nothing about the network (it may not manage it): keep the sandbox.
+    let mut no_network = sandbox("sb1", true, 0);
+    no_network.ips.clear();
+    no_network.primary_ip = None;
+    // A network status with additional IPs but no primary one: recreate.
+    let mut no_primary = sandbox("sb1", true, 0);
+    no_primary.ips = vec!["fd00::2".into()];
+    no_primary.primary_ip = Some(String::new());
+    // Host network: neither an empty IP nor a missing network status matters.
+    let mut host_empty = sandbox("sb1", true, 0);
+    host_empty.host_network = true;
+    host_empty.ips.clear();
+    host_empty.primary_ip = Some(String::new());
+    let mut host_none = host_empty.clone();
+    host_none.primary_ip = None;
+
+    for (name, pod, sb, want) in [
+        ("no network status", &always, no_network, Want::keep()),
+        ("network status without primary IP", &always, no_primary, recreate),
+        ("host network, empty IP", &host_net, host_empty, Want::keep()),
+        ("host network, no network status", &host_net, host_none, Want::keep()),
+    ] {
+        let got = compute_pod_actions(pod, &status(vec![sb], all(pod, Running, 0)));
+        assert_eq!(got, want.build(), "case: {name}");
+    }
 }
 
 #[test]

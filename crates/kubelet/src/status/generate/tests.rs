@@ -65,6 +65,7 @@ fn sb(ready: bool) -> SandboxStatus {
         created_at: None,
         attempt: 0,
         ips: vec!["10.1.0.7".into()],
+        primary_ip: Some("10.1.0.7".into()),
         host_network: false,
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
