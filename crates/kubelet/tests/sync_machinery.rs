@@ -275,6 +275,70 @@ async fn restart_policy_never_success_is_terminal() {
     agent.shutdown().await;
 }
 
+/// The pod sandbox dies (pause process gone): upstream kills the pod, creates a new sandbox,
+/// removes the old init containers and runs every init container again in the new sandbox.
+#[tokio::test(start_paused = true)]
+async fn lost_sandbox_reruns_every_init_container() {
+    let h = Harness::new();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: relaunch\nspec:\n  terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: init-a\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n  - name: init-b\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n  containers:\n  - name: app\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n"
+    );
+    let p = static_pod(&yaml, "relaunch", NODE);
+    h.fake.on_start("init-a", Behaviour::ExitImmediately(0));
+    h.fake.on_start("init-b", Behaviour::ExitImmediately(0));
+    let agent = h.start().await;
+    set(&agent, vec![p.clone()]).await;
+    wait_until("pod running", Duration::from_secs(30), || {
+        all_running(&agent, &p)
+    })
+    .await;
+    let first = h.fake.sandboxes().remove(0).id;
+    assert!(h.fake.kill_sandbox(&first));
+
+    // (sandbox, container name, state) of every container the runtime has.
+    let containers = || -> Vec<(String, String, i32)> {
+        h.fake
+            .containers()
+            .into_iter()
+            .map(|c| {
+                let name = c.metadata.map(|m| m.name).unwrap_or_default();
+                (c.pod_sandbox_id, name, c.state)
+            })
+            .collect()
+    };
+    let running = rkubelet_cri::api::ContainerState::ContainerRunning as i32;
+    let exited = rkubelet_cri::api::ContainerState::ContainerExited as i32;
+    wait_until("app running in a new sandbox", Duration::from_secs(60), || {
+        containers()
+            .iter()
+            .any(|(sb, name, state)| *sb != first && name == "app" && *state == running)
+    })
+    .await;
+    let second = h
+        .fake
+        .sandboxes()
+        .into_iter()
+        .find(|s| s.id != first)
+        .expect("a new sandbox")
+        .id;
+    let now = containers();
+    for init in ["init-a", "init-b"] {
+        assert!(
+            now.contains(&(second.clone(), init.to_owned(), exited)),
+            "{init} ran again in the new sandbox: {now:?}"
+        );
+        assert!(
+            !now.iter().any(|(sb, name, _)| *sb == first && name == init),
+            "{init} of the old sandbox was removed: {now:?}"
+        );
+    }
+    assert!(
+        h.fake.calls().iter().any(|c| c == "StopPodSandbox"),
+        "the dead sandbox was stopped (its network released)"
+    );
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn hundred_pod_churn_leaves_nothing_behind() {
     let h = Harness::new();

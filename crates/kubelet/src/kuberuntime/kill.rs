@@ -12,20 +12,23 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use rkubelet_cri::api::{
-    RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
+    ContainerStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest,
+    StopPodSandboxRequest,
 };
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use crate::container::ContainerStatus;
+use crate::container::{ContainerStatus, PodStatus};
 use crate::events::EventType;
 use crate::kuberuntime::actions::{KillReason, is_restartable_init_container};
+use crate::kuberuntime::gc::remove_container_logs;
 use crate::kuberuntime::hooks::{HookTarget, run_pre_stop};
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::pod_logs_directory;
 use crate::kuberuntime::start::legacy_log_name;
 use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
+use crate::types::PodExt;
 
 /// Upstream always gives a container at least this long to stop.
 pub const MINIMUM_GRACE_PERIOD_SECONDS: i64 = 2;
@@ -351,6 +354,67 @@ pub async fn remove_pod_content(
     }
     info!(pod = %format!("{namespace}/{name}"), %uid, containers = status.container_statuses.len(), sandboxes = status.sandbox_statuses.len(), "removed pod content from the runtime");
     Ok(())
+}
+
+/// Removes every init container of `status` with its logs and legacy log link, once the pod
+/// was killed to get a new sandbox (upstream `purgeInitContainers`), so that all of them run
+/// again in the new sandbox. Failures are logged and skipped, as upstream.
+pub async fn purge_init_containers(syncer: &Syncer, pod: &Pod, status: &PodStatus) {
+    let init_names: BTreeSet<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    let rt = syncer.runtime.as_ref();
+    let (name, namespace) = (pod.name(), pod.namespace());
+    for c in status
+        .container_statuses
+        .iter()
+        .filter(|c| init_names.contains(c.name.as_str()))
+    {
+        let log_path = match rt
+            .container_status(ContainerStatusRequest {
+                container_id: c.id.clone(),
+                verbose: false,
+            })
+            .await
+        {
+            Ok(resp) => resp.status.map(|s| s.log_path).unwrap_or_default(),
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => {
+                warn!(pod = %pod.full_name(), container = %c.name, id = %c.id, error = %e, "failed to inspect init container before removal");
+                continue;
+            }
+        };
+        let link = syncer
+            .config
+            .container_log_symlink_dir
+            .as_ref()
+            .map(|dir| dir.join(legacy_log_name(name, namespace, &c.name, &c.id)));
+        // The log files and the link, in one trip off the async workers.
+        let _ = tokio::task::spawn_blocking(move || {
+            remove_container_logs(Path::new(&log_path));
+            if let Some(link) = link {
+                remove_quietly(&link);
+            }
+        })
+        .await;
+        match rt
+            .remove_container(RemoveContainerRequest {
+                container_id: c.id.clone(),
+            })
+            .await
+        {
+            Ok(_) => {
+                debug!(pod = %pod.full_name(), container = %c.name, id = %c.id, "removed init container of the old sandbox");
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                warn!(pod = %pod.full_name(), container = %c.name, id = %c.id, error = %e, "failed to remove init container of the old sandbox");
+            }
+        }
+    }
 }
 
 fn remove_quietly(path: &Path) {

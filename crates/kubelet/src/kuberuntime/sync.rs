@@ -26,7 +26,9 @@ use crate::kuberuntime::actions::{
     KillReason, NoProber, ProbeResults, compute_pod_actions_with_probes, is_host_network,
 };
 use crate::kuberuntime::container_config::RuntimeOptions;
-use crate::kuberuntime::kill::{KillTarget, kill_containers, remove_pod_content};
+use crate::kuberuntime::kill::{
+    KillTarget, kill_containers, purge_init_containers, remove_pod_content,
+};
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{StartError, Starter};
@@ -364,6 +366,8 @@ impl PodSyncer for Syncer {
             if !actions.create_sandbox {
                 return Ok(false);
             }
+            // Every init container runs again in the new sandbox.
+            purge_init_containers(self, pod, status).await;
         } else if !actions.containers_to_kill.is_empty() {
             let targets: Vec<KillTarget> = actions
                 .containers_to_kill
@@ -552,8 +556,10 @@ impl Syncer {
             .map_err(|e| SyncError(e.to_string()))
     }
 
+    /// Stops every sandbox of the pod, ready or not (upstream `killPodWithSyncResult`): a
+    /// sandbox whose pause process died still holds its network until stopped.
     async fn stop_sandboxes(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
-        for sb in status.sandbox_statuses.iter().filter(|s| s.ready) {
+        for sb in &status.sandbox_statuses {
             let req = rkubelet_cri::api::StopPodSandboxRequest {
                 pod_sandbox_id: sb.id.clone(),
             };
