@@ -308,11 +308,15 @@ async fn lost_sandbox_reruns_every_init_container() {
     };
     let running = rkubelet_cri::api::ContainerState::ContainerRunning as i32;
     let exited = rkubelet_cri::api::ContainerState::ContainerExited as i32;
-    wait_until("app running in a new sandbox", Duration::from_secs(60), || {
-        containers()
-            .iter()
-            .any(|(sb, name, state)| *sb != first && name == "app" && *state == running)
-    })
+    wait_until(
+        "app running in a new sandbox",
+        Duration::from_secs(60),
+        || {
+            containers()
+                .iter()
+                .any(|(sb, name, state)| *sb != first && name == "app" && *state == running)
+        },
+    )
     .await;
     let second = h
         .fake

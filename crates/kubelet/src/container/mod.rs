@@ -79,6 +79,36 @@ pub struct ContainerStatus {
     pub termination_message_path: Option<String>,
     /// Pod-level termination grace period recorded at creation.
     pub termination_grace_period: Option<i64>,
+    /// CPU and memory the runtime reports as applied (CRI `ContainerStatus.resources`);
+    /// `None` when it reports none.
+    pub resources: Option<ContainerResources>,
+    /// The identity the container's first process runs as (CRI `ContainerStatus.user`).
+    pub user: Option<ContainerUser>,
+}
+
+/// Resources the runtime applied to a container (upstream `kubecontainer.ContainerResources`),
+/// converted from cgroup terms: each `None` when the runtime leaves it unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerResources {
+    /// From the CFS quota and period, in millicores.
+    pub cpu_limit_milli: Option<i64>,
+    /// From the CPU shares, in millicores.
+    pub cpu_request_milli: Option<i64>,
+    pub memory_limit_bytes: Option<i64>,
+}
+
+/// The user a container runs as (upstream `kubecontainer.ContainerUser`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerUser {
+    pub linux: Option<LinuxContainerUser>,
+}
+
+/// Linux identity of a container's first process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinuxContainerUser {
+    pub uid: i64,
+    pub gid: i64,
+    pub supplemental_groups: Vec<i64>,
 }
 
 impl ContainerStatus {

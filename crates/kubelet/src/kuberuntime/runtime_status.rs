@@ -16,7 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tracing::{debug, info};
 
 use crate::container::{
-    ContainerState, ContainerStatus, PodStatus, RunningPod, SandboxStatus, from_unix_nanos,
+    ContainerResources, ContainerState, ContainerStatus, ContainerUser, LinuxContainerUser,
+    PodStatus, RunningPod, SandboxStatus, from_unix_nanos,
 };
 use crate::kuberuntime::labels::{
     ContainerAnnotationInfo, POD_UID_LABEL, container_info_from_annotations,
@@ -467,6 +468,8 @@ impl ContainerBase<'_> {
             termination_message_path: Some(annotations.termination_message_path)
                 .filter(|p| !p.is_empty()),
             termination_grace_period: annotations.pod_termination_grace_period,
+            resources: None,
+            user: None,
         }
     }
 }
@@ -496,7 +499,53 @@ pub fn to_container_status(status: &api::ContainerStatus, sandbox_id: &str) -> C
         out.reason = status.reason.clone();
         out.message = status.message.clone();
     }
+    out.resources = status.resources.as_ref().and_then(container_resources);
+    out.user = status.user.as_ref().map(|u| ContainerUser {
+        linux: u.linux.as_ref().map(|l| LinuxContainerUser {
+            uid: l.uid,
+            gid: l.gid,
+            supplemental_groups: l.supplemental_groups.clone(),
+        }),
+    });
     out
+}
+
+/// The CPU and memory a runtime reports for a container, back in Kubernetes units (upstream
+/// `toKubeContainerResources`); `None` when it reports none of them.
+pub fn container_resources(r: &api::ContainerResources) -> Option<ContainerResources> {
+    let linux = r.linux.as_ref()?;
+    let cpu_limit_milli = (linux.cpu_period > 0)
+        .then(|| quota_to_milli_cpu(linux.cpu_quota, linux.cpu_period))
+        .filter(|m| *m > 0);
+    let cpu_request_milli = (linux.cpu_shares > 0)
+        .then(|| shares_to_milli_cpu(linux.cpu_shares))
+        .filter(|m| *m > 0);
+    let memory_limit_bytes = Some(linux.memory_limit_in_bytes).filter(|b| *b > 0);
+    let out = ContainerResources {
+        cpu_limit_milli,
+        cpu_request_milli,
+        memory_limit_bytes,
+    };
+    (out != ContainerResources::default()).then_some(out)
+}
+
+/// Upstream `sharesToMilliCPU`: CPU shares back to millicores (rounded up; 0 below 2 shares).
+fn shares_to_milli_cpu(shares: i64) -> i64 {
+    const MIN_SHARES: i64 = 2;
+    const SHARES_PER_CPU: i64 = 1024;
+    if shares < MIN_SHARES {
+        return 0;
+    }
+    let milli = shares.saturating_mul(1000);
+    milli / SHARES_PER_CPU + i64::from(milli % SHARES_PER_CPU != 0)
+}
+
+/// Upstream `quotaToMilliCPU`: a CFS quota over its period in millicores (0 for no quota).
+fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
+    if quota == -1 || period <= 0 {
+        return 0;
+    }
+    quota.saturating_mul(1000) / period
 }
 
 /// A listed (not inspected) container.
@@ -1137,6 +1186,109 @@ pub(crate) mod tests {
             );
         }
         assert!(determine_pod_ips("p", &api::PodSandboxStatus::default()).is_empty());
+    }
+
+    #[test]
+    fn container_user_and_resources_come_from_the_cri_status() {
+        let linux = |period, quota, shares, memory| api::ContainerResources {
+            linux: Some(api::LinuxContainerResources {
+                cpu_period: period,
+                cpu_quota: quota,
+                cpu_shares: shares,
+                memory_limit_in_bytes: memory,
+                ..Default::default()
+            }),
+            windows: None,
+        };
+        let status = api::ContainerStatus {
+            id: "c1".into(),
+            state: api::ContainerState::ContainerRunning as i32,
+            resources: Some(linux(100_000, 50_000, 102, 128 << 20)),
+            user: Some(api::ContainerUser {
+                linux: Some(api::LinuxContainerUser {
+                    uid: 1000,
+                    gid: 3000,
+                    supplemental_groups: vec![3000, 4000],
+                }),
+            }),
+            ..Default::default()
+        };
+        let got = to_container_status(&status, "sb");
+        assert_eq!(
+            got.resources,
+            Some(ContainerResources {
+                cpu_limit_milli: Some(500),
+                cpu_request_milli: Some(100),
+                memory_limit_bytes: Some(128 << 20),
+            })
+        );
+        assert_eq!(
+            got.user,
+            Some(ContainerUser {
+                linux: Some(LinuxContainerUser {
+                    uid: 1000,
+                    gid: 3000,
+                    supplemental_groups: vec![3000, 4000],
+                }),
+            })
+        );
+
+        // Upstream's unit conversions: shares round up, below 2 shares is nothing; no period
+        // or an unlimited quota is no limit; nothing set is no resources at all.
+        for (r, want) in [
+            (
+                linux(100_000, 250_000, 2048, 0),
+                (Some(2500), Some(2000), None),
+            ),
+            (linux(100_000, -1, 2, 1), (None, Some(2), Some(1))),
+            (linux(0, 50_000, 1, 0), (None, None, None)),
+        ] {
+            let got = container_resources(&r).unwrap_or_default();
+            assert_eq!(
+                (
+                    got.cpu_limit_milli,
+                    got.cpu_request_milli,
+                    got.memory_limit_bytes
+                ),
+                want,
+                "{r:?}"
+            );
+        }
+        assert_eq!(container_resources(&linux(0, 0, 0, 0)), None);
+        assert_eq!(
+            container_resources(&api::ContainerResources::default()),
+            None
+        );
+        let plain = to_container_status(
+            &api::ContainerStatus {
+                user: Some(api::ContainerUser { linux: None }),
+                ..Default::default()
+            },
+            "sb",
+        );
+        assert_eq!(
+            (plain.resources, plain.user),
+            (None, Some(ContainerUser { linux: None }))
+        );
+    }
+
+    #[test]
+    fn sandbox_primary_ip_as_reported() {
+        let none = to_sandbox_status(&api::PodSandboxStatus::default());
+        assert_eq!(none.primary_ip, None);
+        let empty = to_sandbox_status(&api::PodSandboxStatus {
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: String::new(),
+                additional_ips: vec![api::PodIp {
+                    ip: "fd00::2".into(),
+                }],
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            (empty.primary_ip.as_deref(), empty.ips),
+            (Some(""), vec!["fd00::2".to_owned()])
+        );
     }
 
     #[test]

@@ -57,6 +57,8 @@ fn ctr(id: &str, name: &str, image: &str) -> ContainerStatus {
         message: String::new(),
         termination_message_path: None,
         termination_grace_period: None,
+        resources: None,
+        user: None,
     }
 }
 

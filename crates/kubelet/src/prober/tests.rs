@@ -112,6 +112,8 @@ fn status(id: Option<&str>) -> PodStatus {
                 message: String::new(),
                 termination_message_path: None,
                 termination_grace_period: None,
+                resources: None,
+                user: None,
             })
             .into_iter()
             .collect(),

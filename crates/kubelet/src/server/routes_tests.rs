@@ -114,6 +114,8 @@ async fn running_pods_come_from_the_runtime_cache() {
         message: String::new(),
         termination_message_path: None,
         termination_grace_period: None,
+        resources: None,
+        user: None,
     };
     cache.set(
         "u1",
@@ -484,6 +486,8 @@ async fn resource_and_cadvisor_metrics_from_the_latest_snapshot() {
                 message: String::new(),
                 termination_message_path: None,
                 termination_grace_period: None,
+                resources: None,
+                user: None,
             }],
             ..Default::default()
         }),

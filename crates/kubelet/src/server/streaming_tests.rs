@@ -206,6 +206,8 @@ async fn fixture(stream_base: &str) -> Fixture {
             message: String::new(),
             termination_message_path: None,
             termination_grace_period: None,
+            resources: None,
+            user: None,
         });
     }
     let cache = PodCache::new();

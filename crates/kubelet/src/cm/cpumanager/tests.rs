@@ -174,6 +174,8 @@ async fn reconcile_pushes_the_pool_and_drops_stale_state() {
             message: String::new(),
             termination_message_path: None,
             termination_grace_period: None,
+            resources: None,
+            user: None,
         });
     cache.set("be", Ok(status), tokio::time::Instant::now());
     // The BestEffort container was created with the whole pool.

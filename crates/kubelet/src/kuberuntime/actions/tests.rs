@@ -116,6 +116,8 @@ fn cs(pod: &Pod, name: &str, state: ContainerState, exit_code: i32) -> Container
         message: String::new(),
         termination_message_path: None,
         termination_grace_period: None,
+        resources: None,
+        user: None,
     }
 }
 
@@ -559,13 +561,19 @@ fn init_containers_of_an_old_sandbox_do_not_count() {
     // init1 ran in the new sandbox: init2 is next, not the regular containers.
     let mut st = old_run.clone();
     st.insert(0, in_sb("init1", "sb2", Exited, 0));
-    assert_eq!(compute_pod_actions(&p, &status(sandboxes.clone(), st)), want(vec![1]));
+    assert_eq!(
+        compute_pod_actions(&p, &status(sandboxes.clone(), st)),
+        want(vec![1])
+    );
 
     // init2 too: init3 is next.
     let mut st = old_run.clone();
     st.insert(0, in_sb("init2", "sb2", Exited, 0));
     st.insert(1, in_sb("init1", "sb2", Exited, 0));
-    assert_eq!(compute_pod_actions(&p, &status(sandboxes.clone(), st)), want(vec![2]));
+    assert_eq!(
+        compute_pod_actions(&p, &status(sandboxes.clone(), st)),
+        want(vec![2])
+    );
 
     // All three in the new sandbox: initialized, the regular containers start.
     let mut st = old_run;
@@ -618,9 +626,24 @@ fn sandbox_ip_check_as_upstream() {
 
     for (name, pod, sb, want) in [
         ("no network status", &always, no_network, Want::keep()),
-        ("network status without primary IP", &always, no_primary, recreate),
-        ("host network, empty IP", &host_net, host_empty, Want::keep()),
-        ("host network, no network status", &host_net, host_none, Want::keep()),
+        (
+            "network status without primary IP",
+            &always,
+            no_primary,
+            recreate,
+        ),
+        (
+            "host network, empty IP",
+            &host_net,
+            host_empty,
+            Want::keep(),
+        ),
+        (
+            "host network, no network status",
+            &host_net,
+            host_none,
+            Want::keep(),
+        ),
     ] {
         let got = compute_pod_actions(pod, &status(vec![sb], all(pod, Running, 0)));
         assert_eq!(got, want.build(), "case: {name}");

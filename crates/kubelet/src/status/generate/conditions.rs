@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use super::{
     CONTAINERS_NOT_INITIALIZED, CONTAINERS_NOT_READY, FAILED, KUBELET_CONDITIONS, POD_COMPLETED,
     POD_FAILED, READINESS_GATES_NOT_READY, SUCCEEDED, StatusInputs, init_specs, k8s_time,
-    regular_specs,
+    observed_generation, regular_specs,
 };
 use crate::kuberuntime::actions::{is_restartable_init_container, pod_sandbox_changed};
 
@@ -75,6 +75,7 @@ pub(super) fn conditions(
     own.push(containers_ready);
     own.push(condition("PodScheduled", true, None, None));
     for mut c in own {
+        c.observed_generation = observed_generation(pod);
         let previous = old.conditions.iter().flatten().find(|o| o.type_ == c.type_);
         c.last_transition_time = match previous {
             Some(p) if p.status == c.status && p.last_transition_time.is_some() => {

@@ -12,17 +12,22 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodIP,
-    PodStatus as ApiPodStatus, VolumeMountStatus,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, ContainerUser, HostIP,
+    LinuxContainerUser, Pod, PodIP, PodStatus as ApiPodStatus, ResourceRequirements,
+    VolumeMountStatus,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::container::{ContainerState, ContainerStatus, PodStatus, Timestamp};
+use crate::container::{
+    ContainerState, ContainerStatus, ContainerUser as RuntimeUser, PodStatus, Timestamp,
+};
 use crate::kuberuntime::actions::{
     NoProber, ProbeResult, ProbeResults, has_any_regular_container_created,
     is_restartable_init_container, restart_policy, should_container_be_restarted,
 };
 use crate::kuberuntime::env::sort_pod_ips;
+use crate::nodestatus::resources::{CPU, MEMORY, QuantityFormat, format_quantity, parse_milli};
 use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
 
@@ -197,7 +202,101 @@ pub fn generate_api_pod_status_with_probes(
     }
 
     s.start_time = old.start_time.clone().or_else(|| k8s_time(Some(inp.now)));
+    s.observed_generation = observed_generation(pod);
     s
+}
+
+/// The `metadata.generation` the status reflects (upstream `CalculatePodStatusObservedGeneration`
+/// with `PodObservedGenerationTracking`, on by default since 1.34); unset for generation 0.
+pub fn observed_generation(pod: &Pod) -> Option<i64> {
+    pod.metadata.generation.filter(|g| *g != 0)
+}
+
+/// Upstream's `cm.MinShares` as millicores: CPU requests at or below it look alike.
+const MIN_SHARES_MILLI: i128 = 2;
+/// Upstream's `cm.MinMilliCPULimit`: the smallest CFS quota (1 ms per 100 ms period).
+const MIN_MILLI_CPU_LIMIT: i128 = 10;
+
+/// Upstream `convertContainerStatusResources`: the spec's resources, with the CPU and memory
+/// the runtime reports for a running container (or, when it reports none, the values of the
+/// previous status of the same running container). A container that does not run shows its
+/// spec's resources.
+fn status_resources(
+    spec: &Container,
+    cs: &ContainerStatus,
+    container_id: &str,
+    old: Option<&ApiContainerStatus>,
+) -> ResourceRequirements {
+    let mut res = spec.resources.clone().unwrap_or_default();
+    if cs.state != ContainerState::Running {
+        return res;
+    }
+    let old = old
+        .filter(|o| o.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .filter(|o| o.container_id.as_deref() == Some(container_id))
+        .and_then(|o| o.resources.as_ref());
+    let keep_old = |list: &mut BTreeMap<String, Quantity>,
+                    old: Option<&BTreeMap<String, Quantity>>,
+                    name: &str| {
+        if let Some(q) = old.and_then(|l| l.get(name)) {
+            list.insert(name.to_owned(), q.clone());
+        }
+    };
+    let milli_of = |list: &BTreeMap<String, Quantity>| {
+        list.get(CPU).and_then(|q| parse_milli(&q.0)).unwrap_or(0)
+    };
+    let runtime = cs.resources.clone().unwrap_or_default();
+    if let Some(limits) = res.limits.as_mut() {
+        let old_limits = old.and_then(|o| o.limits.as_ref());
+        match runtime.cpu_limit_milli.map(i128::from) {
+            Some(m) if m > MIN_MILLI_CPU_LIMIT || milli_of(limits) > MIN_MILLI_CPU_LIMIT => {
+                limits.insert(CPU.into(), cpu_quantity(m));
+            }
+            Some(_) => {}
+            None => keep_old(limits, old_limits, CPU),
+        }
+        match runtime.memory_limit_bytes {
+            Some(b) => {
+                limits.insert(MEMORY.into(), memory_quantity(b));
+            }
+            None => keep_old(limits, old_limits, MEMORY),
+        }
+    }
+    if let Some(requests) = res.requests.as_mut() {
+        let old_requests = old.and_then(|o| o.requests.as_ref());
+        match runtime.cpu_request_milli.map(i128::from) {
+            Some(m) if m > MIN_SHARES_MILLI || milli_of(requests) > MIN_SHARES_MILLI => {
+                requests.insert(CPU.into(), cpu_quantity(m));
+            }
+            Some(_) => {}
+            None => keep_old(requests, old_requests, CPU),
+        }
+        // Runtimes do not report memory requests.
+        keep_old(requests, old_requests, MEMORY);
+    }
+    res
+}
+
+fn cpu_quantity(milli: i128) -> Quantity {
+    Quantity(format_quantity(milli, QuantityFormat::DecimalSI))
+}
+
+fn memory_quantity(bytes: i64) -> Quantity {
+    Quantity(format_quantity(
+        i128::from(bytes) * 1000,
+        QuantityFormat::BinarySI,
+    ))
+}
+
+/// Upstream `convertContainerStatusUser`.
+fn status_user(user: &RuntimeUser) -> ContainerUser {
+    ContainerUser {
+        linux: user.linux.as_ref().map(|l| LinuxContainerUser {
+            uid: l.uid,
+            gid: l.gid,
+            supplemental_groups: Some(l.supplemental_groups.clone()).filter(|g| !g.is_empty()),
+        }),
+    }
 }
 
 /// Pod reason once `activeDeadlineSeconds` passed.
@@ -510,7 +609,7 @@ fn convert_statuses(
         if *count >= 2 {
             continue;
         }
-        let converted = convert_one(inp, cs, old.get(cs.name.as_str()).copied());
+        let converted = convert_one(inp, cs, old.get(cs.name.as_str()).copied(), &specs[i]);
         if *count == 0 {
             statuses[i] = converted;
         } else {
@@ -571,6 +670,7 @@ fn convert_one(
     inp: &StatusInputs,
     cs: &ContainerStatus,
     old: Option<&ApiContainerStatus>,
+    spec: &Container,
 ) -> ApiContainerStatus {
     let cid = format!("{}://{}", inp.runtime_name, cs.id);
     let mut status = ApiContainerStatus {
@@ -580,6 +680,15 @@ fn convert_one(
         image_id: cs.image_ref.clone(),
         container_id: Some(cid.clone()),
         volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
+        // As upstream 1.33+ (InPlacePodVerticalScaling, SupplementalGroupsPolicy): what the
+        // container runs with, what it was given, and the identity it runs as.
+        resources: Some(status_resources(spec, cs, &cid, old)),
+        allocated_resources: spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .filter(|r| !r.is_empty()),
+        user: cs.user.as_ref().map(status_user),
         ..ApiContainerStatus::default()
     };
     let old_running = old

@@ -97,6 +97,8 @@ fn rc(name: &str, id: &str, state: ContainerState, exit: i32, created: i64) -> C
         message: String::new(),
         termination_message_path: None,
         termination_grace_period: None,
+        resources: None,
+        user: None,
     }
 }
 
@@ -882,4 +884,194 @@ fn active_deadline_is_measured_from_the_recorded_start_time() {
             "deadline {deadline:?} start {start:?} now {now}"
         );
     }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+fn with_resources(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
+    Container {
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(requests)),
+            limits: Some(quantities(limits)),
+            claims: None,
+        }),
+        ..ctr(name)
+    }
+}
+
+/// Upstream 1.33+ `convertToAPIContainerStatuses`: `resources` (the spec's, with the CPU and
+/// memory the runtime reports for running containers), `allocatedResources` (the requests)
+/// and `user` (the runtime's uid/gid/groups).
+#[test]
+fn container_status_resources_allocated_resources_and_user() {
+    let spec = with_resources(
+        "app",
+        &[("cpu", "100m"), ("memory", "64Mi")],
+        &[("cpu", "500m"), ("memory", "128Mi")],
+    );
+    let p = pod("Always", vec![], vec![spec]);
+    let mut running = rc("app", "c1", Running, 0, 10);
+    running.resources = Some(crate::container::ContainerResources {
+        cpu_limit_milli: Some(250),
+        cpu_request_milli: Some(100),
+        memory_limit_bytes: Some(256 << 20),
+    });
+    running.user = Some(crate::container::ContainerUser {
+        linux: Some(crate::container::LinuxContainerUser {
+            uid: 1000,
+            gid: 3000,
+            supplemental_groups: vec![3000, 4000],
+        }),
+    });
+    let rt = runtime(vec![sb(true)], vec![running]);
+    let s = Gen::new(&p, &rt).run();
+    let app = st(&s, "app");
+    let res = app.resources.as_ref().expect("resources");
+    assert_eq!(
+        res.limits,
+        Some(quantities(&[("cpu", "250m"), ("memory", "256Mi")]))
+    );
+    assert_eq!(
+        res.requests,
+        Some(quantities(&[("cpu", "100m"), ("memory", "64Mi")]))
+    );
+    assert_eq!(
+        app.allocated_resources,
+        Some(quantities(&[("cpu", "100m"), ("memory", "64Mi")]))
+    );
+    let user = app
+        .user
+        .as_ref()
+        .and_then(|u| u.linux.as_ref())
+        .expect("user");
+    assert_eq!(
+        (user.uid, user.gid, user.supplemental_groups.clone()),
+        (1000, 3000, Some(vec![3000, 4000]))
+    );
+
+    // An exited container shows its spec's resources, whatever the runtime said.
+    let mut exited = rc("app", "c1", Exited, 1, 10);
+    exited.resources = Some(crate::container::ContainerResources {
+        cpu_limit_milli: Some(250),
+        ..Default::default()
+    });
+    let rt = runtime(vec![sb(true)], vec![exited]);
+    let s = Gen::new(&p, &rt).run();
+    let res = st(&s, "app").resources.clone().expect("resources");
+    assert_eq!(
+        res.limits,
+        Some(quantities(&[("cpu", "500m"), ("memory", "128Mi")]))
+    );
+    assert_eq!(st(&s, "app").user, None);
+}
+
+#[test]
+fn container_status_resources_keep_old_values_and_tiny_cpu() {
+    // The runtime reports nothing: the previous status of the same running container wins
+    // over the spec, the spec fills the rest.
+    let spec = with_resources("app", &[("cpu", "1")], &[("cpu", "2"), ("memory", "1Gi")]);
+    let p = pod("Always", vec![], vec![spec]);
+    let rt = runtime(vec![sb(true)], vec![rc("app", "c1", Running, 0, 10)]);
+    let mut old = Gen::new(&p, &rt).run();
+    if let Some(cs) = old.container_statuses.as_mut() {
+        cs[0].resources = Some(ResourceRequirements {
+            limits: Some(quantities(&[("cpu", "1500m")])),
+            requests: Some(quantities(&[("cpu", "700m")])),
+            claims: None,
+        });
+    }
+    let mut g = Gen::new(&p, &rt);
+    g.old = Some(&old);
+    let res = st(&g.run(), "app").resources.clone().expect("resources");
+    assert_eq!(
+        res.limits,
+        Some(quantities(&[("cpu", "1500m"), ("memory", "1Gi")]))
+    );
+    assert_eq!(res.requests, Some(quantities(&[("cpu", "700m")])));
+    // A different container ID is a new container: the old values do not carry over.
+    let rt2 = runtime(vec![sb(true)], vec![rc("app", "c2", Running, 0, 20)]);
+    let mut g = Gen::new(&p, &rt2);
+    g.old = Some(&old);
+    let res = st(&g.run(), "app").resources.clone().expect("resources");
+    assert_eq!(
+        res.limits,
+        Some(quantities(&[("cpu", "2"), ("memory", "1Gi")]))
+    );
+
+    // At or below the smallest effective values, the spec's numbers stay.
+    let spec = with_resources("app", &[("cpu", "1m")], &[("cpu", "5m")]);
+    let p = pod("Always", vec![], vec![spec]);
+    let mut tiny = rc("app", "c1", Running, 0, 10);
+    tiny.resources = Some(crate::container::ContainerResources {
+        cpu_limit_milli: Some(10),
+        cpu_request_milli: Some(2),
+        memory_limit_bytes: None,
+    });
+    let rt = runtime(vec![sb(true)], vec![tiny]);
+    let res = st(&Gen::new(&p, &rt).run(), "app")
+        .resources
+        .clone()
+        .expect("resources");
+    assert_eq!(res.limits, Some(quantities(&[("cpu", "5m")])));
+    assert_eq!(res.requests, Some(quantities(&[("cpu", "1m")])));
+
+    // No resources in the spec: `resources: {}` and no `allocatedResources`, as upstream.
+    let p = pod("Always", vec![], vec![ctr("app")]);
+    let rt = runtime(vec![sb(true)], vec![rc("app", "c1", Running, 0, 10)]);
+    let s = Gen::new(&p, &rt).run();
+    assert_eq!(
+        st(&s, "app").resources,
+        Some(ResourceRequirements::default())
+    );
+    assert_eq!(st(&s, "app").allocated_resources, None);
+}
+
+/// 1.34 `PodObservedGenerationTracking`: the status and each kubelet-owned condition carry
+/// the pod's `metadata.generation`; other conditions keep theirs.
+#[test]
+fn observed_generation_on_status_and_conditions() {
+    let mut p = pod("Always", vec![], vec![ctr("app")]);
+    p.metadata.generation = Some(3);
+    p.status = Some(ApiPodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: "example.com/gate".into(),
+            status: "True".into(),
+            observed_generation: Some(1),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let rt = runtime(vec![sb(true)], vec![rc("app", "c1", Running, 0, 10)]);
+    let s = Gen::new(&p, &rt).run();
+    assert_eq!(s.observed_generation, Some(3));
+    for c in s.conditions.iter().flatten() {
+        let want = if c.type_ == "example.com/gate" { 1 } else { 3 };
+        assert_eq!(c.observed_generation, Some(want), "{}", c.type_);
+    }
+    for type_ in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ] {
+        assert_eq!(cond(&s, type_).observed_generation, Some(3), "{type_}");
+    }
+
+    // Generation 0 or unset: omitted.
+    p.metadata.generation = None;
+    let s = Gen::new(&p, &rt).run();
+    assert_eq!(s.observed_generation, None);
+    assert!(
+        s.conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ != "example.com/gate")
+            .all(|c| c.observed_generation.is_none())
+    );
 }
