@@ -148,6 +148,40 @@ async fn crash_loop_backoff_doubles_between_restarts() {
     agent.shutdown().await;
 }
 
+/// `crashLoopBackOff.maxContainerRestartPeriod` (with `KubeletCrashLoopBackOffMax`) caps the
+/// restart back-off: with 15s the delays go 0, 10s, 15s, 15s instead of 0, 10s, 20s, 40s.
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backoff_stops_at_the_configured_max() {
+    let h = Harness::new();
+    let p = pod("capped", "Always", 1);
+    h.fake.on_start("capped-c", Behaviour::ExitImmediately(1));
+    let agent = h
+        .start_with(|cfg| cfg.crash_loop_max = Some(Duration::from_secs(15)))
+        .await;
+    set(&agent, vec![p.clone()]).await;
+
+    let mut starts = Vec::new();
+    let begin = Instant::now();
+    while starts.len() < 5 && begin.elapsed() < Duration::from_secs(300) {
+        let n = h.fake.call_count("StartContainer");
+        while starts.len() < n {
+            starts.push(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(starts.len(), 5, "container restarts: {}", starts.len());
+    let gaps: Vec<f64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    // Each gap is the back-off plus at most a relist and a worker retry period of slack; the
+    // uncapped schedule would make the last one at least 40 s.
+    for (gap, want) in gaps.iter().zip([0.0, 10.0, 15.0, 15.0]) {
+        assert!(*gap >= want && *gap < want + 12.0, "gaps {gaps:?}");
+    }
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn removed_pod_is_killed_with_its_grace_period_and_removed() {
     let h = Harness::new();

@@ -266,6 +266,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         static_pod_url_header: c.static_pod_url_header.clone(),
         http_check_frequency: c.http_check_frequency.as_std(),
         sync_frequency: c.sync_frequency.as_std(),
+        crash_loop_max: kubelet::backoff::crash_loop_max(c),
         read_only_addr: socket(&c.address, c.read_only_port)?,
         healthz_addr: socket(&c.healthz_bind_address, c.healthz_port)?,
         cluster_dns: c.cluster_dns.clone(),

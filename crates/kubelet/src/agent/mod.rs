@@ -75,6 +75,9 @@ pub struct AgentConfig {
     pub static_pod_url_header: BTreeMap<String, Vec<String>>,
     pub http_check_frequency: Duration,
     pub sync_frequency: Duration,
+    /// The CrashLoopBackOff cap (`crashLoopBackOff.maxContainerRestartPeriod`, honoured with
+    /// the `KubeletCrashLoopBackOffMax` gate); `None` keeps upstream's 300s.
+    pub crash_loop_max: Option<Duration>,
     pub read_only_addr: Option<SocketAddr>,
     pub healthz_addr: Option<SocketAddr>,
     pub cluster_dns: Vec<String>,
@@ -155,6 +158,7 @@ impl AgentConfig {
             static_pod_url_header: BTreeMap::new(),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
+            crash_loop_max: None,
             read_only_addr: None,
             healthz_addr: None,
             cluster_dns: Vec::new(),
@@ -403,6 +407,9 @@ impl Agent {
         .with_prober(prober.clone())
         .with_cpu_manager(cpu_manager.clone())
         .with_metrics(metrics.clone());
+        let syncer = with_opt(syncer, cfg.crash_loop_max, |s, max| {
+            s.with_crash_loop_max(max)
+        });
         let syncer = with_opt(syncer, cm.clone(), |s, cm| s.with_cgroups(cm));
         let syncer = Arc::new(with_opt(syncer, objects.clone(), |s, o| s.with_objects(o)));
         let syncer = Arc::new(InstrumentedSyncer::new(

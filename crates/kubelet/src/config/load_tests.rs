@@ -663,7 +663,7 @@ protectKernelDefaults: false
 makeIPTablesUtilChains: true
 iptablesMasqueradeBit: 14
 iptablesDropBit: 15
-featureGates: {NodeSwap: true}
+featureGates: {NodeSwap: true, KubeletCrashLoopBackOffMax: true}
 failSwapOn: false
 memorySwap: {swapBehavior: LimitedSwap}
 containerLogMaxSize: 10Mi

@@ -433,6 +433,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
     );
     validate_eviction(kc, &mut errs);
     validate_resource_managers(kc, &mut errs);
+    validate_crash_loop_back_off(kc, &mut errs);
 
     // rkubelet: periods that drive loops must be positive (upstream would panic creating a ticker).
     for (d, name) in [
@@ -464,6 +465,23 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         Ok(())
     } else {
         Err(ConfigError::Invalid(errs))
+    }
+}
+
+/// `crashLoopBackOff.maxContainerRestartPeriod` (upstream `KubeletCrashLoopBackOffMax`): only
+/// with the feature gate, and then between 1s and 300s.
+fn validate_crash_loop_back_off(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    let Some(max) = kc.crash_loop_back_off.max_container_restart_period else {
+        return;
+    };
+    if !gate(kc, "KubeletCrashLoopBackOffMax") {
+        errs.push(
+            "crashLoopBackOff.maxContainerRestartPeriod must not be set: feature gate KubeletCrashLoopBackOffMax is not enabled".into(),
+        );
+    } else if max < Duration::from_secs(1) || max > Duration::from_secs(300) {
+        errs.push(format!(
+            "crashLoopBackOff.maxContainerRestartPeriod {max} must be between 1s and 5m0s, inclusive"
+        ));
     }
 }
 

@@ -324,6 +324,38 @@ fn feature_gates_unlock_options() {
 }
 
 #[test]
+fn crash_loop_back_off_max_needs_its_gate_and_a_range() {
+    let mut c = base();
+    c.crash_loop_back_off.max_container_restart_period = Some(Duration::from_secs(30));
+    assert_eq!(
+        errors(&c),
+        vec![
+            "crashLoopBackOff.maxContainerRestartPeriod must not be set: feature gate KubeletCrashLoopBackOffMax is not enabled"
+                .to_string()
+        ]
+    );
+    c.feature_gates
+        .insert("KubeletCrashLoopBackOffMax".into(), true);
+    assert_eq!(errors(&c), Vec::<String>::new());
+    for ok in [Duration::from_secs(1), Duration::from_secs(300)] {
+        c.crash_loop_back_off.max_container_restart_period = Some(ok);
+        assert_eq!(errors(&c), Vec::<String>::new(), "{ok}");
+    }
+    for (bad, shown) in [
+        (Duration::from_millis(999), "999ms"),
+        (Duration::from_secs(301), "5m1s"),
+    ] {
+        c.crash_loop_back_off.max_container_restart_period = Some(bad);
+        assert_eq!(
+            errors(&c),
+            vec![format!(
+                "crashLoopBackOff.maxContainerRestartPeriod {shown} must be between 1s and 5m0s, inclusive"
+            )]
+        );
+    }
+}
+
+#[test]
 fn soft_thresholds_with_grace_periods_and_disabling_values_are_valid() {
     let mut c = base();
     c.eviction_soft.insert(

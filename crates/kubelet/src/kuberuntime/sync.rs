@@ -117,6 +117,13 @@ impl Syncer {
         }
     }
 
+    /// Caps the CrashLoopBackOff delay (`crashLoopBackOff.maxContainerRestartPeriod` with the
+    /// `KubeletCrashLoopBackOffMax` gate); without it, 10s doubling to 300s.
+    pub fn with_crash_loop_max(mut self, max: std::time::Duration) -> Self {
+        self.crash_backoff = Mutex::new(Backoff::for_containers_with_max(max));
+        self
+    }
+
     /// Counts sandbox and container start attempts (`kubelet_started_*`).
     pub fn with_metrics(mut self, metrics: KubeletMetrics) -> Self {
         self.metrics = Some(metrics);
