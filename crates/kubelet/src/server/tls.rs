@@ -263,6 +263,47 @@ pub fn generate_self_signed(
     ))
 }
 
+/// Why a client certificate is refused when its version is the reason.
+pub const X509_V1_REFUSAL: &str = "client certificate is X.509 v1; only v3 is supported";
+
+/// A client presented an X.509 v1 certificate (what `openssl x509 -req` makes without an
+/// extension file). The Go kubelet accepts those; rustls/webpki parse only v3, and rkubelet
+/// keeps refusing them rather than validate paths itself (docs/security.md).
+#[derive(thiserror::Error)]
+#[error("{X509_V1_REFUSAL}")]
+pub struct X509V1Certificate;
+
+/// rustls shows the reason of a certificate error with `Debug`: say it in words.
+impl std::fmt::Debug for X509V1Certificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(X509_V1_REFUSAL)
+    }
+}
+
+/// The X.509 version (1, 2 or 3) of a DER certificate; `None` when it does not parse.
+pub fn x509_version(der: &[u8]) -> Option<u32> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    cert.version().0.checked_add(1)
+}
+
+/// A failed check of a client certificate, explained when the certificate is X.509 v1: the
+/// error then says so and the refusal is logged, instead of webpki's bare "unsupported
+/// certificate version" at debug level.
+fn explain_client_cert_error<T>(
+    cert: &CertificateDer<'_>,
+    result: Result<T, rustls::Error>,
+) -> Result<T, rustls::Error> {
+    result.map_err(|e| {
+        if x509_version(cert.as_ref()) != Some(1) {
+            return e;
+        }
+        tracing::warn!(error = %e, "{X509_V1_REFUSAL}");
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
+            Arc::new(X509V1Certificate),
+        )))
+    })
+}
+
 /// Accepts any client certificate during the handshake (checking only the handshake
 /// signatures); the chain is verified per request by the authenticator with `inner`.
 #[derive(Debug)]
@@ -294,7 +335,7 @@ impl ClientCertVerifier for DeferredClientAuth {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        explain_client_cert_error(cert, self.inner.verify_tls12_signature(message, cert, dss))
     }
     fn verify_tls13_signature(
         &self,
@@ -302,7 +343,7 @@ impl ClientCertVerifier for DeferredClientAuth {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        explain_client_cert_error(cert, self.inner.verify_tls13_signature(message, cert, dss))
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
@@ -580,6 +621,121 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("tlsMinVersion")
+        );
+    }
+
+    const V1_CLIENT_CRT: &str = include_str!("../../tests/fixtures/x509v1/client.crt");
+    const V1_CLIENT_KEY: &str = include_str!("../../tests/fixtures/x509v1/client.key");
+    const V1_CLIENT_CA: &str = include_str!("../../tests/fixtures/x509v1/ca.crt");
+
+    fn der(pem: &str) -> CertificateDer<'static> {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn x509_version_is_read_from_the_der_and_garbage_is_no_version() {
+        let v1 = der(V1_CLIENT_CRT);
+        assert_eq!(x509_version(v1.as_ref()), Some(1));
+        assert_eq!(x509_version(der(V1_CLIENT_CA).as_ref()), Some(3));
+        let (generated, _) = generate_self_signed("node-1", &[]).unwrap();
+        assert_eq!(x509_version(der(&generated).as_ref()), Some(3));
+        // Hostile input: every truncation, a huge declared length, nothing at all.
+        for len in 0..v1.as_ref().len() {
+            assert_eq!(x509_version(&v1.as_ref()[..len]), None, "prefix {len}");
+        }
+        assert_eq!(x509_version(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff, 0x02]), None);
+        assert_eq!(x509_version(b"not a certificate"), None);
+    }
+
+    /// A `MakeWriter` appending to a shared buffer.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+        type Writer = Capture;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    /// rustls/webpki refuse an X.509 v1 client certificate at the handshake (the Go kubelet
+    /// accepts it); the refusal says why, in the error and in the log.
+    #[tokio::test]
+    async fn v1_client_certificate_is_refused_at_the_handshake_with_the_reason() {
+        use rustls::pki_types::PrivateKeyDer;
+        use rustls::pki_types::pem::PemObject;
+
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(capture.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("client-ca.crt");
+        std::fs::write(&ca_file, V1_CLIENT_CA).unwrap();
+        let serving = build(&TlsSettings {
+            cert_dir: dir.path().join("pki"),
+            hostname: "node-1".into(),
+            client_ca_file: Some(ca_file),
+            ..Default::default()
+        })
+        .unwrap();
+
+        // The client trusts the generated serving CA (second in the file) and presents the v1
+        // certificate (no key/certificate consistency check: rustls cannot parse v1 either).
+        let served = std::fs::read(dir.path().join("pki/kubelet.crt")).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&served).skip(1) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = provider
+            .key_provider
+            .load_private_key(PrivateKeyDer::from_pem_slice(V1_CLIENT_KEY.as_bytes()).unwrap())
+            .unwrap();
+        let certified = rustls::sign::CertifiedKey::new(vec![der(V1_CLIENT_CRT)], key);
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
+
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let acceptor = tokio_rustls::TlsAcceptor::from(serving.config());
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let client_side = async {
+            // With TLS 1.3 the client learns of the refusal only when it reads.
+            let mut tls = connector.connect(name, client_io).await?;
+            let mut buf = [0u8; 1];
+            tokio::io::AsyncReadExt::read(&mut tls, &mut buf).await
+        };
+        let (server, client) = tokio::join!(acceptor.accept(server_io), client_side);
+
+        let err = server.expect_err("the v1 certificate must be refused").to_string();
+        assert!(err.contains(X509_V1_REFUSAL), "{err}");
+        assert!(client.is_err(), "the client sees the alert: {client:?}");
+        let logged =
+            String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+        assert!(
+            logged.contains("WARN") && logged.contains(X509_V1_REFUSAL),
+            "{logged}"
         );
     }
 
