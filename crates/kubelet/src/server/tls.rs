@@ -644,7 +644,10 @@ mod tests {
         for len in 0..v1.as_ref().len() {
             assert_eq!(x509_version(&v1.as_ref()[..len]), None, "prefix {len}");
         }
-        assert_eq!(x509_version(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff, 0x02]), None);
+        assert_eq!(
+            x509_version(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff, 0x02]),
+            None
+        );
         assert_eq!(x509_version(b"not a certificate"), None);
     }
 
@@ -728,11 +731,13 @@ mod tests {
         };
         let (server, client) = tokio::join!(acceptor.accept(server_io), client_side);
 
-        let err = server.expect_err("the v1 certificate must be refused").to_string();
+        let err = server
+            .expect_err("the v1 certificate must be refused")
+            .to_string();
         assert!(err.contains(X509_V1_REFUSAL), "{err}");
         assert!(client.is_err(), "the client sees the alert: {client:?}");
-        let logged =
-            String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+        let logged = String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_owned();
         assert!(
             logged.contains("WARN") && logged.contains(X509_V1_REFUSAL),
             "{logged}"
