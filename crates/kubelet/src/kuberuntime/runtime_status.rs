@@ -1255,6 +1255,12 @@ pub(crate) mod tests {
             );
         }
         assert_eq!(container_resources(&linux(0, 0, 0, 0)), None);
+        // Hostile or broken runtime values: no overflow, negatives are "not set".
+        assert_eq!(container_resources(&linux(-100_000, -50_000, -2, -1)), None);
+        let huge = container_resources(&linux(1, i64::MAX, i64::MAX, i64::MAX)).unwrap();
+        assert_eq!(huge.memory_limit_bytes, Some(i64::MAX));
+        assert!(huge.cpu_limit_milli.is_some_and(|m| m > 0));
+        assert!(huge.cpu_request_milli.is_some_and(|m| m > 0));
         assert_eq!(
             container_resources(&api::ContainerResources::default()),
             None
