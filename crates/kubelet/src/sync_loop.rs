@@ -1,9 +1,11 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`/`HandlePodCleanups`): owns the pod
 //! manager. Receives merged pod updates (admission before a new pod gets a worker; a
-//! status-only RECONCILE syncs the pod when its readiness gates moved), PLEG events, probe result changes, the 1 s sync tick
-//! (which also syncs pods whose `activeDeadlineSeconds` passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods that belong to no
-//! source once every source has reported. Mirror pods go to the pod manager's mirror store,
-//! never to workers or admission. Publishes its liveness for `/healthz`.
+//! status-only RECONCILE syncs the pod when its readiness gates moved), PLEG events, probe
+//! result changes, the 1 s sync tick (which also syncs pods whose `activeDeadlineSeconds`
+//! passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods
+//! that belong to no source once every source has reported. Mirror pods go to the pod
+//! manager's mirror store, never to workers or admission. Publishes its liveness for
+//! `/healthz`.
 
 use crate::objects::PodObjects;
 use std::collections::HashSet;
