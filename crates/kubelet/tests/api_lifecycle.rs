@@ -289,14 +289,15 @@ async fn after_a_restart_terminal_pods_neither_count_in_admission_nor_start() {
     let mut done = pod("done");
     done["spec"]["restartPolicy"] = json!("Never");
     done["spec"]["containers"][0]["name"] = json!("done");
-    env.create(done).await;
+    let done_uid = env.create(done).await;
     env.wait(30, "done Succeeded", |e| {
         (e.api_pod("done")?["status"]["phase"] == "Succeeded").then_some(())
     })
     .await;
     // …then two running pods: the node is full (maxPods 2).
+    let mut run_uids = Vec::new();
     for name in ["run-1", "run-2"] {
-        env.create(pod(name)).await;
+        run_uids.push(env.create(pod(name)).await);
     }
     env.wait(30, "run-1 and run-2 Running", |e| {
         ["run-1", "run-2"]
@@ -311,7 +312,7 @@ async fn after_a_restart_terminal_pods_neither_count_in_admission_nor_start() {
     agent.shutdown().await;
     // While the kubelet is down, a pod bound to it is marked Failed by someone else: never
     // started.
-    env.create(pod("was-failed")).await;
+    let failed_uid = env.create(pod("was-failed")).await;
     env.pods()
         .patch_status(
             "was-failed",
@@ -323,9 +324,29 @@ async fn after_a_restart_terminal_pods_neither_count_in_admission_nor_start() {
     let sandboxes_before = env.fake.sandboxes().len();
 
     let agent = env.agent(2).await;
-    // Give the restarted kubelet time to admit and sync every pod.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    for name in ["run-1", "run-2"] {
+    // The restarted kubelet hands the terminal pods to workers that only terminate them, and
+    // admits the running ones.
+    let finished =
+        |uid: &str| agent.workers.phase(uid) == Some(kubelet::pod_workers::WorkerPhase::Finished);
+    env.wait(20, "the terminal pods' workers to finish", |_| {
+        (finished(&done_uid) && finished(&failed_uid)).then_some(())
+    })
+    .await;
+    env.wait(20, "the final status of was-failed in the API", |e| {
+        let p = e.api_pod("was-failed")?;
+        p["status"]["containerStatuses"][0]["state"]["terminated"]
+            .is_object()
+            .then_some(())
+    })
+    .await;
+    for (name, uid) in ["run-1", "run-2"].iter().zip(&run_uids) {
+        let ours = env
+            .wait(20, &format!("{name}'s status after the restart"), |_| {
+                agent.status.get_pod_status(uid)
+            })
+            .await;
+        assert_eq!(ours.phase.as_deref(), Some("Running"), "{name}: {ours:?}");
+        assert!(agent.workers.is_syncing(uid), "{name} runs");
         let p = env.api_pod(name).unwrap();
         assert_eq!(p["status"]["phase"], "Running", "{name}: {}", p["status"]);
     }
