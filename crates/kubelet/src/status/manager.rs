@@ -1,8 +1,8 @@
 //! Status manager: the single owner of every pod's latest API status (upstream
 //! `status.Manager`). Pod workers write generated statuses into it, and the final one when a
 //! pod's termination is complete (`terminate_pod`, which also marks the pod finished); the
-//! HTTP server, the sync loop and (in API mode) the API status syncer read from it. Emits the newest status version on
-//! a `watch` channel whenever any status changes.
+//! HTTP server, the sync loop and (in API mode) the API status syncer read from it. Emits the
+//! newest status version on a `watch` channel whenever any status changes.
 //!
 //! Versions come from one counter shared by all pods, so a status written later always carries
 //! a higher version, even after a pod's entry was forgotten and re-created: the API syncer can
@@ -108,9 +108,10 @@ impl StatusManager {
     /// static, a terminal phase. Always versioned anew and marked finished, so the API syncer
     /// writes it and may then remove a gracefully deleted pod.
     pub fn terminate_pod(&self, pod: &Pod) {
-        let last = self.get_pod_status(pod.uid());
-        let status = terminated_pod_status(pod, last.as_ref());
-        self.update(pod, status, true, true);
+        let inner = self.lock();
+        let last = inner.statuses.get(pod.uid()).map(|v| &v.status);
+        let status = terminated_pod_status(pod, last);
+        self.update_locked(inner, pod, status, true, true);
     }
 
     /// Whether [`terminate_pod`](Self::terminate_pod) ran for this pod (upstream
@@ -119,11 +120,21 @@ impl StatusManager {
         self.lock().statuses.get(uid).is_some_and(|v| v.finished)
     }
 
-    /// Upstream `updateStatusInternal`.
-    fn update(&self, pod: &Pod, mut status: PodStatus, force: bool, mut finished: bool) {
+    fn update(&self, pod: &Pod, status: PodStatus, force: bool, finished: bool) {
+        self.update_locked(self.lock(), pod, status, force, finished);
+    }
+
+    /// Upstream `updateStatusInternal`: `force` versions the status even when unchanged.
+    fn update_locked(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        pod: &Pod,
+        mut status: PodStatus,
+        force: bool,
+        mut finished: bool,
+    ) {
         let uid = pod.uid().to_owned();
         let is_static = pod.source().is_some_and(|s| s.is_static());
-        let mut inner = self.lock();
         if let Some(old) = inner.statuses.get(&uid) {
             if is_terminal_phase(old.status.phase.as_deref())
                 && !is_terminal_phase(status.phase.as_deref())

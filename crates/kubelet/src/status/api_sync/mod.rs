@@ -3,8 +3,9 @@
 //! [`StatusManager`] (`subscribe()`), where each pod's status goes from an injected
 //! [`StatusTargetLookup`], whether a deleted pod is fully reclaimed from an injected
 //! [`CanBeDeleted`] and whether a pod could still have running containers (its terminal phase
-//! is held back until then) from an injected [`CouldHaveRunningContainers`]; emits `PATCH pods/{name}/status` (strategic merge, uid precondition) and
-//! the final grace-0 `DELETE` of gracefully deleted pods.
+//! is held back until then) from an injected [`CouldHaveRunningContainers`]; emits
+//! `PATCH pods/{name}/status` (strategic merge, uid precondition) and the final grace-0
+//! `DELETE` of gracefully deleted pods.
 //!
 //! Scheduling: a pod is pushed when its status version is newer than the one last pushed; every
 //! `sync_period` (10 s upstream) all pods are also checked against the API's copy of their

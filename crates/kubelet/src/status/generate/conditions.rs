@@ -1,8 +1,9 @@
 //! status::generate::conditions — the pod conditions the kubelet owns (upstream
 //! `status/generate.go`: `GenerateContainersReadyCondition`, `GeneratePodReadyCondition`,
 //! `GeneratePodInitializedCondition`, `GeneratePodReadyToStartContainersCondition`), the
-//! status manager's `lastTransitionTime` bookkeeping and `NeedToReconcilePodReadiness`. Receives the freshly generated container
-//! statuses and phase; emits the full condition list. Pure.
+//! status manager's `lastTransitionTime` bookkeeping, and `NeedToReconcilePodReadiness`.
+//! Receives the freshly generated container statuses and phase (or, for the readiness check,
+//! the API pod); emits the full condition list (or whether to sync now). Pure.
 
 use k8s_openapi::api::core::v1::{
     ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodStatus as ApiPodStatus,
