@@ -1,8 +1,11 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`/`HandlePodCleanups`): owns the pod
-//! manager. Receives merged pod updates, PLEG events, probe result changes, the 1 s sync tick
-//! (which also syncs pods whose `activeDeadlineSeconds` passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods that belong to no
-//! source once every source has reported. Mirror pods go to the pod manager's mirror store,
-//! never to workers or admission. Publishes its liveness for `/healthz`.
+//! manager. Receives merged pod updates (admission before a new pod gets a worker; a
+//! status-only RECONCILE syncs the pod when its readiness gates moved), PLEG events, probe
+//! result changes, the 1 s sync tick (which also syncs pods whose `activeDeadlineSeconds`
+//! passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods
+//! that belong to no source once every source has reported. Mirror pods go to the pod
+//! manager's mirror store, never to workers or admission. Publishes its liveness for
+//! `/healthz`.
 
 use crate::objects::PodObjects;
 use std::collections::HashSet;
@@ -17,7 +20,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::admission::{Admission, is_terminal, rejected_status};
+use crate::admission::{Admission, is_inactive, is_terminal, rejected_status};
 use crate::clock::Clock;
 use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
@@ -25,9 +28,9 @@ use crate::kuberuntime::runtime_status::list_pods;
 use crate::metrics::KubeletMetrics;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod_manager::{MirrorSnapshot, PodManager, stored_as_mirror};
-use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType, WorkerPhase};
+use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType};
 use crate::prober::ProbeUpdate;
-use crate::status::generate::past_active_deadline;
+use crate::status::generate::{need_to_reconcile_pod_readiness, past_active_deadline};
 use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodOp, PodUpdate};
 use crate::volumes::VolumeManager;
@@ -183,17 +186,33 @@ impl SyncLoop {
         }
     }
 
-    /// Upstream `canAdmitPod` + `rejectPod`: `Ok` when the pod may start.
+    /// Upstream `filterOutInactivePods` for one desired pod (rejected pods never count).
+    fn is_active(&self, pod: &Pod) -> bool {
+        let uid = pod.uid();
+        !self.rejected.contains(uid)
+            && !is_inactive(
+                pod,
+                self.status.get_pod_status(uid).as_ref(),
+                self.workers.phase(uid),
+            )
+    }
+
+    /// Upstream `canAdmitPod` + `rejectPod`: `true` when the pod goes to a worker. A pod that
+    /// already has one, or whose API phase is terminal (its worker only terminates it, never
+    /// starts it), skips admission, as upstream `HandlePodAdditions`.
     fn admit(&mut self, pod: &Pod) -> bool {
         let uid = pod.uid();
         if self.workers.phase(uid).is_some() {
             return true;
         }
+        if is_terminal(pod.status.as_ref()) {
+            debug!(pod = %pod.full_name(), %uid, phase = ?pod.status.as_ref().and_then(|s| s.phase.as_deref()), reason = "terminal in the API", "not admitting a terminal pod");
+            return true;
+        }
         let active: Vec<&Pod> = self
             .pod_manager
             .pods()
-            .filter(|p| p.uid() != uid && !self.rejected.contains(p.uid()))
-            .filter(|p| !is_terminal(self.status.get_pod_status(p.uid()).as_ref()))
+            .filter(|p| p.uid() != uid && self.is_active(p))
             .collect();
         match self.admission.admit(pod, &active) {
             Ok(()) => true,
@@ -322,8 +341,15 @@ impl SyncLoop {
                 }
             }
             PodOp::Reconcile => {
+                // Upstream `HandlePodReconcile`: a status-only change; the pod is synced at
+                // once when its Ready condition no longer matches its readiness gates.
                 for pod in update.pods {
-                    self.pod_manager.upsert(pod);
+                    self.pod_manager.upsert(pod.clone());
+                    if need_to_reconcile_pod_readiness(&pod) && !self.rejected.contains(pod.uid()) {
+                        debug!(pod = %pod.full_name(), uid = %pod.uid(), reason = "readiness gate changed", "syncing pod to reconcile its Ready condition");
+                        self.workers
+                            .update_pod(PodWork::sync(UpdateType::Sync, pod));
+                    }
                 }
             }
         }
@@ -409,13 +435,13 @@ impl SyncLoop {
         }
     }
 
-    /// `kubelet_desired_pods`, `kubelet_active_pods` (admitted, not terminal, worker not
-    /// terminated) by static-ness, and `kubelet_mirror_pods`, as upstream housekeeping sets them.
+    /// `kubelet_desired_pods`, `kubelet_active_pods` (admitted and not inactive, as upstream
+    /// `filterOutInactivePods`) by static-ness, and `kubelet_mirror_pods`, as upstream
+    /// housekeeping sets them.
     fn record_pod_counts(&self) {
         let Some(m) = &self.metrics else { return };
         let (mut desired, mut active) = ((0, 0), (0, 0));
         for pod in self.pod_manager.pods() {
-            let uid = pod.uid();
             let bump = |c: &mut (usize, usize)| {
                 if pod.source().is_some_and(|s| s.is_static()) {
                     c.1 += 1;
@@ -424,14 +450,7 @@ impl SyncLoop {
                 }
             };
             bump(&mut desired);
-            let finished = matches!(
-                self.workers.phase(uid),
-                Some(WorkerPhase::Terminated | WorkerPhase::Finished)
-            );
-            if !self.rejected.contains(uid)
-                && !finished
-                && !is_terminal(self.status.get_pod_status(uid).as_ref())
-            {
+            if self.is_active(pod) {
                 bump(&mut active);
             }
         }

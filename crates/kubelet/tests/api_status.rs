@@ -1,7 +1,8 @@
 //! The API status syncer against the in-repo fake API server: statuses written to the status
 //! manager reach `pods/{name}/status`, only changes are patched, foreign conditions survive,
-//! recreated pods are left alone, static pods report through their mirror pods, gracefully
-//! deleted pods are removed once reclaimed, and outages heal. Real time, short periods.
+//! recreated pods are left alone, static pods report through their mirror pods, a terminal
+//! phase waits until no container could run, gracefully deleted pods are removed once
+//! reclaimed, and outages heal. Real time, short periods.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -44,6 +45,8 @@ struct Env {
     status: StatusManager,
     targets: Arc<Mutex<HashMap<String, Registered>>>,
     reclaimed: Arc<Mutex<HashSet<String>>>,
+    /// Pods the "pod workers" say could still have running containers.
+    running: Arc<Mutex<HashSet<String>>>,
     stats: Arc<ApiSyncStats>,
     cancel: CancellationToken,
     task: Option<JoinHandle<()>>,
@@ -106,14 +109,18 @@ impl Env {
                 deleting: seen.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
             })
         });
+        let running_pods: Arc<Mutex<HashSet<String>>> = Arc::default();
         let r = reclaimed.clone();
         let can_be_deleted = Arc::new(move |uid: &str| r.lock().unwrap().contains(uid));
         let cancel = CancellationToken::new();
+        let running = running_pods.clone();
+        let could_have_running = Arc::new(move |uid: &str| running.lock().unwrap().contains(uid));
         let syncer = ApiStatusSyncer::new(
             client.clone(),
             status.clone(),
             lookup,
             can_be_deleted,
+            could_have_running,
             settings,
         );
         let stats = syncer.stats();
@@ -125,6 +132,7 @@ impl Env {
             status,
             targets,
             reclaimed,
+            running: running_pods,
             stats,
             cancel,
             task,
@@ -519,6 +527,34 @@ async fn gracefully_deleted_pod_is_removed_once_reclaimed() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(env.count("DELETE pods"), 2, "forgotten after the delete");
     assert_eq!(env.stats.deletes(), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn terminal_phase_waits_until_no_container_could_run() {
+    let env = Env::quick().await;
+    let uid = env.create_pod("ending");
+    env.set(&uid, running_status(true));
+    wait_for(WAIT, || env.phase("ending").as_deref() == Some("Running"))
+        .await
+        .expect("running status pushed");
+    // The worker is still terminating the pod: the status says Succeeded (every container
+    // exited), but the API keeps the running phase; container states still go out.
+    env.running.lock().unwrap().insert(uid.clone());
+    env.set(&uid, succeeded_status());
+    wait_for(WAIT, || {
+        env.get("ending")
+            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["terminated"].is_object())
+    })
+    .await
+    .expect("container states pushed");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(env.phase("ending").as_deref(), Some("Running"));
+    // Terminated: the next full pass writes the terminal phase.
+    env.running.lock().unwrap().clear();
+    wait_for(WAIT, || env.phase("ending").as_deref() == Some("Succeeded"))
+        .await
+        .expect("terminal phase pushed once the worker is done");
     env.stop().await;
 }
 

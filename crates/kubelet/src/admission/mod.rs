@@ -19,6 +19,7 @@ pub use predicate::{NodePredicates, PredicateOptions};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
+use crate::pod_workers::WorkerPhase;
 use crate::status::generate::k8s_time;
 use crate::status::qos::pod_qos_class;
 
@@ -93,6 +94,29 @@ pub fn is_terminal(status: Option<&PodStatus>) -> bool {
     )
 }
 
+/// Upstream `isAdmittedPodTerminal`: the API shows the pod in a terminal phase, or the
+/// kubelet recorded one (finished, or rejected at admission) that the API may not show yet.
+/// Such a pod never runs again.
+pub fn is_admitted_pod_terminal(pod: &Pod, kubelet_status: Option<&PodStatus>) -> bool {
+    is_terminal(pod.status.as_ref()) || is_terminal(kubelet_status)
+}
+
+/// Upstream `filterOutInactivePods` for one pod: inactive when its worker finished
+/// terminating it, or when it is terminal (see [`is_admitted_pod_terminal`]) and not being
+/// terminated right now (a terminating pod still holds its resources). Inactive pods do not
+/// count in admission.
+pub fn is_inactive(
+    pod: &Pod,
+    kubelet_status: Option<&PodStatus>,
+    worker: Option<WorkerPhase>,
+) -> bool {
+    match worker {
+        Some(WorkerPhase::Terminated | WorkerPhase::Finished) => true,
+        Some(WorkerPhase::Terminating { .. }) => false,
+        Some(WorkerPhase::Syncing) | None => is_admitted_pod_terminal(pod, kubelet_status),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -118,5 +142,56 @@ mod tests {
             )
         );
         assert!(is_terminal(Some(&status)));
+    }
+
+    #[test]
+    fn inactive_pods_are_terminated_or_terminal_and_not_terminating() {
+        let phase = |p: &str| PodStatus {
+            phase: Some(p.to_owned()),
+            ..Default::default()
+        };
+        let api = |p: &str| Pod {
+            status: Some(phase(p)),
+            ..Default::default()
+        };
+        let terminating = Some(WorkerPhase::Terminating { grace_period: 30 });
+        // (API phase, kubelet phase, worker) → inactive
+        let cases = [
+            ("Running", None, Some(WorkerPhase::Syncing), false),
+            ("Pending", None, None, false),
+            // The API already shows a terminal phase (e.g. after a kubelet restart).
+            ("Succeeded", None, None, true),
+            ("Failed", None, Some(WorkerPhase::Syncing), true),
+            // The kubelet decided (rejected, or finished) before the API knows.
+            ("Running", Some("Failed"), None, true),
+            (
+                "Running",
+                Some("Succeeded"),
+                Some(WorkerPhase::Syncing),
+                true,
+            ),
+            // Still being terminated: holds its resources.
+            ("Running", Some("Succeeded"), terminating, false),
+            ("Failed", None, terminating, false),
+            ("Running", None, terminating, false),
+            // Terminated by the worker, whatever the phases say.
+            ("Running", None, Some(WorkerPhase::Terminated), true),
+            (
+                "Running",
+                Some("Running"),
+                Some(WorkerPhase::Finished),
+                true,
+            ),
+        ];
+        for (api_phase, ours, worker, inactive) in cases {
+            let ours = ours.map(phase);
+            assert_eq!(
+                is_inactive(&api(api_phase), ours.as_ref(), worker),
+                inactive,
+                "{api_phase} {ours:?} {worker:?}"
+            );
+        }
+        assert!(is_admitted_pod_terminal(&api("Failed"), None));
+        assert!(!is_admitted_pod_terminal(&Pod::default(), None));
     }
 }

@@ -181,12 +181,17 @@ pub(super) fn start(
     sup.spawn_critical("mirror pods", mirror.run(cancel.child_token()));
 
     let lookup = Arc::new(move |uid: &str| status_target(&pods.borrow(), &mirrors.borrow(), uid));
-    let can_be_deleted = Arc::new(move |uid: &str| resources_reclaimed(workers.phase(uid)));
+    let (finished, running_workers) = (status.clone(), workers.clone());
+    let can_be_deleted = Arc::new(move |uid: &str| {
+        finished.is_finished(uid) || resources_reclaimed(workers.phase(uid))
+    });
+    let could_have_running = Arc::new(move |uid: &str| may_run(running_workers.phase(uid)));
     let syncer = ApiStatusSyncer::new(
         client,
         status,
         lookup,
         can_be_deleted,
+        could_have_running,
         ApiSyncSettings {
             sync_period: cfg.status_sync_period,
             ..ApiSyncSettings::default()
@@ -213,7 +218,9 @@ async fn forward_node(
     }
 }
 
-/// Whether a pod in this worker phase may still have running containers.
+/// Whether a pod in this worker phase may still have running containers (upstream
+/// `CouldHaveRunningContainers`): its worker has not finished terminating it. A pod no worker
+/// knows has none (never admitted, or forgotten after cleanup).
 fn may_run(phase: Option<WorkerPhase>) -> bool {
     matches!(
         phase,
@@ -223,7 +230,8 @@ fn may_run(phase: Option<WorkerPhase>) -> bool {
 
 /// Upstream `podResourcesAreReclaimed` as the status syncer needs it: the pod's worker has
 /// finished terminating and cleaning up, or no worker knows the pod (it never ran, e.g. a
-/// rejected pod, or it was forgotten after cleanup).
+/// rejected pod, or it was forgotten after cleanup). The status manager's finished mark (set
+/// by the worker's last step) says the same a moment earlier.
 fn resources_reclaimed(phase: Option<WorkerPhase>) -> bool {
     matches!(phase, None | Some(WorkerPhase::Finished))
 }

@@ -537,6 +537,9 @@ impl PodSyncer for Syncer {
         }
         if !removed {
             self.update_status(pod, status, true);
+            // Upstream `TerminatePod`: the final status (a terminal phase for pods that are
+            // not static), which lets the API syncer remove a gracefully deleted pod.
+            self.status.terminate_pod(pod);
             return Ok(());
         }
         remove_pod_content(self, pod.uid(), pod.name(), pod.namespace()).await?;

@@ -1,7 +1,8 @@
 //! Status manager: the single owner of every pod's latest API status (upstream
-//! `status.Manager`). Pod workers write generated statuses into it; the HTTP server, the sync
-//! loop and (in API mode) the API status syncer read from it. Emits the newest status version on
-//! a `watch` channel whenever any status changes.
+//! `status.Manager`). Pod workers write generated statuses into it, and the final one when a
+//! pod's termination is complete (`terminate_pod`, which also marks the pod finished); the
+//! HTTP server, the sync loop and (in API mode) the API status syncer read from it. Emits the
+//! newest status version on a `watch` channel whenever any status changes.
 //!
 //! Versions come from one counter shared by all pods, so a status written later always carries
 //! a higher version, even after a pod's entry was forgotten and re-created: the API syncer can
@@ -15,6 +16,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::sync::watch;
 use tracing::debug;
 
+use crate::status::terminate::terminated_pod_status;
 use crate::types::{PodExt, PodUid};
 
 /// Pod conditions the kubelet owns (upstream `PodConditionsByKubelet` with the default feature
@@ -55,6 +57,9 @@ pub struct VersionedStatus {
 struct Versioned {
     status: PodStatus,
     version: u64,
+    /// Written by [`StatusManager::terminate_pod`]: the pod's termination is complete
+    /// (upstream `podIsFinished`), so a gracefully deleted pod may be removed from the API.
+    finished: bool,
 }
 
 #[derive(Debug, Default)]
@@ -93,9 +98,43 @@ impl StatusManager {
 
     /// Records the pod's newest status. A terminal phase is never replaced by a non-terminal
     /// one (upstream refuses such transitions), and an unchanged status is not re-versioned.
-    pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
+    pub fn set_pod_status(&self, pod: &Pod, status: PodStatus) {
+        self.update(pod, status, false, false);
+    }
+
+    /// Upstream `TerminatePod`, called once the pod worker finished with a pod: the last
+    /// status, with every container that has no terminal state marked terminated with
+    /// `ContainerStatusUnknown` (see [`terminated_pod_status`]) and, for a pod that is not
+    /// static, a terminal phase. Always versioned anew and marked finished, so the API syncer
+    /// writes it and may then remove a gracefully deleted pod.
+    pub fn terminate_pod(&self, pod: &Pod) {
+        let inner = self.lock();
+        let last = inner.statuses.get(pod.uid()).map(|v| &v.status);
+        let status = terminated_pod_status(pod, last);
+        self.update_locked(inner, pod, status, true, true);
+    }
+
+    /// Whether [`terminate_pod`](Self::terminate_pod) ran for this pod (upstream
+    /// `podIsFinished` of the cached status).
+    pub fn is_finished(&self, uid: &str) -> bool {
+        self.lock().statuses.get(uid).is_some_and(|v| v.finished)
+    }
+
+    fn update(&self, pod: &Pod, status: PodStatus, force: bool, finished: bool) {
+        self.update_locked(self.lock(), pod, status, force, finished);
+    }
+
+    /// Upstream `updateStatusInternal`: `force` versions the status even when unchanged.
+    fn update_locked(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        pod: &Pod,
+        mut status: PodStatus,
+        force: bool,
+        mut finished: bool,
+    ) {
         let uid = pod.uid().to_owned();
-        let mut inner = self.lock();
+        let is_static = pod.source().is_some_and(|s| s.is_static());
         if let Some(old) = inner.statuses.get(&uid) {
             if is_terminal_phase(old.status.phase.as_deref())
                 && !is_terminal_phase(status.phase.as_deref())
@@ -112,13 +151,24 @@ impl StatusManager {
                 status.reason.clone_from(&old.status.reason);
                 status.message.clone_from(&old.status.message);
             }
-            if old.status == status {
+            // A finished pod stays finished (static pods may run again under the same UID).
+            if old.finished && !is_static {
+                finished = true;
+            }
+            if old.status == status && old.finished == finished && !force {
                 return;
             }
         }
         inner.last_version += 1;
         let version = inner.last_version;
-        inner.statuses.insert(uid, Versioned { status, version });
+        inner.statuses.insert(
+            uid,
+            Versioned {
+                status,
+                version,
+                finished,
+            },
+        );
         drop(inner);
         self.changes.send_replace(version);
     }
@@ -251,6 +301,45 @@ mod tests {
         snap.sort_by(|x, y| x.uid.cmp(&y.uid));
         assert_eq!(snap[0].status.phase.as_deref(), Some("Pending"));
         assert_eq!(snap.len(), 2);
+    }
+
+    #[test]
+    fn terminate_pod_versions_anew_and_marks_the_pod_finished() {
+        let m = StatusManager::new();
+        let p = pod();
+        m.set_pod_status(&p, status("Pending"));
+        assert!(!m.is_finished("u"));
+        let before = m.get_versioned("u").unwrap().version;
+        m.terminate_pod(&p);
+        let after = m.get_versioned("u").unwrap();
+        assert_eq!(after.status.phase.as_deref(), Some("Failed"));
+        assert!(after.version > before);
+        assert!(m.is_finished("u"));
+        // Forced: the same final status again still gets a new version.
+        m.terminate_pod(&p);
+        assert!(m.get_versioned("u").unwrap().version > after.version);
+        // A later ordinary write keeps the pod finished (not a static pod).
+        m.set_pod_status(&p, status("Failed"));
+        assert!(m.is_finished("u"));
+        // Unknown pods are not finished; a static pod may run again under its UID.
+        assert!(!m.is_finished("other"));
+        let mut s = pod_with_uid("s");
+        s.metadata.annotations = Some(
+            [(
+                crate::types::CONFIG_SOURCE_ANNOTATION.to_owned(),
+                "file".to_owned(),
+            )]
+            .into(),
+        );
+        m.set_pod_status(&s, status("Running"));
+        m.terminate_pod(&s);
+        assert!(m.is_finished("s"));
+        assert_eq!(
+            m.get_pod_status("s").unwrap().phase.as_deref(),
+            Some("Running")
+        );
+        m.set_pod_status(&s, status("Pending"));
+        assert!(!m.is_finished("s"));
     }
 
     #[test]

@@ -36,21 +36,6 @@ pub fn needs_reconcile(api: &PodStatus, ours: &PodStatus) -> bool {
     !is_status_by_kubelet_equal(api, ours)
 }
 
-/// Whether a pod could still have running containers as far as its own status tells: any
-/// init, regular or ephemeral container in the running state. The terminal phase is held
-/// back from the API while this is true (upstream asks the pod workers instead).
-pub fn could_have_running_containers(status: &PodStatus) -> bool {
-    [
-        &status.init_container_statuses,
-        &status.container_statuses,
-        &status.ephemeral_container_statuses,
-    ]
-    .into_iter()
-    .flatten()
-    .flatten()
-    .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-}
-
 /// Upstream `isPodStatusByKubeletEqual`: every kubelet-owned or shared condition of `ours`
 /// exists in `api` with the same status, reason and message, and everything but the
 /// conditions is equal once both are normalized (second-precision times, sorted container
@@ -126,8 +111,8 @@ fn is_empty(v: &Value) -> bool {
 /// - Conditions the kubelet does not own are kept from `api`; the kubelet's own replace theirs.
 ///   `DisruptionTarget` (shared) is only written together with the move to a terminal phase.
 /// - `resourceClaimStatuses` belong to others and are kept from `api`.
-/// - A move to a terminal phase waits until no container could be running (phase, reason and
-///   message stay as the API has them).
+/// - A move to a terminal phase waits until no container could be running, as the pod workers
+///   tell (`could_have_running`; phase, reason and message stay as the API has them).
 /// - A terminal phase in the API is never left (the API server refuses it).
 /// - With a terminal phase, `Ready` and `ContainersReady` are forced to `False`.
 pub fn merge_pod_status(

@@ -1,9 +1,11 @@
 //! API status syncer (upstream status manager's `syncBatch`/`syncPod` loop): owns the record of
 //! which status version went to which API object, per pod. Receives status changes from the
 //! [`StatusManager`] (`subscribe()`), where each pod's status goes from an injected
-//! [`StatusTargetLookup`] and whether a deleted pod is fully reclaimed from an injected
-//! [`CanBeDeleted`]; emits `PATCH pods/{name}/status` (strategic merge, uid precondition) and
-//! the final grace-0 `DELETE` of gracefully deleted pods.
+//! [`StatusTargetLookup`], whether a deleted pod is fully reclaimed from an injected
+//! [`CanBeDeleted`] and whether a pod could still have running containers (its terminal phase
+//! is held back until then) from an injected [`CouldHaveRunningContainers`]; emits
+//! `PATCH pods/{name}/status` (strategic merge, uid precondition) and the final grace-0
+//! `DELETE` of gracefully deleted pods.
 //!
 //! Scheduling: a pod is pushed when its status version is newer than the one last pushed; every
 //! `sync_period` (10 s upstream) all pods are also checked against the API's copy of their
@@ -16,8 +18,7 @@ mod merge;
 mod push;
 
 pub use merge::{
-    Pushed, could_have_running_containers, is_status_by_kubelet_equal, merge_pod_status,
-    needs_reconcile, needs_update,
+    Pushed, is_status_by_kubelet_equal, merge_pod_status, needs_reconcile, needs_update,
 };
 
 use std::collections::{HashMap, HashSet};
@@ -65,6 +66,11 @@ pub type StatusTargetLookup = Arc<dyn Fn(&str) -> Option<StatusTarget> + Send + 
 /// Kubelet pod UID → the pod is terminated and its resources reclaimed (upstream
 /// `podIsFinished`): a gracefully deleted pod may now be removed from the API.
 pub type CanBeDeleted = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Kubelet pod UID → the pod could still have running containers: its worker has not finished
+/// terminating it (upstream `PodCouldHaveRunningContainers`). A terminal phase is not written
+/// to the API while this holds.
+pub type CouldHaveRunningContainers = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Failures of one pod's sync (logged and retried; never fatal).
 #[derive(Debug, thiserror::Error)]
@@ -153,11 +159,13 @@ impl ApiStatusSyncer {
         status: StatusManager,
         lookup: StatusTargetLookup,
         can_be_deleted: CanBeDeleted,
+        could_have_running: CouldHaveRunningContainers,
         settings: ApiSyncSettings,
     ) -> Self {
         let ctx = Arc::new(PushContext {
             client,
             can_be_deleted: can_be_deleted.clone(),
+            could_have_running,
             clock: settings.clock,
             stats: Arc::default(),
             request_timeout: settings.request_timeout,

@@ -15,8 +15,8 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tracing::{debug, info};
 
-use super::merge::{could_have_running_containers, merge_pod_status};
-use super::{ApiSyncError, ApiSyncStats, CanBeDeleted, StatusTarget};
+use super::merge::merge_pod_status;
+use super::{ApiSyncError, ApiSyncStats, CanBeDeleted, CouldHaveRunningContainers, StatusTarget};
 use crate::apiclient::patch::pod_status_patch;
 use crate::clock::Clock;
 use crate::status::manager::is_terminal_phase;
@@ -65,6 +65,7 @@ pub(super) enum Outcome {
 pub(super) struct PushContext {
     pub client: Client,
     pub can_be_deleted: CanBeDeleted,
+    pub could_have_running: CouldHaveRunningContainers,
     pub clock: Clock,
     pub stats: Arc<ApiSyncStats>,
     pub request_timeout: Duration,
@@ -177,7 +178,7 @@ pub(super) async fn push(ctx: &PushContext, job: &Job) -> Outcome {
     let merged = merge_pod_status(
         &api_status,
         &job.status,
-        could_have_running_containers(&job.status),
+        (ctx.could_have_running)(&job.uid),
         &ctx.now(),
     );
     let body = match status_patch_body(&t.api_uid, &api_status, &merged) {

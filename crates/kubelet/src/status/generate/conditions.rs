@@ -1,8 +1,9 @@
 //! status::generate::conditions — the pod conditions the kubelet owns (upstream
 //! `status/generate.go`: `GenerateContainersReadyCondition`, `GeneratePodReadyCondition`,
-//! `GeneratePodInitializedCondition`, `GeneratePodReadyToStartContainersCondition`) and the
-//! status manager's `lastTransitionTime` bookkeeping. Receives the freshly generated container
-//! statuses and phase; emits the full condition list. Pure.
+//! `GeneratePodInitializedCondition`, `GeneratePodReadyToStartContainersCondition`), the
+//! status manager's `lastTransitionTime` bookkeeping, and `NeedToReconcilePodReadiness`.
+//! Receives the freshly generated container statuses and phase (or, for the readiness check,
+//! the API pod); emits the full condition list (or whether to sync now). Pure.
 
 use k8s_openapi::api::core::v1::{
     ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodStatus as ApiPodStatus,
@@ -184,6 +185,36 @@ fn pod_ready_condition(
             Some(messages.join(", ")),
         )
     }
+}
+
+/// Upstream `NeedToReconcilePodReadiness`: the pod has readiness gates and the `Ready`
+/// condition in its API status disagrees (status or message) with the one its own API status
+/// implies, e.g. after someone else changed a gate's condition. Such a pod is synced at once.
+pub fn need_to_reconcile_pod_readiness(pod: &Pod) -> bool {
+    let has_gates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let Some(status) = pod.status.as_ref().filter(|_| has_gates) else {
+        return false;
+    };
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let Some(current) = conditions.iter().find(|c| c.type_ == "Ready") else {
+        return false;
+    };
+    let mut all: Vec<ApiContainerStatus> =
+        status.init_container_statuses.clone().unwrap_or_default();
+    all.extend(status.container_statuses.clone().unwrap_or_default());
+    let phase = status.phase.as_deref().unwrap_or_default();
+    let expected = pod_ready_condition(
+        pod,
+        conditions,
+        &containers_ready_condition(pod, &all, phase),
+    );
+    current.status != expected.status
+        || current.message.as_deref().unwrap_or_default()
+            != expected.message.as_deref().unwrap_or_default()
 }
 
 /// Upstream `GeneratePodInitializedCondition`.

@@ -33,6 +33,7 @@ use crate::types::PodExt;
 
 mod conditions;
 use conditions::conditions;
+pub use conditions::need_to_reconcile_pod_readiness;
 
 /// Waiting reason of a regular container that has not been created yet.
 pub const CONTAINER_CREATING: &str = "ContainerCreating";

@@ -826,6 +826,102 @@ fn readiness_gates_and_foreign_conditions() {
 }
 
 #[test]
+fn readiness_is_reconciled_when_a_gate_condition_changed() {
+    let gate_msg = "the status of pod readiness gate \"example.com/lb\" is not \"True\", but False";
+    let cond = |type_: &str, status: &str, message: Option<&str>| PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        message: message.map(str::to_owned),
+        ..Default::default()
+    };
+    let app = |ready: bool| ApiContainerStatus {
+        name: "app".into(),
+        ready,
+        ..Default::default()
+    };
+    let gated = |conditions: Vec<PodCondition>, ready: bool| {
+        let mut p = pod("Always", vec![], vec![ctr("app")]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.readiness_gates = Some(vec![PodReadinessGate {
+                condition_type: "example.com/lb".into(),
+            }]);
+        }
+        p.status = Some(ApiPodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(conditions),
+            container_statuses: Some(vec![app(ready)]),
+            ..Default::default()
+        });
+        p
+    };
+    // The gate turned True, Ready still says False: sync now.
+    let p = gated(
+        vec![
+            cond("example.com/lb", "True", None),
+            cond("Ready", "False", Some(gate_msg)),
+        ],
+        true,
+    );
+    assert!(need_to_reconcile_pod_readiness(&p));
+    // In agreement.
+    let p = gated(
+        vec![
+            cond("example.com/lb", "True", None),
+            cond("Ready", "True", None),
+        ],
+        true,
+    );
+    assert!(!need_to_reconcile_pod_readiness(&p));
+    let p = gated(
+        vec![
+            cond("example.com/lb", "False", None),
+            cond("Ready", "False", Some(gate_msg)),
+        ],
+        true,
+    );
+    assert!(!need_to_reconcile_pod_readiness(&p));
+    // The gate went False while Ready is True.
+    let p = gated(
+        vec![
+            cond("example.com/lb", "False", None),
+            cond("Ready", "True", None),
+        ],
+        true,
+    );
+    assert!(need_to_reconcile_pod_readiness(&p));
+    // Only the message differs (the gate condition disappeared).
+    let p = gated(vec![cond("Ready", "False", Some(gate_msg))], true);
+    assert!(need_to_reconcile_pod_readiness(&p));
+    // Containers not ready: the gate does not matter.
+    let p = gated(
+        vec![
+            cond("example.com/lb", "True", None),
+            cond(
+                "Ready",
+                "False",
+                Some("containers with unready status: [app]"),
+            ),
+        ],
+        false,
+    );
+    assert!(!need_to_reconcile_pod_readiness(&p));
+    // No Ready condition yet, or no gates: nothing to reconcile.
+    let p = gated(vec![cond("example.com/lb", "True", None)], true);
+    assert!(!need_to_reconcile_pod_readiness(&p));
+    let mut p = gated(
+        vec![
+            cond("example.com/lb", "True", None),
+            cond("Ready", "False", None),
+        ],
+        true,
+    );
+    if let Some(spec) = p.spec.as_mut() {
+        spec.readiness_gates = None;
+    }
+    assert!(!need_to_reconcile_pod_readiness(&p));
+}
+
+#[test]
 fn host_network_pods_use_node_ips() {
     let mut p = pod("Always", vec![], vec![ctr("app")]);
     if let Some(spec) = p.spec.as_mut() {
