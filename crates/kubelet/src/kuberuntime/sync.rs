@@ -34,6 +34,7 @@ use crate::metrics::KubeletMetrics;
 use crate::metrics::kubelet::{CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
+use crate::runtimeclass::RuntimeClassManager;
 use crate::prober::ProbeManager;
 use crate::status::generate::{
     DEADLINE_EXCEEDED_MESSAGE, DEADLINE_EXCEEDED_REASON, StatusInputs,
@@ -84,6 +85,8 @@ pub struct Syncer {
     /// Pod cgroups (`cgroupsPerQOS`); `None` leaves the cgroup parent empty.
     pub(crate) cgroups: Option<ContainerManager>,
     metrics: Option<KubeletMetrics>,
+    /// `runtimeClassName` → CRI runtime handler (standalone by default: named classes fail).
+    pub(crate) runtime_classes: RuntimeClassManager,
 }
 
 impl Syncer {
@@ -112,7 +115,14 @@ impl Syncer {
             cpu_manager: None,
             cgroups: None,
             metrics: None,
+            runtime_classes: RuntimeClassManager::standalone(),
         }
+    }
+
+    /// Resolves pods' `runtimeClassName` to the handler passed to `RunPodSandbox`.
+    pub fn with_runtime_classes(mut self, classes: RuntimeClassManager) -> Self {
+        self.runtime_classes = classes;
+        self
     }
 
     /// Counts sandbox and container start attempts (`kubelet_started_*`).
