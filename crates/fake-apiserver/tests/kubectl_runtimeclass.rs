@@ -13,9 +13,12 @@ const ALT: &str = r#"{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metad
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtimeclasses_are_served_cluster_scoped_with_upstream_validation() {
     let (s, _dir) = start(Options::default()).await;
-    let res = ok(&s, &["api-resources", "--api-group=node.k8s.io", "-o", "wide"])
-        .await
-        .stdout;
+    let res = ok(
+        &s,
+        &["api-resources", "--api-group=node.k8s.io", "-o", "wide"],
+    )
+    .await
+    .stdout;
     let line = res
         .lines()
         .find(|l| l.starts_with("runtimeclasses"))
@@ -41,7 +44,10 @@ async fn runtimeclasses_are_served_cluster_scoped_with_upstream_validation() {
     .await
     .stdout;
     assert_eq!(listed.trim(), "runtimeclass.node.k8s.io/alt");
-    assert_eq!(s.get("runtimeclasses", "", "alt").unwrap()["handler"], "runc-alt");
+    assert_eq!(
+        s.get("runtimeclasses", "", "alt").unwrap()["handler"],
+        "runc-alt"
+    );
 
     // `handler` is immutable (upstream ValidateRuntimeClassUpdate).
     let out = kubectl(

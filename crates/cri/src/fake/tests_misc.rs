@@ -250,7 +250,9 @@ async fn runtime_handlers_are_recorded_and_unknown_ones_refused_like_containerd(
         };
         async move { rt.run_pod_sandbox(req).await.map(|r| r.pod_sandbox_id) }
     };
-    let default = run("a", "").await.expect("the default handler always works");
+    let default = run("a", "")
+        .await
+        .expect("the default handler always works");
     let kata = run("b", "kata").await.expect("a configured handler");
     assert_eq!(rt.sandbox(&default).unwrap().runtime_handler, "");
     assert_eq!(rt.sandbox(&kata).unwrap().runtime_handler, "kata");

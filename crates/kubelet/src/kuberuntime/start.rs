@@ -263,7 +263,11 @@ impl<'a> Starter<'a> {
         let runtime_handler = self
             .syncer
             .runtime_classes
-            .lookup_runtime_handler(pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()))
+            .lookup_runtime_handler(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref()),
+            )
             .map_err(|e| fail(e.to_string()))?;
         if !runtime_handler.is_empty() {
             debug!(pod = %pod.full_name(), uid = %pod.uid(), %runtime_handler, "running pod with runtime handler");

@@ -34,8 +34,8 @@ use crate::metrics::KubeletMetrics;
 use crate::metrics::kubelet::{CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
-use crate::runtimeclass::RuntimeClassManager;
 use crate::prober::ProbeManager;
+use crate::runtimeclass::RuntimeClassManager;
 use crate::status::generate::{
     DEADLINE_EXCEEDED_MESSAGE, DEADLINE_EXCEEDED_REASON, StatusInputs,
     generate_api_pod_status_with_probes,
