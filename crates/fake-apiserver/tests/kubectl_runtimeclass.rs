@@ -45,7 +45,7 @@ async fn runtimeclasses_are_served_cluster_scoped_with_upstream_validation() {
     .stdout;
     assert_eq!(listed.trim(), "runtimeclass.node.k8s.io/alt");
     assert_eq!(
-        s.get("runtimeclasses", "", "alt").unwrap()["handler"],
+        s.get("runtimeclasses", "", "alt").expect("stored")["handler"],
         "runc-alt"
     );
 

@@ -254,8 +254,8 @@ async fn runtime_handlers_are_recorded_and_unknown_ones_refused_like_containerd(
         .await
         .expect("the default handler always works");
     let kata = run("b", "kata").await.expect("a configured handler");
-    assert_eq!(rt.sandbox(&default).unwrap().runtime_handler, "");
-    assert_eq!(rt.sandbox(&kata).unwrap().runtime_handler, "kata");
+    assert_eq!(rt.sandbox(&default).expect("sandbox").runtime_handler, "");
+    assert_eq!(rt.sandbox(&kata).expect("sandbox").runtime_handler, "kata");
     assert_eq!(
         rt.sandboxes()
             .iter()
@@ -264,7 +264,7 @@ async fn runtime_handlers_are_recorded_and_unknown_ones_refused_like_containerd(
         ["", "kata"]
     );
 
-    let err = run("c", "gvisor").await.unwrap_err();
+    let err = run("c", "gvisor").await.expect_err("an unknown handler");
     assert!(
         err.to_string()
             .contains("failed to get sandbox runtime: no runtime for \"gvisor\" is configured"),
