@@ -44,6 +44,21 @@ async fn runtimeclasses_are_served_cluster_scoped_with_upstream_validation() {
     .await
     .stdout;
     assert_eq!(listed.trim(), "runtimeclass.node.k8s.io/alt");
+    // kubectl's table: upstream's NAME, HANDLER, AGE columns.
+    let table = ok(&s, &["get", "runtimeclasses"]).await.stdout;
+    let mut lines = table.lines();
+    let head: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(head, ["NAME", "HANDLER", "AGE"], "{table}");
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..2], ["alt", "runc-alt"], "{table}");
     assert_eq!(
         s.get("runtimeclasses", "", "alt").expect("stored")["handler"],
         "runc-alt"
