@@ -133,6 +133,16 @@ pub const RESOURCES: &[ResourceInfo] = &[
         false,
         &["ev"],
     ),
+    res(
+        "node.k8s.io",
+        "v1",
+        "runtimeclasses",
+        "runtimeclass",
+        "RuntimeClass",
+        false,
+        false,
+        &[],
+    ),
 ];
 
 /// Looks up a resource by group, version and plural.

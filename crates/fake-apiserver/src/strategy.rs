@@ -61,6 +61,9 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     if info.kind == "Pod" {
         validate_pod(name, obj)?;
     }
+    if info.kind == "RuntimeClass" {
+        validate_runtime_class(name, obj)?;
+    }
     if info.kind == "Lease"
         && let Some(d) = obj["spec"].get("leaseDurationSeconds")
         && d.as_i64().is_none_or(|d| d <= 0)
@@ -72,6 +75,30 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// Whether `s` is a valid RFC 1123 label (at most 63 characters, no dots).
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
+}
+
+/// Upstream `ValidateRuntimeClass`: `handler` is a required DNS label (the CRI handler name).
+fn validate_runtime_class(name: &str, obj: &Value) -> Result<(), ApiError> {
+    match obj.get("handler").and_then(Value::as_str) {
+        None | Some("") => Err(ApiError::invalid(
+            "RuntimeClass",
+            name,
+            "handler: Required value",
+        )),
+        Some(h) if !is_dns_label(h) => Err(ApiError::invalid(
+            "RuntimeClass",
+            name,
+            &format!(
+                "handler: Invalid value: \"{h}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
+            ),
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 fn validate_pod(name: &str, obj: &Value) -> Result<(), ApiError> {
@@ -324,6 +351,16 @@ pub fn prepare_update(
             new["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"].clone();
             validate_container_state_transitions(&name, old, &new)?;
         }
+    } else if info.kind == "RuntimeClass" && old.get("handler") != new.get("handler") {
+        // Upstream `ValidateRuntimeClassUpdate`.
+        return Err(ApiError::invalid(
+            "RuntimeClass",
+            &name,
+            &format!(
+                "handler: Invalid value: {}: field is immutable",
+                new.get("handler").unwrap_or(&Value::Null)
+            ),
+        ));
     } else if info.has_status {
         match old.get("status") {
             Some(v) => new["status"] = v.clone(),

@@ -207,6 +207,20 @@ pub fn render(kind: &str, items: &[Value], list_meta: Value) -> Value {
             ],
             event_cells,
         ),
+        "RuntimeClass" => (
+            vec![
+                col("Name", "string", 0),
+                col("Handler", "string", 0),
+                col("Age", "string", 0),
+            ],
+            |o: &Value| {
+                vec![
+                    json!(o["metadata"]["name"]),
+                    json!(o["handler"]),
+                    json!(age(o)),
+                ]
+            },
+        ),
         _ => (
             vec![col("Name", "string", 0), col("Age", "string", 0)],
             |o: &Value| vec![json!(o["metadata"]["name"]), json!(age(o))],

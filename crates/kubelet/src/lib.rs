@@ -28,6 +28,7 @@ pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;
 pub mod prober;
+pub mod runtimeclass;
 pub mod security;
 pub mod server;
 pub mod sources;

@@ -245,6 +245,13 @@ impl FakeRuntime {
         }
     }
 
+    /// The runtime handlers `RunPodSandbox` accepts besides the default `""` (default:
+    /// `runc`). Any other handler fails as containerd does: code Unknown, "failed to get
+    /// sandbox runtime: no runtime for "x" is configured", and no sandbox is created.
+    pub fn set_runtime_handlers(&self, handlers: &[&str]) {
+        self.lock().runtime_handlers = handlers.iter().map(|h| (*h).to_owned()).collect();
+    }
+
     /// What `RuntimeConfig` answers; `None` (the default, like containerd 1.6) = unimplemented.
     pub fn set_runtime_config(&self, linux: Option<api::LinuxRuntimeConfiguration>) {
         self.lock().runtime_config = linux;

@@ -217,6 +217,9 @@ pub struct State {
     pub conditions: Vec<api::RuntimeCondition>,
     pub runtime_config: Option<api::LinuxRuntimeConfiguration>,
     pub pod_cidr: String,
+    /// Handlers `RunPodSandbox` accepts besides the default `""` (containerd's configured
+    /// runtimes; `runc` unless scripted).
+    pub runtime_handlers: Vec<String>,
     pub images: ImageStore,
     pub sandboxes: BTreeMap<String, SandboxRec>,
     pub containers: BTreeMap<String, ContainerRec>,
@@ -284,6 +287,7 @@ impl State {
             conditions: vec![cond("RuntimeReady"), cond("NetworkReady")],
             runtime_config: None,
             pod_cidr: String::new(),
+            runtime_handlers: vec!["runc".to_owned()],
             images: ImageStore::default(),
             sandboxes: BTreeMap::new(),
             containers: BTreeMap::new(),
@@ -350,7 +354,8 @@ impl State {
         let Some(md) = config.metadata.clone() else {
             return Err(CriError::unknown(M, "sandbox config must include metadata"));
         };
-        if !matches!(req.runtime_handler.as_str(), "" | "runc") {
+        if !req.runtime_handler.is_empty() && !self.runtime_handlers.contains(&req.runtime_handler)
+        {
             return Err(CriError::unknown(
                 M,
                 format!(

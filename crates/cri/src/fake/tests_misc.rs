@@ -229,3 +229,49 @@ async fn stats_runtime_config_and_misc() {
         .and_then(|r| r.linux);
     assert_eq!(res, Some(limits));
 }
+
+#[tokio::test]
+async fn runtime_handlers_are_recorded_and_unknown_ones_refused_like_containerd() {
+    let rt = FakeRuntime::new();
+    rt.set_runtime_handlers(&["runc", "kata"]);
+    let run = |name: &str, handler: &str| {
+        let rt = rt.clone();
+        let req = api::RunPodSandboxRequest {
+            config: Some(api::PodSandboxConfig {
+                metadata: Some(api::PodSandboxMetadata {
+                    name: name.to_owned(),
+                    namespace: "ns".to_owned(),
+                    uid: format!("uid-{name}"),
+                    attempt: 0,
+                }),
+                ..Default::default()
+            }),
+            runtime_handler: handler.to_owned(),
+        };
+        async move { rt.run_pod_sandbox(req).await.map(|r| r.pod_sandbox_id) }
+    };
+    let default = run("a", "")
+        .await
+        .expect("the default handler always works");
+    let kata = run("b", "kata").await.expect("a configured handler");
+    assert_eq!(rt.sandbox(&default).expect("sandbox").runtime_handler, "");
+    assert_eq!(rt.sandbox(&kata).expect("sandbox").runtime_handler, "kata");
+    assert_eq!(
+        rt.sandboxes()
+            .iter()
+            .map(|s| s.runtime_handler.as_str())
+            .collect::<Vec<_>>(),
+        ["", "kata"]
+    );
+
+    let err = run("c", "gvisor").await.expect_err("an unknown handler");
+    assert!(
+        err.to_string()
+            .contains("failed to get sandbox runtime: no runtime for \"gvisor\" is configured"),
+        "{err}"
+    );
+    assert_eq!(rt.sandboxes().len(), 2, "no sandbox for an unknown handler");
+    // `runc` is no longer configured once the list is replaced.
+    rt.set_runtime_handlers(&["kata"]);
+    assert!(run("d", "runc").await.is_err());
+}

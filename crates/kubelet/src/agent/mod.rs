@@ -53,6 +53,7 @@ use crate::objects::api::{ApiObjects, ApiObjectsSettings};
 use crate::pleg::GenericPleg;
 use crate::pod_workers::{PodWorkers, WorkerTimings};
 use crate::prober::ProbeManager;
+use crate::runtimeclass::RuntimeClassManager;
 use crate::server::{self, HealthCheck, ServerState};
 use crate::sources::file::FileSource;
 use crate::sources::http::HttpSource;
@@ -298,6 +299,15 @@ impl Agent {
             sup.spawn_critical("api objects", task.run(cancel.child_token()));
             Arc::new(objects) as Arc<dyn PodObjects>
         });
+        // RuntimeClasses, watched as upstream's informer (API-server mode only).
+        let runtime_classes = match &deps.api {
+            Some(client) => {
+                let (classes, task) = RuntimeClassManager::new(client.clone());
+                sup.spawn_critical("runtimeclass manager", task.run(cancel.child_token()));
+                classes
+            }
+            None => RuntimeClassManager::standalone(),
+        };
         let cache = PodCache::new();
         let cpu_cache = cache.clone();
         let status = StatusManager::new();
@@ -406,6 +416,7 @@ impl Agent {
         .with_relist_trigger(relist_trigger)
         .with_prober(prober.clone())
         .with_cpu_manager(cpu_manager.clone())
+        .with_runtime_classes(runtime_classes)
         .with_metrics(metrics.clone());
         let syncer = with_opt(syncer, cfg.crash_loop_max, |s, max| {
             s.with_crash_loop_max(max)

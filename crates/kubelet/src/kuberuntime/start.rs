@@ -257,13 +257,28 @@ impl<'a> Starter<'a> {
                     config.log_directory
                 ))
             })?;
+        // Upstream looks the handler up after the config and log directory; an unknown class
+        // (or, here, any named class without an API server) fails the sandbox, never falling
+        // back to the default handler.
+        let runtime_handler = self
+            .syncer
+            .runtime_classes
+            .lookup_runtime_handler(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref()),
+            )
+            .map_err(|e| fail(e.to_string()))?;
+        if !runtime_handler.is_empty() {
+            debug!(pod = %pod.full_name(), uid = %pod.uid(), %runtime_handler, "running pod with runtime handler");
+        }
         let started = tokio::time::Instant::now();
         let resp = self
             .syncer
             .runtime
             .run_pod_sandbox(RunPodSandboxRequest {
                 config: Some(config.clone()),
-                runtime_handler: String::new(),
+                runtime_handler,
             })
             .await
             .map_err(|e| fail(e.to_string()))?;

@@ -37,6 +37,7 @@ use crate::metrics::kubelet::{CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
 use crate::prober::ProbeManager;
+use crate::runtimeclass::RuntimeClassManager;
 use crate::status::generate::{
     DEADLINE_EXCEEDED_MESSAGE, DEADLINE_EXCEEDED_REASON, StatusInputs,
     generate_api_pod_status_with_probes,
@@ -86,6 +87,8 @@ pub struct Syncer {
     /// Pod cgroups (`cgroupsPerQOS`); `None` leaves the cgroup parent empty.
     pub(crate) cgroups: Option<ContainerManager>,
     metrics: Option<KubeletMetrics>,
+    /// `runtimeClassName` → CRI runtime handler (standalone by default: named classes fail).
+    pub(crate) runtime_classes: RuntimeClassManager,
 }
 
 impl Syncer {
@@ -114,6 +117,7 @@ impl Syncer {
             cpu_manager: None,
             cgroups: None,
             metrics: None,
+            runtime_classes: RuntimeClassManager::standalone(),
         }
     }
 
@@ -121,6 +125,12 @@ impl Syncer {
     /// `KubeletCrashLoopBackOffMax` gate); without it, 10s doubling to 300s.
     pub fn with_crash_loop_max(mut self, max: std::time::Duration) -> Self {
         self.crash_backoff = Mutex::new(Backoff::for_containers_with_max(max));
+        self
+    }
+
+    /// Resolves pods' `runtimeClassName` to the handler passed to `RunPodSandbox`.
+    pub fn with_runtime_classes(mut self, classes: RuntimeClassManager) -> Self {
+        self.runtime_classes = classes;
         self
     }
 

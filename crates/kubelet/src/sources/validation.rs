@@ -351,6 +351,14 @@ fn validate_spec(spec: &PodSpec, errs: &mut Vec<FieldError>) {
                 .map(|m| invalid_str("spec.nodeName", n, m)),
         );
     }
+    // Upstream `ValidateRuntimeClassName`: a DNS subdomain (the empty string included).
+    if let Some(n) = spec.runtime_class_name.as_deref() {
+        errs.extend(
+            is_dns1123_subdomain(n)
+                .into_iter()
+                .map(|m| invalid_str("spec.runtimeClassName", n, m)),
+        );
+    }
 }
 
 fn validate_volumes<'a>(volumes: &'a [Volume], errs: &mut Vec<FieldError>) -> BTreeSet<&'a str> {
@@ -784,6 +792,38 @@ mod tests {
             git_repo_disabled_message("src")
                 .starts_with("volume \"src\": git-repo volume plugin has been disabled")
         );
+    }
+
+    /// A hostile manifest's `runtimeClassName` never reaches a lookup or an event unchecked:
+    /// path-like, oversized and empty names are refused naming the field.
+    #[test]
+    fn runtime_class_name_must_be_a_dns_subdomain() {
+        let long = "a".repeat(254);
+        for (name, want) in [
+            ("../../etc/passwd", "a lowercase RFC 1123 subdomain"),
+            ("Kata", "a lowercase RFC 1123 subdomain"),
+            ("", "a lowercase RFC 1123 subdomain"),
+            (long.as_str(), "must be no more than 253 characters"),
+        ] {
+            let pod = pod_with(
+                serde_json::json!({}),
+                serde_json::json!({"runtimeClassName": name}),
+            );
+            let msgs = messages(&pod);
+            assert_eq!(msgs.len(), 1, "{name:?}: {msgs:?}");
+            assert!(
+                msgs[0].starts_with("spec.runtimeClassName: Invalid value: ")
+                    && msgs[0].contains(want),
+                "{name:?}: {msgs:?}"
+            );
+        }
+        for ok in ["kata", "gvisor.sandbox", "runc-alt"] {
+            let pod = pod_with(
+                serde_json::json!({}),
+                serde_json::json!({"runtimeClassName": ok}),
+            );
+            assert_eq!(messages(&pod), Vec::<String>::new(), "{ok}");
+        }
     }
 
     #[test]
