@@ -128,7 +128,10 @@ async fn static_pod_update_creates_the_new_sandbox_only_after_the_old_pod_stoppe
         true
     })
     .await;
-    assert!(old_seen_running, "the old container was still running at first");
+    assert!(
+        old_seen_running,
+        "the old container was still running at first"
+    );
     let waited = t0.elapsed();
     assert!(
         waited >= Duration::from_secs(30),
@@ -251,7 +254,11 @@ async fn inspection_error_is_reported_and_never_synced_as_an_empty_status() {
     assert_eq!(h.fake.call_count("RunPodSandbox"), 1, "no second sandbox");
     assert_eq!(h.fake.call_count("CreateContainer"), 1);
     assert_eq!(
-        agent.status.get_pod_status(uid(&p)).unwrap().container_statuses,
+        agent
+            .status
+            .get_pod_status(uid(&p))
+            .unwrap()
+            .container_statuses,
         before.container_statuses,
         "status untouched while the runtime state is unknown"
     );

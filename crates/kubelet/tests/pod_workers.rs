@@ -325,12 +325,16 @@ async fn shorter_grace_period_restarts_the_kill_in_flight() {
     let t0 = Instant::now();
     w.update_pod(PodWork::kill(pod("g", 0, 30), removed()));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(w.phase("g"), Some(WorkerPhase::Terminating { grace_period: 30 }));
+    assert_eq!(
+        w.phase("g"),
+        Some(WorkerPhase::Terminating { grace_period: 30 })
+    );
     // The API server lowers deletionGracePeriodSeconds (a second delete, shorter grace).
     let mut deleting = pod("g", 0, 30);
-    deleting.metadata.deletion_timestamp = Some(
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
     deleting.metadata.deletion_grace_period_seconds = Some(4);
     w.update_pod(PodWork::sync(UpdateType::Update, deleting));
     wait_for(&w, "g", WorkerPhase::Finished, Duration::from_secs(60)).await;
@@ -432,21 +436,37 @@ async fn static_pods_with_one_full_name_start_only_after_the_previous_terminated
     let rec = Arc::new(Recorder::default());
     *rec.kill_takes_grace.lock().unwrap() = true;
     let (w, cancel) = setup(rec.clone());
-    w.update_pod(PodWork::sync(UpdateType::Create, static_pod("v1", "etcd", 20)));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v1", "etcd", 20),
+    ));
     settle().await;
     // A manifest edit: the old UID is removed, the new one added.
     let t0 = Instant::now();
     w.update_pod(PodWork::kill(static_pod("v1", "etcd", 20), removed()));
-    w.update_pod(PodWork::sync(UpdateType::Create, static_pod("v2", "etcd", 20)));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v2", "etcd", 20),
+    ));
     // Another name is not held up, nor is an API pod with the same name.
-    w.update_pod(PodWork::sync(UpdateType::Create, static_pod("o1", "other", 20)));
-    w.update_pod(PodWork::sync(UpdateType::Create, named_pod("a1", "etcd", 0, 20)));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("o1", "other", 20),
+    ));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        named_pod("a1", "etcd", 0, 20),
+    ));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(!w.is_started("v2"), "v2 must wait while v1 terminates");
     assert!(w.is_started("o1") && w.is_started("a1"));
     assert_eq!(w.phase("v2"), Some(WorkerPhase::Syncing));
     wait_until_started(&w, "v2", Duration::from_secs(60)).await;
-    assert!(t0.elapsed() >= Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_secs(20),
+        "{:?}",
+        t0.elapsed()
+    );
     assert!(
         t0.elapsed() < Duration::from_secs(22),
         "woken when v1 finished, not at a later resync: {:?}",
@@ -456,14 +476,23 @@ async fn static_pods_with_one_full_name_start_only_after_the_previous_terminated
     let calls = rec.calls();
     assert!(
         position(&calls, &Call::Terminated("v1".into(), true))
-            < position(&calls, &Call::Sync("v2".into(), UpdateType::Create, "0".into())),
+            < position(
+                &calls,
+                &Call::Sync("v2".into(), UpdateType::Create, "0".into())
+            ),
         "{calls:?}"
     );
     // A waiting pod killed before it started never runs anything.
     w.update_pod(PodWork::kill(static_pod("v2", "etcd", 20), removed()));
-    w.update_pod(PodWork::sync(UpdateType::Create, static_pod("v3", "etcd", 20)));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v3", "etcd", 20),
+    ));
     w.update_pod(PodWork::kill(static_pod("v3", "etcd", 20), removed()));
-    w.update_pod(PodWork::sync(UpdateType::Create, static_pod("v4", "etcd", 20)));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v4", "etcd", 20),
+    ));
     wait_until_started(&w, "v4", Duration::from_secs(60)).await;
     assert_eq!(w.phase("v3"), Some(WorkerPhase::Finished));
     assert!(!w.is_started("v3"));

@@ -31,8 +31,14 @@ async fn containers_named(rt: &RemoteRuntime, name: &str) -> Vec<Container> {
     rt.list_containers(ListContainersRequest {
         filter: Some(ContainerFilter {
             label_selector: [
-                ("io.kubernetes.pod.name".to_owned(), format!("{name}-{NODE}")),
-                ("io.kubernetes.pod.namespace".to_owned(), "default".to_owned()),
+                (
+                    "io.kubernetes.pod.name".to_owned(),
+                    format!("{name}-{NODE}"),
+                ),
+                (
+                    "io.kubernetes.pod.namespace".to_owned(),
+                    "default".to_owned(),
+                ),
             ]
             .into(),
             ..Default::default()
@@ -165,8 +171,7 @@ async fn manifest_moved_out_and_back_during_termination_runs_again() {
                 p["metadata"]["uid"] == uid.as_str()
                     && running(p, "c")
                     && common::container(p, "containerStatuses", "c").is_some_and(|c| {
-                        c["containerID"].as_str()
-                            != Some(format!("containerd://{old_id}").as_str())
+                        c["containerID"].as_str() != Some(format!("containerd://{old_id}").as_str())
                     })
             },
         )

@@ -87,7 +87,10 @@ mod tests {
     #[test]
     fn a_running_kill_is_only_ever_shortened() {
         let p = pod(Some(30), None);
-        assert_eq!(effective_grace_period(Some(30), Some(&p), None), (30, false));
+        assert_eq!(
+            effective_grace_period(Some(30), Some(&p), None),
+            (30, false)
+        );
         assert_eq!(
             effective_grace_period(Some(30), Some(&p), Some(60)),
             (30, false)

@@ -117,10 +117,22 @@ mod tests {
         s.enqueue("other_kube-system", "x");
         assert!(!s.allow("etcd_kube-system", "new", any), "old is first");
         assert!(s.allow("etcd_kube-system", "old", any));
-        assert!(s.allow("etcd_kube-system", "old", any), "a holder may sync again");
-        assert!(s.allow("other_kube-system", "x", any), "other names are independent");
-        assert!(!s.allow("etcd_kube-system", "new", any), "old still holds the name");
-        assert!(!s.release("etcd_kube-system", "new"), "only the holder releases");
+        assert!(
+            s.allow("etcd_kube-system", "old", any),
+            "a holder may sync again"
+        );
+        assert!(
+            s.allow("other_kube-system", "x", any),
+            "other names are independent"
+        );
+        assert!(
+            !s.allow("etcd_kube-system", "new", any),
+            "old still holds the name"
+        );
+        assert!(
+            !s.release("etcd_kube-system", "new"),
+            "only the holder releases"
+        );
         assert!(s.release("etcd_kube-system", "old"));
         assert!(s.allow("etcd_kube-system", "new", any));
         assert_eq!(s.holder("etcd_kube-system"), Some("new"));

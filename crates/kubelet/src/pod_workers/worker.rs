@@ -9,9 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::{
-    KillOptions, PodWorkers, UpdateType, WorkerPhase, effective_grace_period, full_name,
-};
+use super::{KillOptions, PodWorkers, UpdateType, WorkerPhase, effective_grace_period, full_name};
 use crate::container::{PodStatus, RunningPod};
 use crate::events::EventType;
 use crate::supervisor::{POD_WORKER, catch_panic};
@@ -155,9 +153,10 @@ impl Worker {
                     info!(pod = %full_name(st), uid = %self.uid, "static pod waits for the previous pod with the same full name to terminate");
                 }
                 let backoff = self.workers.inner.timings.backoff_period;
-                state
-                    .work_queue
-                    .insert(self.uid.clone(), Instant::now() + jitter(&self.uid, backoff));
+                state.work_queue.insert(
+                    self.uid.clone(),
+                    Instant::now() + jitter(&self.uid, backoff),
+                );
                 return None;
             }
         }
