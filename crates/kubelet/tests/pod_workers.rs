@@ -1,6 +1,8 @@
 //! Pod workers against a recording syncer, with paused time: updates coalesce to the latest
 //! spec, a pod's work is strictly serial, kills interrupt a running sync and run
-//! terminating → terminated in order, and nothing syncs a pod after it was killed.
+//! terminating → terminated in order, nothing syncs a pod after it was killed, a shorter grace
+//! period restarts a kill, a pod re-added while terminating runs again, and static pods with
+//! one full name start in turn.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,6 +35,8 @@ struct Recorder {
     max_active: Mutex<HashMap<String, usize>>,
     sync_time: Mutex<Duration>,
     block_until_cancelled: Mutex<HashSet<String>>,
+    /// A kill takes its whole grace period (a container that ignores SIGTERM).
+    kill_takes_grace: Mutex<bool>,
 }
 
 impl Recorder {
@@ -99,7 +103,13 @@ impl PodSyncer for Recorder {
             .lock()
             .unwrap()
             .push(Call::Terminating(uid.clone(), grace));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let takes = if *self.kill_takes_grace.lock().unwrap() {
+            Duration::from_secs(grace.unsigned_abs())
+        } else {
+            Duration::from_millis(300)
+        };
+        // Leaves the pod active if dropped mid-kill, as a cancelled runtime call would.
+        tokio::time::sleep(takes).await;
         self.leave(&uid);
         Ok(())
     }
@@ -122,10 +132,14 @@ impl PodSyncer for Recorder {
 }
 
 fn pod(uid: &str, generation: u32, grace: i64) -> Pod {
+    named_pod(uid, uid, generation, grace)
+}
+
+fn named_pod(uid: &str, name: &str, generation: u32, grace: i64) -> Pod {
     Pod {
         metadata: ObjectMeta {
             uid: Some(uid.into()),
-            name: Some(uid.into()),
+            name: Some(name.into()),
             namespace: Some("default".into()),
             labels: Some(BTreeMap::from([("gen".to_owned(), generation.to_string())])),
             ..Default::default()
@@ -275,4 +289,236 @@ async fn resync_is_queued_after_each_sync() {
     assert_eq!(w.take_due(Instant::now()), vec!["r".to_owned()]);
     cancel.cancel();
     w.shutdown().await;
+}
+
+/// A pod from the file source (a static pod) named `name`.
+fn static_pod(uid: &str, name: &str, grace: i64) -> Pod {
+    let mut p = named_pod(uid, name, 0, grace);
+    p.metadata.annotations = Some(BTreeMap::from([(
+        "kubernetes.io/config.source".to_owned(),
+        "file".to_owned(),
+    )]));
+    p
+}
+
+fn removed() -> KillOptions {
+    KillOptions {
+        grace_period_override: None,
+        removed: true,
+    }
+}
+
+fn position(calls: &[Call], want: &Call) -> usize {
+    calls
+        .iter()
+        .position(|c| c == want)
+        .unwrap_or_else(|| panic!("{want:?} not in {calls:?}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn shorter_grace_period_restarts_the_kill_in_flight() {
+    let rec = Arc::new(Recorder::default());
+    *rec.kill_takes_grace.lock().unwrap() = true;
+    let (w, cancel) = setup(rec.clone());
+    w.update_pod(PodWork::sync(UpdateType::Create, pod("g", 0, 30)));
+    settle().await;
+    let t0 = Instant::now();
+    w.update_pod(PodWork::kill(pod("g", 0, 30), removed()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        w.phase("g"),
+        Some(WorkerPhase::Terminating { grace_period: 30 })
+    );
+    // The API server lowers deletionGracePeriodSeconds (a second delete, shorter grace).
+    let mut deleting = pod("g", 0, 30);
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+    deleting.metadata.deletion_grace_period_seconds = Some(4);
+    w.update_pod(PodWork::sync(UpdateType::Update, deleting));
+    wait_for(&w, "g", WorkerPhase::Finished, Duration::from_secs(60)).await;
+    let done = t0.elapsed();
+    assert!(
+        done >= Duration::from_secs(9) && done < Duration::from_secs(11),
+        "kill must end 4 s after the shortening at t0+5 s, not at t0+30 s: {done:?}"
+    );
+    assert_eq!(
+        rec.calls()[1..],
+        [
+            Call::Terminating("g".into(), 30),
+            Call::Terminating("g".into(), 4),
+            Call::Terminated("g".into(), true),
+        ]
+    );
+    cancel.cancel();
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn override_never_lengthens_deletion_grace_and_longer_kills_are_ignored() {
+    let rec = Arc::new(Recorder::default());
+    *rec.kill_takes_grace.lock().unwrap() = true;
+    let (w, cancel) = setup(rec.clone());
+    let mut deleting = pod("d", 0, 30);
+    deleting.metadata.deletion_grace_period_seconds = Some(6);
+    w.update_pod(PodWork::sync(UpdateType::Create, pod("d", 0, 30)));
+    settle().await;
+    // Upstream takes the minimum: an override of 20 does not lengthen the API's 6 s.
+    w.update_pod(PodWork::kill(
+        deleting.clone(),
+        KillOptions {
+            grace_period_override: Some(20),
+            removed: false,
+        },
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    w.update_pod(PodWork::kill(
+        deleting,
+        KillOptions {
+            grace_period_override: Some(10),
+            removed: false,
+        },
+    ));
+    wait_for(&w, "d", WorkerPhase::Finished, Duration::from_secs(60)).await;
+    assert_eq!(
+        rec.calls()[1..],
+        [
+            Call::Terminating("d".into(), 6),
+            Call::Terminated("d".into(), false),
+        ]
+    );
+    cancel.cancel();
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pod_added_again_while_terminating_restarts_once_terminated() {
+    let rec = Arc::new(Recorder::default());
+    *rec.kill_takes_grace.lock().unwrap() = true;
+    let (w, cancel) = setup(rec.clone());
+    w.update_pod(PodWork::sync(UpdateType::Create, pod("m", 0, 5)));
+    settle().await;
+    w.update_pod(PodWork::kill(pod("m", 0, 5), removed()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Moved back into the config with the same UID while the kill runs.
+    w.update_pod(PodWork::sync(UpdateType::Create, pod("m", 1, 5)));
+    wait_for(&w, "m", WorkerPhase::Finished, Duration::from_secs(60)).await;
+    assert_eq!(
+        rec.calls()[1..],
+        [
+            Call::Terminating("m".into(), 5),
+            Call::Terminated("m".into(), true),
+        ],
+        "the re-add does not interrupt the termination"
+    );
+    // Housekeeping forgets the finished worker although the pod is desired…
+    let desired = HashSet::from(["m".to_owned()]);
+    assert_eq!(w.sync_known_pods(&desired), vec!["m".to_owned()]);
+    // …and its Create for desired pods without a worker starts the pod again.
+    w.update_pod(PodWork::sync(UpdateType::Create, pod("m", 1, 5)));
+    settle().await;
+    assert_eq!(
+        rec.calls().last(),
+        Some(&Call::Sync("m".into(), UpdateType::Create, "1".into()))
+    );
+    assert_eq!(w.phase("m"), Some(WorkerPhase::Syncing));
+    // A finished pod that is still desired and was not re-added stays finished.
+    w.update_pod(PodWork::kill(pod("m", 1, 5), removed()));
+    wait_for(&w, "m", WorkerPhase::Finished, Duration::from_secs(60)).await;
+    assert!(w.sync_known_pods(&desired).is_empty());
+    cancel.cancel();
+    w.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn static_pods_with_one_full_name_start_only_after_the_previous_terminated() {
+    let rec = Arc::new(Recorder::default());
+    *rec.kill_takes_grace.lock().unwrap() = true;
+    let (w, cancel) = setup(rec.clone());
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v1", "etcd", 20),
+    ));
+    settle().await;
+    // A manifest edit: the old UID is removed, the new one added.
+    let t0 = Instant::now();
+    w.update_pod(PodWork::kill(static_pod("v1", "etcd", 20), removed()));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v2", "etcd", 20),
+    ));
+    // Another name is not held up, nor is an API pod with the same name.
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("o1", "other", 20),
+    ));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        named_pod("a1", "etcd", 0, 20),
+    ));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!w.is_started("v2"), "v2 must wait while v1 terminates");
+    assert!(w.is_started("o1") && w.is_started("a1"));
+    assert_eq!(w.phase("v2"), Some(WorkerPhase::Syncing));
+    wait_until_started(&w, "v2", Duration::from_secs(60)).await;
+    assert!(
+        t0.elapsed() >= Duration::from_secs(20),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(22),
+        "woken when v1 finished, not at a later resync: {:?}",
+        t0.elapsed()
+    );
+    settle().await;
+    let calls = rec.calls();
+    assert!(
+        position(&calls, &Call::Terminated("v1".into(), true))
+            < position(
+                &calls,
+                &Call::Sync("v2".into(), UpdateType::Create, "0".into())
+            ),
+        "{calls:?}"
+    );
+    // A waiting pod killed before it started never runs anything.
+    w.update_pod(PodWork::kill(static_pod("v2", "etcd", 20), removed()));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v3", "etcd", 20),
+    ));
+    w.update_pod(PodWork::kill(static_pod("v3", "etcd", 20), removed()));
+    w.update_pod(PodWork::sync(
+        UpdateType::Create,
+        static_pod("v4", "etcd", 20),
+    ));
+    wait_until_started(&w, "v4", Duration::from_secs(60)).await;
+    assert_eq!(w.phase("v3"), Some(WorkerPhase::Finished));
+    assert!(!w.is_started("v3"));
+    assert!(
+        !rec.calls().iter().any(|c| match c {
+            Call::Sync(u, ..) | Call::Terminating(u, _) | Call::Terminated(u, _) => u == "v3",
+        }),
+        "{:?}",
+        rec.calls()
+    );
+    cancel.cancel();
+    w.shutdown().await;
+}
+
+async fn wait_for(w: &PodWorkers, uid: &str, phase: WorkerPhase, limit: Duration) {
+    let start = Instant::now();
+    while w.phase(uid) != Some(phase) {
+        assert!(start.elapsed() < limit, "{uid} never reached {phase:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_until_started(w: &PodWorkers, uid: &str, limit: Duration) {
+    let start = Instant::now();
+    while !w.is_started(uid) {
+        assert!(start.elapsed() < limit, "{uid} never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -439,6 +439,7 @@ impl Agent {
         );
         // Per-pod tasks restart after a panic; the metric counts them.
         workers.set_metrics(metrics.clone());
+        workers.set_events(events.clone());
         prober.set_metrics(metrics.clone());
 
         // Sources → merger.
