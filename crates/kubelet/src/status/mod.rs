@@ -6,3 +6,4 @@ pub mod api_sync;
 pub mod generate;
 pub mod manager;
 pub mod qos;
+pub mod resize_conditions;
