@@ -196,6 +196,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         }
         if r.plural == "pods" && r.group.is_empty() {
             items.push(json!({
+                "name": "pods/resize",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
+            items.push(json!({
                 "name": "pods/log",
                 "singularName": "",
                 "namespaced": true,
@@ -320,6 +327,7 @@ mod tests {
         for n in [
             "pods",
             "pods/status",
+            "pods/resize",
             "nodes/status",
             "serviceaccounts/token",
         ] {
