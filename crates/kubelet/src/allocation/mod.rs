@@ -14,6 +14,7 @@
 
 pub mod checkpoint;
 pub mod feasibility;
+pub mod status;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
