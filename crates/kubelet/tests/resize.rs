@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet::agent::{Agent, AgentConfig};
-use kubelet::cm::cgroups::fake::FakeCgroupFs;
 use kubelet::cm::cgroups::CgroupVersion;
+use kubelet::cm::cgroups::fake::FakeCgroupFs;
 use kubelet::events::CollectingRecorder;
 use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::fake::FakeRuntime;
@@ -126,7 +126,10 @@ async fn not_required_resize_updates_in_place() {
     let agent = h.start(CancellationToken::new()).await;
     let policy = json!([{"resourceName": "cpu", "restartPolicy": "NotRequired"}]);
     send(&agent, &pod("500m", "64Mi", policy.clone())).await;
-    wait_until("running", Duration::from_secs(30), || h.running_id().is_some()).await;
+    wait_until("running", Duration::from_secs(30), || {
+        h.running_id().is_some()
+    })
+    .await;
     let id = h.running_id().unwrap();
     assert_eq!(h.quota_of(&id), Some(50_000));
     assert_eq!(h.pod_cgroup().cpu_quota, Some(50_000));
@@ -139,19 +142,31 @@ async fn not_required_resize_updates_in_place() {
     .await;
     assert_eq!(h.fake.call_count("UpdateContainerResources"), 1);
     assert_eq!(h.pod_cgroup().cpu_quota, Some(80_000));
-    assert_eq!(h.running_id().as_deref(), Some(id.as_str()), "not restarted");
+    assert_eq!(
+        h.running_id().as_deref(),
+        Some(id.as_str()),
+        "not restarted"
+    );
     assert_eq!(h.fake.call_count("StopContainer"), 0);
-    wait_until("status reports the new resources", Duration::from_secs(30), || {
-        container_status(&agent)
-            .resources
-            .and_then(|r| r.limits)
-            .is_some_and(|l| l["cpu"].0 == "800m")
-    })
+    wait_until(
+        "status reports the new resources",
+        Duration::from_secs(30),
+        || {
+            container_status(&agent)
+                .resources
+                .and_then(|r| r.limits)
+                .is_some_and(|l| l["cpu"].0 == "800m")
+        },
+    )
     .await;
     let cs = container_status(&agent);
     assert_eq!(cs.allocated_resources.unwrap()["cpu"].0, "250m");
     assert_eq!(cs.restart_count, 0);
-    assert!(condition_types(&agent).is_empty(), "{:?}", condition_types(&agent));
+    assert!(
+        condition_types(&agent).is_empty(),
+        "{:?}",
+        condition_types(&agent)
+    );
 
     // Bigger than the node can ever hold: pending Infeasible, nothing applied.
     let mut big = pod("5000", "64Mi", policy);
@@ -196,20 +211,32 @@ async fn restart_container_policy_restarts_and_the_allocation_survives_a_restart
     let agent = h.start(cancel.clone()).await;
     let policy = json!([{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]);
     send(&agent, &pod("500m", "64Mi", policy.clone())).await;
-    wait_until("running", Duration::from_secs(30), || h.running_id().is_some()).await;
+    wait_until("running", Duration::from_secs(30), || {
+        h.running_id().is_some()
+    })
+    .await;
     let id = h.running_id().unwrap();
 
     send(&agent, &pod("700m", "64Mi", policy.clone())).await;
-    wait_until("restarted with the new limit", Duration::from_secs(60), || {
-        h.running_id().is_some_and(|n| n != id && h.quota_of(&n) == Some(70_000))
-    })
+    wait_until(
+        "restarted with the new limit",
+        Duration::from_secs(60),
+        || {
+            h.running_id()
+                .is_some_and(|n| n != id && h.quota_of(&n) == Some(70_000))
+        },
+    )
     .await;
     assert_eq!(h.fake.call_count("UpdateContainerResources"), 0);
     assert_eq!(h.pod_cgroup().cpu_quota, Some(70_000));
-    wait_until("restart counted, resize done", Duration::from_secs(60), || {
-        let cs = container_status(&agent);
-        cs.restart_count == 1 && condition_types(&agent).is_empty()
-    })
+    wait_until(
+        "restart counted, resize done",
+        Duration::from_secs(60),
+        || {
+            let cs = container_status(&agent);
+            cs.restart_count == 1 && condition_types(&agent).is_empty()
+        },
+    )
     .await;
 
     // The checkpoint holds the allocation across a kubelet restart.

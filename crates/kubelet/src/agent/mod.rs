@@ -524,7 +524,9 @@ impl Agent {
                     .iter()
                     .filter(|p| {
                         !crate::admission::is_terminal(
-                            status.get_pod_status(crate::types::PodExt::uid(*p)).as_ref(),
+                            status
+                                .get_pod_status(crate::types::PodExt::uid(*p))
+                                .as_ref(),
                         )
                     })
                     .cloned()
