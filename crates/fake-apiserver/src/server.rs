@@ -572,7 +572,7 @@ impl Api {
         if name.is_empty() {
             return Err(ApiError::method_not_allowed(method.as_str()));
         }
-        let requested: Box<dyn FnOnce(&Value) -> Result<Value, ApiError>> = match method {
+        let requested = match method {
             Method::GET => return Ok(respond(200, &self.store.get(info, ns, name)?)),
             Method::PUT => {
                 let obj = parse_body(body)?;
@@ -586,7 +586,7 @@ impl Api {
                         "the name of the object does not match the name on the URL",
                     ));
                 }
-                Box::new(move |_old: &Value| Ok(obj))
+                crate::resize::ResizeRequest::Replace(obj)
             }
             Method::PATCH => {
                 let ptype = match content_type {
@@ -595,24 +595,13 @@ impl Api {
                     "application/strategic-merge-patch+json" => PatchType::Strategic,
                     other => return Err(ApiError::unsupported_media_type(other)),
                 };
-                let patch = parse_body(body)?;
-                let name = name.to_owned();
-                Box::new(move |old: &Value| {
-                    let invalid = |e: String| ApiError::invalid("Pod", &name, &e);
-                    match ptype {
-                        PatchType::Json => crate::jsonpatch::json_patch(old, &patch)
-                            .map_err(|e| invalid(e.to_string())),
-                        PatchType::Merge => Ok(crate::jsonpatch::merge_patch(old, &patch)),
-                        PatchType::Strategic => crate::smp::apply("Pod", old, &patch)
-                            .map_err(|e| invalid(e.to_string())),
-                    }
-                })
+                crate::resize::ResizeRequest::Patch(ptype, parse_body(body)?)
             }
             m => return Err(ApiError::method_not_allowed(m.as_str())),
         };
         let qualified = info.qualified();
         let updated = self.store.update_with(info, ns, name, |old| {
-            let req = requested(old)?;
+            let req = requested.apply(name, old)?;
             let rv = req["metadata"]["resourceVersion"].as_str();
             if rv.is_some_and(|rv| Some(rv) != old["metadata"]["resourceVersion"].as_str()) {
                 return Err(ApiError::conflict(
