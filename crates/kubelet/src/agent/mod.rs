@@ -405,7 +405,8 @@ impl Agent {
         .with_metrics(metrics.clone());
         // In-place pod resize: allocations checkpointed in the root dir, bounded by the Node.
         let allocation = crate::allocation::AllocationManager::new(&cfg.root_dir)
-            .with_node(admission_node.clone());
+            .with_node(admission_node.clone())
+            .with_static_cpu_manager(cfg.cpu_manager.policy == CpuManagerPolicy::Static);
         let syncer = syncer.with_allocation(allocation.clone());
         let syncer = with_opt(syncer, cm.clone(), |s, cm| s.with_cgroups(cm));
         let syncer = Arc::new(with_opt(syncer, objects.clone(), |s, o| s.with_objects(o)));

@@ -72,3 +72,34 @@ pub fn can_resize_pod(
         None => ResizeVerdict::Fits,
     }
 }
+
+/// Upstream's resize admit handler with the static CPU manager (and without the
+/// `InPlacePodVerticalScalingExclusiveCPUs` gate): a Guaranteed pod's CPU cannot be resized
+/// (its exclusive cpuset would no longer match). `allocated` is the pod with its current
+/// allocation.
+pub fn static_cpu_manager_forbids(desired: &Pod, allocated: &Pod) -> Option<String> {
+    if crate::status::qos::pod_qos_class(desired) != crate::status::qos::GUARANTEED {
+        return None;
+    }
+    let cpu = |p: &Pod| -> Vec<Option<i128>> {
+        let spec = p.spec.as_ref();
+        spec.into_iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .map(|c| {
+                c.resources
+                    .as_ref()
+                    .and_then(|r| r.requests.as_ref())
+                    .and_then(|r| r.get("cpu"))
+                    .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
+            })
+            .collect()
+    };
+    (cpu(desired) != cpu(allocated)).then(|| {
+        "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
+            .to_owned()
+    })
+}

@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 use self::checkpoint::{
     ACTUATED_FILE, ALLOCATED_FILE, Allocations, Checkpoint, CheckpointError, PodResources,
 };
-pub use self::feasibility::{ResizeVerdict, can_resize_pod};
+pub use self::feasibility::{ResizeVerdict, can_resize_pod, static_cpu_manager_forbids};
 use crate::status::resize_conditions::{REASON_INFEASIBLE, ResizeConditions};
 use crate::types::PodExt;
 
@@ -112,6 +112,8 @@ pub struct AllocationManager {
     node: Option<watch::Receiver<Arc<Node>>>,
     active: Arc<OnceLock<ActivePods>>,
     conditions: ResizeConditions,
+    /// `cpuManagerPolicy: static`: Guaranteed pods' CPU cannot be resized.
+    static_cpu_manager: bool,
 }
 
 impl std::fmt::Debug for AllocationManager {
@@ -225,12 +227,19 @@ impl AllocationManager {
             node: None,
             active: Arc::new(OnceLock::new()),
             conditions: ResizeConditions::new(),
+            static_cpu_manager: false,
         }
     }
 
     /// The Node whose `status.allocatable` bounds resizes.
     pub fn with_node(mut self, node: watch::Receiver<Arc<Node>>) -> Self {
         self.node = Some(node);
+        self
+    }
+
+    /// The static CPU manager is in use (Guaranteed pods' CPU resizes are infeasible).
+    pub fn with_static_cpu_manager(mut self, on: bool) -> Self {
+        self.static_cpu_manager = on;
         self
     }
 
@@ -387,7 +396,15 @@ impl AllocationManager {
             .and_then(|n| n.borrow().status.as_ref()?.allocatable.clone());
         let others = self.allocated_others(&uid);
         let other_refs: Vec<&Pod> = others.iter().collect();
-        match can_resize_pod(pod, allocatable.as_ref(), &other_refs) {
+        let verdict = match self
+            .static_cpu_manager
+            .then(|| static_cpu_manager_forbids(pod, &allocated))
+            .flatten()
+        {
+            Some(msg) => ResizeVerdict::Infeasible(msg),
+            None => can_resize_pod(pod, allocatable.as_ref(), &other_refs),
+        };
+        match verdict {
             ResizeVerdict::Fits => {
                 if let Err(e) = self.set_allocated_resources(pod) {
                     error!(pod = %pod.full_name(), %uid, error = %e, "failed to allocate the resize; keeping the old allocation");

@@ -229,3 +229,35 @@ fn orphans_are_forgotten() {
     assert!(!m.is_pod_allocated("a"));
     assert!(m.is_pod_allocated("b"));
 }
+
+#[test]
+fn static_cpu_manager_blocks_guaranteed_cpu_resizes_only() {
+    let m = manager(vec![]).with_static_cpu_manager(true);
+    m.add_pod(&pod("a", "1", "1Gi"));
+    m.handle_pod_resources_resize(&pod("a", "2", "1Gi"), now());
+    let c = &m.conditions().get("a")[0];
+    assert_eq!(c.reason.as_deref(), Some("Infeasible"));
+    assert_eq!(
+        c.message.as_deref(),
+        Some("Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\"")
+    );
+    // Memory of the same Guaranteed pod may change.
+    let out = m.handle_pod_resources_resize(&pod("a", "1", "2Gi"), now());
+    assert!(
+        m.conditions()
+            .get("a")
+            .iter()
+            .all(|c| c.type_ != POD_RESIZE_PENDING)
+    );
+    assert_eq!(
+        out.spec.unwrap().containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap()["memory"]
+            .0,
+        "2Gi"
+    );
+}
