@@ -205,12 +205,13 @@ fn container_errors(path: &str, old: &Value, new: &Value, errs: &mut Vec<String>
             "{path}.resources.limits.memory: Forbidden: memory limits cannot be decreased unless resizePolicy is RestartContainer"
         ));
     }
-    for (i, p) in new["resizePolicy"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    let policy = &new["resizePolicy"];
+    if !policy.is_null() && !policy.is_array() {
+        errs.push(format!(
+            "{path}.resizePolicy: Invalid value: must be a list"
+        ));
+    }
+    for (i, p) in policy.as_array().into_iter().flatten().enumerate() {
         let name = p["resourceName"].as_str().unwrap_or_default();
         if !RESIZABLE.contains(&name) {
             errs.push(format!(
@@ -444,6 +445,29 @@ mod tests {
             e.message
                 .contains("resizePolicy[0].restartPolicy: Unsupported value")
         );
+    }
+
+    #[test]
+    fn hostile_requests_are_refused_not_crashed() {
+        // An overflowing quantity, a non-list container field, a non-object resources value.
+        let mut r = pod();
+        r["spec"]["containers"][0]["resources"]["limits"]["cpu"] =
+            json!("99999999999999999999999999999999999999Ei");
+        assert!(err(&r).message.contains("quantities must match"));
+        let mut r = pod();
+        r["spec"]["containers"] = json!("nope");
+        assert!(err(&r).message.contains("may not be added or removed"));
+        let mut r = pod();
+        r["spec"]["containers"][0]["resources"] = json!(42);
+        assert_eq!(err(&r).code, 422);
+        let mut r = pod();
+        r["spec"]["containers"][0]["resizePolicy"] = json!("x");
+        assert!(
+            err(&r)
+                .message
+                .contains("spec.containers[0].resizePolicy: Invalid value: must be a list")
+        );
+        assert_eq!(err(&json!(null)).code, 422);
     }
 
     #[test]

@@ -128,7 +128,17 @@ impl Checkpoint {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp"));
-        let mut f = std::fs::File::create(&tmp).map_err(err)?;
+        // A stale (or planted) temp file is removed, never followed: O_EXCL creates anew.
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err(e)),
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(err)?;
         f.write_all(&blob).map_err(err)?;
         f.sync_all().map_err(err)?;
         drop(f);
@@ -168,6 +178,14 @@ mod tests {
         cp.store(&sample()).unwrap();
         assert_eq!(cp.load().unwrap(), sample());
         // No temp file is left behind.
+        // A symlink planted at the temp path is replaced, not written through.
+        let target = d.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, d.path().join(format!(".{ALLOCATED_FILE}.tmp")))
+            .unwrap();
+        cp.store(&sample()).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        std::fs::remove_file(&target).unwrap();
         let names: Vec<_> = std::fs::read_dir(d.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
