@@ -7,6 +7,7 @@ pub mod events;
 pub mod jsonpatch;
 pub mod logs;
 pub mod proto;
+pub mod resize;
 pub mod resources;
 pub mod reviews;
 pub mod selector;

@@ -206,6 +206,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         }
         if r.plural == "pods" && r.group.is_empty() {
             items.push(json!({
+                "name": "pods/resize",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
+            items.push(json!({
                 "name": "pods/log",
                 "singularName": "",
                 "namespaced": true,
@@ -330,6 +337,7 @@ mod tests {
         for n in [
             "pods",
             "pods/status",
+            "pods/resize",
             "nodes/status",
             "serviceaccounts/token",
         ] {

@@ -459,6 +459,10 @@ impl Api {
         }
         let ns = t.namespace.clone().unwrap_or_default();
         let ns_ref = if info.namespaced { ns.as_str() } else { "" };
+        if info.kind == "Pod" && t.sub.as_deref() == Some("resize") {
+            let name = t.name.unwrap_or_default();
+            return self.resize(method, info, &ns, &name, content_type, body);
+        }
         let status_sub = match t.sub.as_deref() {
             None => false,
             Some("status") if info.has_status => true,
@@ -552,6 +556,75 @@ impl Api {
             }
             (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
         }
+    }
+
+    /// `pods/resize`: GET reads the pod; PUT and PATCH (JSON, merge, strategic) change only
+    /// container resources and resize policies, under upstream's resize validation.
+    fn resize(
+        &self,
+        method: Method,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<Response<Body>, ApiError> {
+        if name.is_empty() {
+            return Err(ApiError::method_not_allowed(method.as_str()));
+        }
+        let requested = match method {
+            Method::GET => return Ok(respond(200, &self.store.get(info, ns, name)?)),
+            Method::PUT => {
+                let obj = parse_body(body)?;
+                if !obj["metadata"].is_object() {
+                    return Err(ApiError::bad_request(
+                        "the request body must be an object with metadata",
+                    ));
+                }
+                if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                    return Err(ApiError::bad_request(
+                        "the name of the object does not match the name on the URL",
+                    ));
+                }
+                crate::resize::ResizeRequest::Replace(obj)
+            }
+            Method::PATCH => {
+                let ptype = match content_type {
+                    "application/json-patch+json" => PatchType::Json,
+                    "application/merge-patch+json" => PatchType::Merge,
+                    "application/strategic-merge-patch+json" => PatchType::Strategic,
+                    other => return Err(ApiError::unsupported_media_type(other)),
+                };
+                crate::resize::ResizeRequest::Patch(ptype, parse_body(body)?)
+            }
+            m => return Err(ApiError::method_not_allowed(m.as_str())),
+        };
+        let qualified = info.qualified();
+        let updated = self.store.update_with(info, ns, name, |old| {
+            let req = requested.apply(name, old)?;
+            let rv = req["metadata"]["resourceVersion"].as_str();
+            if rv.is_some_and(|rv| Some(rv) != old["metadata"]["resourceVersion"].as_str()) {
+                return Err(ApiError::conflict(
+                    &qualified,
+                    name,
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                ));
+            }
+            if let Some(uid) = req["metadata"]["uid"].as_str()
+                && Some(uid) != old["metadata"]["uid"].as_str()
+            {
+                return Err(ApiError::conflict(
+                    &qualified,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        old["metadata"]["uid"].as_str().unwrap_or_default()
+                    ),
+                ));
+            }
+            crate::resize::prepare_resize(old, &req)
+        })?;
+        Ok(respond(200, &updated))
     }
 
     /// PATCH of an `events.k8s.io/v1` Event: applied to the converted form, stored as core.

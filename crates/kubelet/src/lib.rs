@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod agent;
+pub mod allocation;
 pub mod apiclient;
 pub mod backoff;
 pub mod clock;

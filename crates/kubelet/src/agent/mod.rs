@@ -421,6 +421,11 @@ impl Agent {
         let syncer = with_opt(syncer, cfg.crash_loop_max, |s, max| {
             s.with_crash_loop_max(max)
         });
+        // In-place pod resize: allocations checkpointed in the root dir, bounded by the Node.
+        let allocation = crate::allocation::AllocationManager::new(&cfg.root_dir)
+            .with_node(admission_node.clone())
+            .with_static_cpu_manager(cfg.cpu_manager.policy == CpuManagerPolicy::Static);
+        let syncer = syncer.with_allocation(allocation.clone());
         let syncer = with_opt(syncer, cm.clone(), |s, cm| s.with_cgroups(cm));
         let syncer = Arc::new(with_opt(syncer, objects.clone(), |s, o| s.with_objects(o)));
         let syncer = Arc::new(InstrumentedSyncer::new(
@@ -532,6 +537,22 @@ impl Agent {
         });
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
+        {
+            let (pods, status) = (pods.clone(), status.clone());
+            allocation.set_active_pods(Box::new(move || {
+                pods.borrow()
+                    .iter()
+                    .filter(|p| {
+                        !crate::admission::is_terminal(
+                            status
+                                .get_pod_status(crate::types::PodExt::uid(*p))
+                                .as_ref(),
+                        )
+                    })
+                    .cloned()
+                    .collect()
+            }));
+        }
         if let Some(cm) = cm {
             cm.set_active_pods(pods.clone());
             sup.spawn_critical("container manager", cm.run(cancel.child_token()));

@@ -11,6 +11,7 @@ pub mod allocatable;
 pub mod cgroups;
 pub mod cpumanager;
 pub mod pod_containers;
+pub mod pod_resize;
 pub mod qos_containers;
 pub mod resources;
 

@@ -11,6 +11,7 @@ pub mod hash;
 pub mod hooks;
 pub mod kill;
 pub mod labels;
+pub mod resize;
 pub mod runtime_status;
 pub mod sandbox_config;
 pub mod start;

@@ -89,6 +89,8 @@ pub struct Syncer {
     metrics: Option<KubeletMetrics>,
     /// `runtimeClassName` → CRI runtime handler (standalone by default: named classes fail).
     pub(crate) runtime_classes: RuntimeClassManager,
+    /// In-place resize: allocated/actuated resources and resize conditions.
+    pub(crate) allocation: Option<crate::allocation::AllocationManager>,
 }
 
 impl Syncer {
@@ -118,6 +120,7 @@ impl Syncer {
             cgroups: None,
             metrics: None,
             runtime_classes: RuntimeClassManager::standalone(),
+            allocation: None,
         }
     }
 
@@ -156,6 +159,13 @@ impl Syncer {
     /// parent (upstream SyncPod `pcm.EnsureExists`).
     pub fn with_cgroups(mut self, cm: ContainerManager) -> Self {
         self.cgroups = Some(cm);
+        self
+    }
+
+    /// Enables in-place pod resize (upstream `InPlacePodVerticalScaling`): pods run with their
+    /// allocated resources, resizes are admitted and actuated through CRI and the pod cgroup.
+    pub fn with_allocation(mut self, allocation: crate::allocation::AllocationManager) -> Self {
+        self.allocation = Some(allocation);
         self
     }
 
@@ -252,6 +262,10 @@ impl Syncer {
             },
             self.probes(),
         );
+        let mut api = api;
+        if let Some(alloc) = &self.allocation {
+            alloc.apply_to_status(pod, &mut api);
+        }
         let deadline = api.reason.as_deref() == Some(DEADLINE_EXCEEDED_REASON);
         if deadline
             && old.as_ref().and_then(|o| o.reason.as_deref()) != Some(DEADLINE_EXCEEDED_REASON)
@@ -340,6 +354,9 @@ impl PodSyncer for Syncer {
         status: &PodStatus,
         cancel: &CancellationToken,
     ) -> Result<bool, SyncError> {
+        // In-place resize: act on the allocated resources, not the desired ones.
+        let allocated = self.allocated_pod(pod, status);
+        let pod = allocated.as_ref().unwrap_or(pod);
         if let Some(p) = &self.prober {
             p.update_pod(pod, status, &self.pod_ip(pod, status));
         }
@@ -366,7 +383,13 @@ impl PodSyncer for Syncer {
             )));
         }
 
-        let actions = compute_pod_actions_with_probes(pod, status, self.probes());
+        let mut actions = compute_pod_actions_with_probes(pod, status, self.probes());
+        let resize = if actions.kill_pod || actions.create_sandbox {
+            Default::default()
+        } else {
+            self.compute_resize(pod, status)
+        };
+        crate::kuberuntime::resize::merge_restarts(&mut actions, &resize);
         debug!(pod = %pod.full_name(), uid = %pod.uid(), ?actions, "computed pod actions");
 
         if actions.kill_pod {
@@ -406,6 +429,13 @@ impl PodSyncer for Syncer {
         }
         if cancel.is_cancelled() {
             return Err(SyncError("sync cancelled: pod is terminating".into()));
+        }
+        if !resize.is_empty() {
+            let resized = self.do_pod_resize_action(pod, &resize).await;
+            // Report the new allocation/actuation (and conditions) at once.
+            let fresh = self.allocated_pod(pod, status);
+            self.update_status(fresh.as_ref().unwrap_or(pod), status, false);
+            resized.map_err(SyncError)?;
         }
 
         // Upstream `WaitForAttachAndMount`, on every sync: containers start only with their
@@ -456,6 +486,9 @@ impl PodSyncer for Syncer {
                 break;
             }
             let result = starter.start_container(&sandbox, c, true).await;
+            if result.is_ok() {
+                self.record_actuated(pod, c);
+            }
             self.count_container_start(true, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
@@ -473,6 +506,9 @@ impl PodSyncer for Syncer {
                 break;
             }
             let result = starter.start_container(&sandbox, c, false).await;
+            if result.is_ok() {
+                self.record_actuated(pod, c);
+            }
             self.count_container_start(false, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
@@ -553,6 +589,9 @@ impl PodSyncer for Syncer {
             return Ok(());
         }
         remove_pod_content(self, pod.uid(), pod.name(), pod.namespace()).await?;
+        if let Some(alloc) = &self.allocation {
+            alloc.remove_pod(pod.uid());
+        }
         // Never through a mount point: anything still mounted stays, named in the warning.
         if let Err(e) = self.volumes.remove_pod_dir(pod.uid()).await {
             let base = self.config.root_dir.join("pods").join(pod.uid());

@@ -7,3 +7,4 @@ pub mod generate;
 pub mod manager;
 pub mod qos;
 pub mod terminate;
+pub mod resize_conditions;
