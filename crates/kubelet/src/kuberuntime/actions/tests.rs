@@ -179,6 +179,7 @@ impl Want {
                     )
                 })
                 .collect(),
+            ephemeral_containers_to_start: Vec::new(),
         }
     }
 }
@@ -603,4 +604,5 @@ fn kill_reason_strings() {
     assert_eq!(KillReason::Unknown.as_str(), "Unknown");
 }
 
+mod ephemeral;
 mod init;

@@ -882,3 +882,5 @@ fn active_deadline_is_measured_from_the_recorded_start_time() {
         );
     }
 }
+
+mod ephemeral;
