@@ -202,6 +202,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "kind": "Pod",
                 "verbs": ["get"],
             }));
+            items.push(json!({
+                "name": "pods/ephemeralcontainers",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
         }
         if r.plural == "serviceaccounts" {
             items.push(json!({
@@ -320,6 +327,7 @@ mod tests {
         for n in [
             "pods",
             "pods/status",
+            "pods/ephemeralcontainers",
             "nodes/status",
             "serviceaccounts/token",
         ] {
