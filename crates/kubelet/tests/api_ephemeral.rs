@@ -217,3 +217,75 @@ async fn an_ephemeral_container_added_to_a_running_pod_starts_once_in_its_target
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
     env.agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_container_waits_with_a_config_error_until_its_target_exists() {
+    let env = Env::start().await;
+    // `kubectl debug --target=app` while the pod is still initializing: the ephemeral
+    // container is started before initialization completes, but `app` has no runtime record.
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [{"name": "setup", "image": IMAGE, "imagePullPolicy": "IfNotPresent"}],
+            "containers": [{"name": "app", "image": IMAGE, "imagePullPolicy": "IfNotPresent"}],
+        },
+    }))
+    .unwrap();
+    env.pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let setup = env
+        .wait(30, "the init container running", |e| {
+            e.runtime_containers("setup").pop()
+        })
+        .await;
+
+    env.add_ephemeral("debugger").await;
+    let st = env
+        .wait(
+            20,
+            "debugger waiting with CreateContainerConfigError",
+            |e| {
+                let s = e.api_ephemeral_status("debugger")?;
+                (s["state"]["waiting"]["reason"] == "CreateContainerConfigError").then_some(s)
+            },
+        )
+        .await;
+    assert_eq!(
+        st["state"]["waiting"]["message"],
+        "unable to find target container app"
+    );
+    assert!(env.runtime_containers("debugger").is_empty());
+    let p = env.server.get("pods", "default", "web").unwrap();
+    assert_eq!(p["status"]["phase"], "Pending");
+
+    // Initialization completes, app starts, and the retried start joins app's namespace.
+    assert!(env.fake.exit_container(&setup.id, 0));
+    let debugger = env
+        .wait(60, "the debugger container in the runtime", |e| {
+            e.runtime_containers("debugger").pop()
+        })
+        .await;
+    let app_id = env.runtime_containers("app")[0].id.clone();
+    let ns = env
+        .fake
+        .container_config(&debugger.id)
+        .and_then(|c| c.linux)
+        .and_then(|l| l.security_context)
+        .and_then(|sc| sc.namespace_options)
+        .expect("namespace options");
+    assert_eq!(
+        (ns.pid, ns.target_id),
+        (NamespaceMode::Target as i32, app_id)
+    );
+    env.wait(60, "debugger running in the API", |e| {
+        let s = e.api_ephemeral_status("debugger")?;
+        s["state"]["running"].is_object().then_some(())
+    })
+    .await;
+    env.agent.shutdown().await;
+}
