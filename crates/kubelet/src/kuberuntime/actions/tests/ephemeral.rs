@@ -140,3 +140,28 @@ fn a_running_ephemeral_container_does_not_keep_a_finished_pod_alive() {
     assert!(got.containers_to_kill.is_empty(), "{got:?}");
     assert!(got.ephemeral_containers_to_start.is_empty(), "{got:?}");
 }
+
+#[test]
+fn hostile_ephemeral_specs_decide_without_panicking() {
+    // An API server that does not validate could send an ephemeral container named like a
+    // regular one, duplicates, or an empty name: the regular container's record counts as
+    // the ephemeral one's (nothing extra starts), duplicates start at most once per record.
+    let mut p = with_ephemeral(basic("Always"), &["foo1", "dup", "dup", ""]);
+    let got = compute_pod_actions(&p, &status(ready_sb(), running_regulars(&p)));
+    assert_eq!(got.ephemeral_containers_to_start, vec![1, 2, 3]);
+    assert!(got.containers_to_kill.is_empty(), "{got:?}");
+    let mut sts = running_regulars(&p);
+    sts.push(ecs(&p, "dup", Exited, 0));
+    let got = compute_pod_actions(&p, &status(ready_sb(), sts));
+    assert_eq!(got.ephemeral_containers_to_start, vec![3]);
+    // A target naming itself or nothing known is the starter's problem, not the decision's.
+    if let Some(ecs) = p
+        .spec
+        .as_mut()
+        .and_then(|s| s.ephemeral_containers.as_mut())
+    {
+        ecs[1].target_container_name = Some("dup".into());
+    }
+    let got = compute_pod_actions(&p, &status(ready_sb(), running_regulars(&p)));
+    assert_eq!(got.ephemeral_containers_to_start, vec![1, 2, 3]);
+}

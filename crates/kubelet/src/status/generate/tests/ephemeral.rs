@@ -124,3 +124,32 @@ fn ephemeral_containers_wait_with_pod_initializing_while_init_runs() {
         Some(POD_INITIALIZING)
     );
 }
+
+#[test]
+fn hostile_ephemeral_names_do_not_break_status_generation() {
+    // Named like the regular container, duplicated: one status per spec entry, no panic, and
+    // the regular container's status is untouched.
+    let mut p = pod("Always", vec![], vec![ctr("app")]);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.ephemeral_containers = Some(
+            ["app", "dup", "dup"]
+                .iter()
+                .map(|n| EphemeralContainer {
+                    name: (*n).into(),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+    }
+    let rt = runtime(
+        vec![sb(true)],
+        vec![rc("app", "c1", ContainerState::Running, 0, 1)],
+    );
+    let s = Gen::new(&p, &rt).run();
+    assert_eq!(
+        s.ephemeral_container_statuses.as_ref().map(Vec::len),
+        Some(3)
+    );
+    assert_eq!(s.container_statuses.as_ref().map(Vec::len), Some(1));
+    assert_eq!(s.phase.as_deref(), Some(RUNNING));
+}
