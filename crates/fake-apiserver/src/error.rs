@@ -94,6 +94,35 @@ impl ApiError {
         e
     }
 
+    /// 422 for an invalid object with several field errors, each `(reason, body, field)` as
+    /// upstream's `field.Error` (`FieldValueDuplicate`, `Duplicate value: "x"`,
+    /// `spec.a[0].name`); the message aggregates them as upstream (`[e1, e2]` when several).
+    pub fn invalid_causes(
+        kind: &str,
+        name: &str,
+        causes: Vec<(&'static str, String, String)>,
+    ) -> Self {
+        let mut parts: Vec<String> = Vec::new();
+        for (_, body, field) in &causes {
+            let part = format!("{field}: {body}");
+            if !parts.contains(&part) {
+                parts.push(part);
+            }
+        }
+        let why = match parts.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {why}"),
+        )
+        .with_details(kind, name);
+        e.causes = causes;
+        e
+    }
+
     /// 400 for a malformed request.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message.into())

@@ -2,6 +2,7 @@
 //! kubeconfig) and exposes [`FakeApiServer`] with store inspection helpers for tests; the
 //! `fake-apiserver` binary wraps it.
 
+pub mod ephemeral;
 pub mod error;
 pub mod events;
 pub mod jsonpatch;

@@ -219,6 +219,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "kind": "Pod",
                 "verbs": ["get"],
             }));
+            items.push(json!({
+                "name": "pods/ephemeralcontainers",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
         }
         if r.plural == "serviceaccounts" {
             items.push(json!({
@@ -338,6 +345,7 @@ mod tests {
             "pods",
             "pods/status",
             "pods/resize",
+            "pods/ephemeralcontainers",
             "nodes/status",
             "serviceaccounts/token",
         ] {

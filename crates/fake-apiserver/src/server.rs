@@ -466,6 +466,10 @@ impl Api {
         let status_sub = match t.sub.as_deref() {
             None => false,
             Some("status") if info.has_status => true,
+            Some("ephemeralcontainers") if info.kind == "Pod" && info.group.is_empty() => {
+                let name = t.name.unwrap_or_default();
+                return self.ephemeral_containers(method, info, ns_ref, &name, content_type, body);
+            }
             Some("token") if info.plural == "serviceaccounts" && method == Method::POST => {
                 let name = t.name.unwrap_or_default();
                 return self.token_request(info, &ns, &name, body);
@@ -510,12 +514,7 @@ impl Api {
                 Ok(respond(200, &out(updated)))
             }
             (Method::PATCH, Some(name)) => {
-                let ptype = match content_type {
-                    "application/json-patch+json" => PatchType::Json,
-                    "application/merge-patch+json" => PatchType::Merge,
-                    "application/strategic-merge-patch+json" => PatchType::Strategic,
-                    other => return Err(ApiError::unsupported_media_type(other)),
-                };
+                let ptype = patch_type(content_type)?;
                 let patch = parse_body(body)?;
                 if v1_events {
                     return Ok(respond(
@@ -625,6 +624,45 @@ impl Api {
             crate::resize::prepare_resize(old, &req)
         })?;
         Ok(respond(200, &updated))
+    }
+
+    /// `pods/{name}/ephemeralcontainers` (upstream `EphemeralContainersREST`): GET returns the
+    /// pod; PUT and PATCH (JSON, merge, strategic merge, as `kubectl debug` sends) change only
+    /// `spec.ephemeralContainers`, validated as the real server does.
+    fn ephemeral_containers(
+        &self,
+        method: Method,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<Response<Body>, ApiError> {
+        use crate::strategy::Subresource::EphemeralContainers;
+        match method {
+            Method::GET => Ok(respond(200, &self.store.get(info, ns, name)?)),
+            Method::PUT => {
+                let obj = parse_body(body)?;
+                let updated =
+                    self.store
+                        .update_subresource(info, ns, name, obj, EphemeralContainers)?;
+                Ok(respond(200, &updated))
+            }
+            Method::PATCH => {
+                let ptype = patch_type(content_type)?;
+                let patch = parse_body(body)?;
+                let updated = self.store.patch_subresource(
+                    info,
+                    ns,
+                    name,
+                    ptype,
+                    &patch,
+                    EphemeralContainers,
+                )?;
+                Ok(respond(200, &updated))
+            }
+            m => Err(ApiError::method_not_allowed(m.as_str())),
+        }
     }
 
     /// PATCH of an `events.k8s.io/v1` Event: applied to the converted form, stored as core.
@@ -771,6 +809,16 @@ impl Api {
                 },
             }),
         ))
+    }
+}
+
+/// The patch type a PATCH's content type names.
+fn patch_type(content_type: &str) -> Result<PatchType, ApiError> {
+    match content_type {
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        other => Err(ApiError::unsupported_media_type(other)),
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::error::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::strategy;
+use crate::strategy::{self, Subresource};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -318,6 +318,9 @@ impl Store {
         };
         strategy::default_on_create(info, &mut obj, ip);
         strategy::validate(info, &obj)?;
+        if info.kind == "Pod" {
+            crate::ephemeral::validate_create(&obj)?;
+        }
         inner.rv += 1;
         let rv = inner.rv;
         let meta = &mut obj["metadata"];
@@ -345,7 +348,28 @@ impl Store {
         status_sub: bool,
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
-        self.update_locked(&mut inner, info, ns, name, obj, status_sub)
+        self.update_locked(&mut inner, info, ns, name, obj, Self::sub(status_sub))
+    }
+
+    fn sub(status_sub: bool) -> Subresource {
+        if status_sub {
+            Subresource::Status
+        } else {
+            Subresource::Main
+        }
+    }
+
+    /// [`Store::update`] through any subresource (e.g. `pods/ephemeralcontainers`).
+    pub fn update_subresource(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        sub: Subresource,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        self.update_locked(&mut inner, info, ns, name, obj, sub)
     }
 
     fn update_locked(
@@ -355,7 +379,7 @@ impl Store {
         ns: &str,
         name: &str,
         mut obj: Value,
-        status_sub: bool,
+        sub: Subresource,
     ) -> Result<Value, ApiError> {
         if !obj.is_object() || !obj["metadata"].is_object() {
             return Err(ApiError::bad_request(
@@ -396,7 +420,7 @@ impl Store {
                 ));
             }
         }
-        let mut new = strategy::prepare_update(info, &old, obj, status_sub)?;
+        let mut new = strategy::prepare_subresource_update(info, &old, obj, sub)?;
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
         if new == old {
             return Ok(old);
@@ -458,6 +482,20 @@ impl Store {
         patch: &Value,
         status_sub: bool,
     ) -> Result<Value, ApiError> {
+        self.patch_subresource(info, ns, name, ptype, patch, Self::sub(status_sub))
+    }
+
+    /// [`Store::patch`] through any subresource: the patch applies to the whole stored
+    /// object, the subresource's rules pick what of the result is kept.
+    pub fn patch_subresource(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        ptype: PatchType,
+        patch: &Value,
+        sub: Subresource,
+    ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let key = Self::key(info, ns, name);
         let old = inner
@@ -480,7 +518,7 @@ impl Store {
         {
             patched["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
         }
-        self.update_locked(&mut inner, info, ns, name, patched, status_sub)
+        self.update_locked(&mut inner, info, ns, name, patched, sub)
     }
 
     /// Deletes an object, gracefully for scheduled pods. Returns the object's final state and

@@ -129,7 +129,8 @@ fn validate_pod(name: &str, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn image_pull_policy(image: &str) -> &'static str {
+/// Upstream's default `imagePullPolicy` for an image reference.
+pub(crate) fn image_pull_policy(image: &str) -> &'static str {
     let last = image.rsplit('/').next().unwrap_or(image);
     if image.contains('@') {
         "IfNotPresent"
@@ -322,6 +323,39 @@ fn validate_container_state_transitions(
         }
     }
     Ok(())
+}
+
+/// The part of an object a write goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// The object itself (spec and metadata; status kept).
+    Main,
+    /// `/status` (status only).
+    Status,
+    /// `pods/{name}/ephemeralcontainers` (`spec.ephemeralContainers` only).
+    EphemeralContainers,
+}
+
+/// [`prepare_update`] for any subresource.
+pub fn prepare_subresource_update(
+    info: &ResourceInfo,
+    old: &Value,
+    new: Value,
+    sub: Subresource,
+) -> Result<Value, ApiError> {
+    match sub {
+        Subresource::Main => prepare_update(info, old, new, false),
+        Subresource::Status => prepare_update(info, old, new, true),
+        Subresource::EphemeralContainers => {
+            let mut out = crate::ephemeral::prepare_update(old, &new)?;
+            if old.get("spec") != out.get("spec") {
+                let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+                out["metadata"]["generation"] = json!(g);
+            }
+            validate(info, &out)?;
+            Ok(out)
+        }
+    }
 }
 
 /// Merges an update into the stored object following the resource's spec/status split.

@@ -251,6 +251,18 @@ fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, Str
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+/// The container whose PID namespace `config` asks to join (`NamespaceMode::Target`).
+fn pid_target(config: &api::ContainerConfig) -> Option<&str> {
+    let ns = config
+        .linux
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .namespace_options
+        .as_ref()?;
+    (ns.pid == api::NamespaceMode::Target as i32).then_some(ns.target_id.as_str())
+}
+
 fn container_not_found(method: &'static str, id: &str) -> CriError {
     CriError::not_found(
         method,
@@ -511,6 +523,9 @@ impl State {
             ));
         }
         let config = req.config.unwrap_or_default();
+        if let Some(target) = pid_target(&config) {
+            self.validate_target(&sid, target)?;
+        }
         let Some(md) = config.metadata.clone() else {
             return Err(CriError::unknown(
                 M,
@@ -576,6 +591,39 @@ impl State {
             },
         );
         Ok(id)
+    }
+
+    /// containerd's `validateTargetContainer` for a `TARGET` PID namespace: the target must
+    /// exist, belong to the same sandbox and be running.
+    fn validate_target(&self, sandbox_id: &str, target: &str) -> Result<(), CriError> {
+        const M: &str = "CreateContainer";
+        let invalid = |why: String| {
+            CriError::unknown(
+                M,
+                format!("failed to generate container spec: invalid target container: {why}"),
+            )
+        };
+        let Some(c) = self
+            .container_id(target)
+            .and_then(|id| self.containers.get(&id))
+        else {
+            return Err(invalid(format!(
+                "container {target:?} does not exist: not found"
+            )));
+        };
+        if c.sandbox_id != sandbox_id {
+            return Err(invalid(format!(
+                "container {target:?} (sandbox {}) does not belong to sandbox {sandbox_id}",
+                c.sandbox_id
+            )));
+        }
+        if c.state != ContainerState::ContainerRunning {
+            return Err(invalid(format!(
+                "container {target:?} is not running - in state {}",
+                c.state.as_str_name()
+            )));
+        }
+        Ok(())
     }
 
     fn drop_container(&mut self, cid: &str) {

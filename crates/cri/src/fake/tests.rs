@@ -342,6 +342,66 @@ async fn create_checks_sandbox_image_and_name() {
 }
 
 #[tokio::test]
+async fn target_pid_namespace_needs_a_running_container_of_the_same_sandbox() {
+    let (rt, sid, app) = running("app").await;
+    let with_target = |name: &str, target: &str| {
+        let mut cfg = container_config(name, BUSYBOX);
+        cfg.linux = Some(api::LinuxContainerConfig {
+            security_context: Some(api::LinuxContainerSecurityContext {
+                namespace_options: Some(api::NamespaceOption {
+                    pid: api::NamespaceMode::Target as i32,
+                    target_id: target.to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        cfg
+    };
+    let create_in = |sid: String, cfg: api::ContainerConfig| {
+        let rt = rt.clone();
+        async move {
+            rt.create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sid,
+                config: Some(cfg),
+                sandbox_config: None,
+            })
+            .await
+        }
+    };
+    create_in(sid.clone(), with_target("debug", &app))
+        .await
+        .expect("a running target in the same sandbox");
+
+    let err = create_in(sid.clone(), with_target("d2", "nope"))
+        .await
+        .expect_err("unknown target");
+    assert!(
+        err.message()
+            .contains("invalid target container: container \"nope\" does not exist"),
+        "{err}"
+    );
+    let other = run(&rt, sandbox_config("q", "uid-2")).await.expect("run");
+    let err = create_in(other, with_target("d3", &app))
+        .await
+        .expect_err("other sandbox");
+    assert!(
+        err.message().contains("does not belong to sandbox"),
+        "{err}"
+    );
+    stop(&rt, &app, 0).await.expect("stop");
+    let err = create_in(sid, with_target("d4", &app))
+        .await
+        .expect_err("exited target");
+    assert!(
+        err.message()
+            .contains("is not running - in state CONTAINER_EXITED"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn start_twice_and_in_stopped_sandbox_fail() {
     let (rt, sid, cid) = running("app").await;
     let err = start(&rt, &cid).await.expect_err("already running");

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, HugepageLimit, Image, ImageSpec, Int64Value, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, Mount,
-    SecurityProfile, security_profile::ProfileType,
+    NamespaceMode, NamespaceOption, SecurityProfile, security_profile::ProfileType,
 };
 use k8s_openapi::api::core::v1::{
     Container, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
@@ -162,6 +162,9 @@ pub struct ContainerContext<'a> {
     pub options: &'a RuntimeOptions,
     /// `cpuset_cpus` from the CPU manager (`None`: the runtime's default, all CPUs).
     pub cpuset_cpus: Option<&'a str>,
+    /// Runtime ID of the container whose PID namespace an ephemeral container joins
+    /// (`targetContainerName`); `None` for every other container.
+    pub pid_namespace_target: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -328,7 +331,10 @@ fn security_context(
     let mut sc = LinuxContainerSecurityContext {
         capabilities: eff.capabilities.as_ref().map(capabilities::to_runtime),
         privileged: eff.privileged.unwrap_or(false),
-        namespace_options: Some(namespaces_for_pod(&spec)?),
+        namespace_options: Some(target_pid_namespace(
+            namespaces_for_pod(&spec)?,
+            ctx.pid_namespace_target,
+        )),
         selinux_options: runtime_selinux(eff.se_linux_options.as_ref()),
         run_as_user: eff.run_as_user.map(|value| Int64Value { value }),
         run_as_group: eff.run_as_group.map(|value| Int64Value { value }),
@@ -349,6 +355,19 @@ fn security_context(
         sc.run_as_username = username.to_owned();
     }
     Ok(sc)
+}
+
+/// Upstream `generateLinuxContainerConfig`'s namespace target: an ephemeral container with a
+/// target joins that container's PID namespace (`TARGET`), unless the pod already shares one
+/// (`shareProcessNamespace`: `POD`) or uses the host's (`hostPID`: `NODE`).
+fn target_pid_namespace(mut ns: NamespaceOption, target: Option<&str>) -> NamespaceOption {
+    if let Some(id) = target
+        && ns.pid == NamespaceMode::Container as i32
+    {
+        ns.pid = NamespaceMode::Target as i32;
+        ns.target_id = id.to_owned();
+    }
+    ns
 }
 
 /// Upstream `getSeccompProfile`: container field, then pod field, then the node default.
@@ -708,6 +727,7 @@ mod tests {
                 mounts: &self.mounts,
                 options: &self.options,
                 cpuset_cpus: None,
+                pid_namespace_target: None,
             }
         }
     }
@@ -1024,6 +1044,60 @@ mod tests {
         let pod = pod_with(json!({"initContainers": [sidecar], "containers": [regular]}));
         assert_eq!(adj(&generate(&pod, &sidecar, &inputs)), 750);
         assert_eq!(adj(&generate(&pod, &regular, &inputs)), 750);
+    }
+
+    #[test]
+    fn ephemeral_target_joins_the_target_pid_namespace() {
+        use k8s_cri::v1::NamespaceMode;
+        let debug = container(json!({"name": "debug", "image": "busybox"}));
+        let pid_of = |pod: &Pod, target: Option<&str>| {
+            let inputs = Inputs::new();
+            let ctx = ContainerContext {
+                pid_namespace_target: target,
+                ..inputs.ctx()
+            };
+            let cfg = generate_container_config(pod, &debug, &ctx).expect("config");
+            let ns = linux(&cfg)
+                .security_context
+                .clone()
+                .and_then(|sc| sc.namespace_options)
+                .expect("namespace options");
+            (ns.pid, ns.target_id, ns.network, ns.ipc)
+        };
+        let pod = pod_with(json!({"containers": [{"name": "app", "image": "busybox"}]}));
+        let pod_ns = NamespaceMode::Pod as i32;
+        assert_eq!(
+            pid_of(&pod, Some("0123abcd")),
+            (
+                NamespaceMode::Target as i32,
+                "0123abcd".to_owned(),
+                pod_ns,
+                pod_ns
+            )
+        );
+        // No target: the container's own PID namespace, no target ID.
+        assert_eq!(
+            pid_of(&pod, None),
+            (
+                NamespaceMode::Container as i32,
+                String::new(),
+                pod_ns,
+                pod_ns
+            )
+        );
+        // A pod that shares one PID namespace, or uses the host's, keeps it.
+        let shared = pod_with(json!({"shareProcessNamespace": true,
+            "containers": [{"name": "app", "image": "busybox"}]}));
+        assert_eq!(
+            pid_of(&shared, Some("0123abcd")),
+            (pod_ns, String::new(), pod_ns, pod_ns)
+        );
+        let host = pod_with(json!({"hostPID": true,
+            "containers": [{"name": "app", "image": "busybox"}]}));
+        assert_eq!(
+            pid_of(&host, Some("0123abcd")).0,
+            NamespaceMode::Node as i32
+        );
     }
 
     #[test]

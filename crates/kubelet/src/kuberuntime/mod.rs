@@ -6,6 +6,7 @@ pub mod actions;
 pub mod container_config;
 pub mod env;
 pub mod env_objects;
+pub mod ephemeral;
 pub mod gc;
 pub mod hash;
 pub mod hooks;

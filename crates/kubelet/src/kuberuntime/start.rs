@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 use rkubelet_cri::api::{
     CreateContainerRequest, Mount, PodSandboxConfig, PodSandboxStatusRequest, RunPodSandboxRequest,
     StartContainerRequest,
@@ -25,6 +25,7 @@ use crate::kuberuntime::container_config::{
 };
 use crate::kuberuntime::env::{EnvContext, EnvObjects, invalid_env_from_keys, make_environment};
 use crate::kuberuntime::env_objects::EnvObjectsSnapshot;
+use crate::kuberuntime::ephemeral::{as_container, target_container_name};
 use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
 use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
@@ -310,12 +311,51 @@ impl<'a> Starter<'a> {
         Ok(SandboxInfo { id, config, ips })
     }
 
-    /// Starts one container (upstream `startContainer`); returns its ID.
+    /// Starts one init or regular container (upstream `startContainer`); returns its ID.
     pub async fn start_container(
         &self,
         sandbox: &SandboxInfo,
         container: &Container,
         is_init: bool,
+    ) -> Result<String, StartError> {
+        self.start(sandbox, container, is_init, None).await
+    }
+
+    /// Starts an ephemeral container (upstream `startContainer` with an ephemeral start
+    /// spec): with a `targetContainerName`, it joins that container's PID namespace, named by
+    /// the newest runtime record of the target; no record is a `CreateContainerConfigError`
+    /// (upstream `getTargetID`).
+    pub async fn start_ephemeral_container(
+        &self,
+        sandbox: &SandboxInfo,
+        ec: &EphemeralContainer,
+    ) -> Result<String, StartError> {
+        let container = as_container(ec);
+        let target = match target_container_name(ec) {
+            None => None,
+            Some(name) => match self.status.find_container(name) {
+                Some(t) => Some(t.id.as_str()),
+                None => {
+                    let msg = format!("unable to find target container {name}");
+                    self.syncer.events.event(
+                        self.pod,
+                        EventType::Warning,
+                        "Failed",
+                        &format!("Error: {msg}"),
+                    );
+                    return Err(StartError::CreateContainerConfig(msg));
+                }
+            },
+        };
+        self.start(sandbox, &container, false, target).await
+    }
+
+    async fn start(
+        &self,
+        sandbox: &SandboxInfo,
+        container: &Container,
+        is_init: bool,
+        pid_namespace_target: Option<&str>,
     ) -> Result<String, StartError> {
         let (pod, syncer) = (self.pod, self.syncer);
         self.check_backoff(container)?;
@@ -433,6 +473,7 @@ impl<'a> Starter<'a> {
                     mounts: &mounts,
                     options: &syncer.config.runtime_options,
                     cpuset_cpus: cpuset.as_deref(),
+                    pid_namespace_target,
                 },
             )
             .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?

@@ -23,17 +23,19 @@ use crate::container::{PodStatus, RunningPod};
 use crate::events::{EventRecorder, EventType};
 use crate::images::ImageManager;
 use crate::kuberuntime::actions::{
-    KillReason, NoProber, ProbeResults, compute_pod_actions_with_probes, is_host_network,
+    KillReason, NoProber, PodActions, ProbeResults, compute_pod_actions_with_probes,
+    is_host_network,
 };
 use crate::kuberuntime::container_config::RuntimeOptions;
+use crate::kuberuntime::ephemeral::ephemeral_containers;
 use crate::kuberuntime::kill::{
     KillTarget, kill_containers, purge_init_containers, remove_pod_content,
 };
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::SandboxContext;
-use crate::kuberuntime::start::{StartError, Starter};
+use crate::kuberuntime::start::{SandboxInfo, StartError, Starter};
 use crate::metrics::KubeletMetrics;
-use crate::metrics::kubelet::{CONTAINER, INIT_CONTAINER};
+use crate::metrics::kubelet::{CONTAINER, EPHEMERAL_CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
 use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
 use crate::prober::ProbeManager;
@@ -455,6 +457,7 @@ impl PodSyncer for Syncer {
         if !actions.create_sandbox
             && actions.init_containers_to_start.is_empty()
             && actions.containers_to_start.is_empty()
+            && actions.ephemeral_containers_to_start.is_empty()
         {
             return Ok(false);
         }
@@ -476,6 +479,10 @@ impl PodSyncer for Syncer {
         };
 
         let mut failed = Vec::new();
+        // Upstream step 5: ephemeral containers first, so a debug container starts even while
+        // an init container keeps failing.
+        self.start_ephemeral_containers(&starter, &sandbox, pod, &actions, cancel, &mut failed)
+            .await;
         let spec = pod.spec.as_ref();
         let init = spec
             .and_then(|s| s.init_containers.as_deref())
@@ -608,6 +615,41 @@ impl PodSyncer for Syncer {
 }
 
 impl Syncer {
+    /// Starts the ephemeral containers `actions` names; a failure is recorded (waiting reason
+    /// in the status) and does not stop the other starts.
+    async fn start_ephemeral_containers(
+        &self,
+        starter: &Starter<'_>,
+        sandbox: &SandboxInfo,
+        pod: &Pod,
+        actions: &PodActions,
+        cancel: &CancellationToken,
+        failed: &mut Vec<String>,
+    ) {
+        let ephemeral = ephemeral_containers(pod);
+        for &idx in &actions.ephemeral_containers_to_start {
+            let Some(ec) = ephemeral.get(idx) else {
+                continue;
+            };
+            if cancel.is_cancelled() {
+                break;
+            }
+            let result = starter.start_ephemeral_container(sandbox, ec).await;
+            let result = result.as_ref().map(|_| ());
+            if let Some(m) = &self.metrics {
+                match result {
+                    Err(StartError::CrashLoopBackOff(_)) => {}
+                    Err(e) => m.record_started_container(EPHEMERAL_CONTAINER, Some(e.reason())),
+                    Ok(()) => m.record_started_container(EPHEMERAL_CONTAINER, None),
+                }
+            }
+            self.record_start_result(pod, &ec.name, result);
+            if let Err(e) = result {
+                failed.push(e.to_string());
+            }
+        }
+    }
+
     async fn unmount(&self, uid: &str) -> Result<(), SyncError> {
         self.volumes
             .unmount_pod_volumes(uid)

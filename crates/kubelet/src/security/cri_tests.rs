@@ -114,6 +114,7 @@ fn container_sc(p: &Pod, image_user: &ImageUser) -> Result<LinuxContainerSecurit
         mounts: &[],
         options: &options,
         cpuset_cpus: None,
+        pid_namespace_target: None,
     };
     generate_container_config(p, c, &ctx)
         .map(|cfg| {

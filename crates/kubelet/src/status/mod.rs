@@ -6,5 +6,5 @@ pub mod api_sync;
 pub mod generate;
 pub mod manager;
 pub mod qos;
-pub mod terminate;
 pub mod resize_conditions;
+pub mod terminate;

@@ -4,14 +4,15 @@
 //! pod, (re)create the sandbox, which init/regular containers to start and which to kill.
 //! Pure: no I/O, no clock. The side effects live in `kuberuntime::sync`.
 //!
-//! Out of scope (as upstream behaviour they are absent, not wrong): ephemeral containers and
-//! in-place resource resize (`computePodResizeAction`).
+//! Ephemeral containers come from `kuberuntime::ephemeral`. Out of scope (as upstream
+//! behaviour it is absent, not wrong): in-place resource resize (`computePodResizeAction`).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::container::{ContainerState, ContainerStatus, PodStatus};
+use crate::kuberuntime::ephemeral::ephemeral_containers_to_start;
 use crate::kuberuntime::hash::hash_container;
 
 /// Why a container is killed (upstream `containerKillReason`); chooses the grace period.
@@ -67,6 +68,9 @@ pub struct PodActions {
     pub containers_to_start: Vec<usize>,
     /// Containers to stop, keyed by runtime container ID.
     pub containers_to_kill: BTreeMap<String, ContainerToKill>,
+    /// Indices into `spec.ephemeralContainers`, to start (before init containers) in the kept
+    /// sandbox; never set with `create_sandbox`.
+    pub ephemeral_containers_to_start: Vec<usize>,
 }
 
 /// A probe's latest result (upstream `proberesults.Result`).
@@ -292,6 +296,9 @@ pub fn compute_pod_actions_with_probes(
         changes.containers_to_start = to_start;
         return changes;
     }
+
+    // Ephemeral containers may start before initialization completes (upstream order).
+    changes.ephemeral_containers_to_start = ephemeral_containers_to_start(pod, status);
 
     let initialized = compute_init_container_actions(pod, status, probes, &mut changes);
     if changes.kill_pod || !initialized {

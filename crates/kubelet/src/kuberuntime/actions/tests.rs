@@ -182,6 +182,7 @@ impl Want {
                     )
                 })
                 .collect(),
+            ephemeral_containers_to_start: Vec::new(),
         }
     }
 }
@@ -733,4 +734,5 @@ fn kill_reason_strings() {
     assert_eq!(KillReason::Unknown.as_str(), "Unknown");
 }
 
+mod ephemeral;
 mod init;

@@ -48,6 +48,8 @@ fn running(names: &[&str]) -> PodStatus {
                 message: String::new(),
                 termination_message_path: None,
                 termination_grace_period: None,
+                resources: None,
+                user: None,
             })
             .collect(),
         ..Default::default()

@@ -27,6 +27,7 @@ use crate::kuberuntime::actions::{
     is_restartable_init_container, restart_policy, should_container_be_restarted,
 };
 use crate::kuberuntime::env::sort_pod_ips;
+use crate::kuberuntime::ephemeral::ephemeral_specs;
 use crate::nodestatus::resources::{CPU, MEMORY, QuantityFormat, format_quantity, parse_milli};
 use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
@@ -169,6 +170,7 @@ pub fn generate_api_pod_status_with_probes(
     apply_probe_results(probes, inits, &mut init, true);
     s.container_statuses = Some(regular);
     s.init_container_statuses = Some(init);
+    s.ephemeral_container_statuses = ephemeral_statuses(inp, old, has_init);
 
     s.conditions = Some(conditions(inp, old, pod_status, &s, phase));
 
@@ -298,6 +300,30 @@ fn status_user(user: &RuntimeUser) -> ContainerUser {
             supplemental_groups: Some(l.supplemental_groups.clone()).filter(|g| !g.is_empty()),
         }),
     }
+}
+
+/// Upstream's third `convertToAPIContainerStatuses` call: ephemeral containers as regular
+/// ones (sorted by name, waiting `ContainerCreating`/`PodInitializing` until started, the last
+/// start error as the waiting reason). The prober never sets their `started`/`ready`. `None`
+/// when the pod has none (the API omits the empty list).
+fn ephemeral_statuses(
+    inp: &StatusInputs,
+    old: &ApiPodStatus,
+    has_init: bool,
+) -> Option<Vec<ApiContainerStatus>> {
+    let specs = ephemeral_specs(inp.pod);
+    if specs.is_empty() {
+        return None;
+    }
+    Some(convert_statuses(
+        inp,
+        &specs,
+        old.ephemeral_container_statuses
+            .as_deref()
+            .unwrap_or_default(),
+        has_init,
+        false,
+    ))
 }
 
 /// Pod reason once `activeDeadlineSeconds` passed.

@@ -1171,3 +1171,4 @@ fn observed_generation_on_status_and_conditions() {
             .all(|c| c.observed_generation.is_none())
     );
 }
+mod ephemeral;
