@@ -6,8 +6,10 @@
 
 mod defaults;
 mod duration;
+pub mod features;
 mod load;
 mod quantity;
+pub mod support;
 mod types;
 mod validate;
 
@@ -16,6 +18,7 @@ pub use defaults::{
     DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR, LEGACY_READ_ONLY_PORT,
 };
 pub use duration::{Duration, ParseDurationError, parse_go_duration};
+pub use features::{Feature, FeatureGateError, FeatureGates};
 pub use load::{LoadOptions, Loaded, load_config, load_config_with};
 pub use quantity::{Quantity, QuantityError, ThresholdError, ThresholdValue};
 pub use types::*;
@@ -90,6 +93,9 @@ pub enum ConfigError {
     /// Validation failures, all of them, each naming its field.
     #[error("invalid kubelet configuration:{}", list_invalid(.0))]
     Invalid(Vec<String>),
+    /// Fields set to values rkubelet does not implement (see `support`), all of them.
+    #[error("unsupported kubelet configuration:{}", list_invalid(.0))]
+    Unsupported(Vec<String>),
     /// A command-line flag value that parsed but is not acceptable.
     #[error("invalid value for --{flag}: {message}")]
     Flag { flag: String, message: String },
