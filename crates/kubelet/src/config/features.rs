@@ -232,10 +232,10 @@ pub const GATES: &[GateSpec] = &[
     locked("WatchFromStorageWithoutResourceVersion", false, Deprecated),
     spec("WatchList", true, Beta),
     spec("WatchListClient", false, Beta),
-    spec("WinDSR", true, Beta),
     spec("WindowsCPUAndMemoryAffinity", false, Alpha),
     spec("WindowsGracefulNodeShutdown", false, Alpha),
     spec("WindowsHostNetwork", false, Deprecated),
+    spec("WinDSR", true, Beta),
     spec("WinOverlay", true, Beta),
 ];
 

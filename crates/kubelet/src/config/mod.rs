@@ -19,7 +19,7 @@ pub use defaults::{
 };
 pub use duration::{Duration, ParseDurationError, parse_go_duration};
 pub use features::{Feature, FeatureGateError, FeatureGates};
-pub use load::{LoadOptions, Loaded, load_config, load_config_with};
+pub use load::{LoadOptions, Loaded, load_config, load_config_upstream, load_config_with};
 pub use quantity::{Quantity, QuantityError, ThresholdError, ThresholdValue};
 pub use types::*;
 pub use validate::{EVICTION_SIGNALS, validate};
@@ -84,6 +84,9 @@ pub enum ConfigError {
         path: String,
         fields: Vec<UnknownField>,
     },
+    /// A key given twice in one mapping (strict decoding).
+    #[error("kubelet config {path}: duplicate field{} {}", if .fields.len() == 1 { "" } else { "s" }, .fields.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", "))]
+    DuplicateFields { path: String, fields: Vec<String> },
     #[error("kubelet config dir {path}: {source}")]
     ConfigDir {
         path: String,

@@ -64,7 +64,7 @@ use Support::{RejectedUnlessDefault as REJECTED, Warned as WARNED, WarnedWhenTru
 // Tests that prove the wiring or behaviour of many fields.
 const WIRING: &str = "crates/rkubelet/src/main.rs::agent_config_carries_the_configuration";
 const LOAD: &str = "crates/kubelet/src/config/load_tests.rs::minimal_file_gets_upstream_defaults";
-const NO_OP: &str = "crates/kubelet/src/config/support.rs::upstream_no_op_fields_are_accepted_silently";
+const NO_OP: &str = "crates/kubelet/src/config/support_tests.rs::upstream_no_op_fields_are_accepted_silently";
 const EVICTION: &str = "crates/kubelet/src/eviction/thresholds_tests.rs::parses_upstream_defaults_soft_with_grace_and_min_reclaim";
 const AUTHN: &str = "crates/kubelet/src/server/authn.rs::credential_matrix";
 const AUTHZ: &str = "crates/kubelet/src/server/authz.rs::webhook_decisions_are_cached_per_ttl";

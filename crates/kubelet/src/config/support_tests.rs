@@ -70,7 +70,7 @@ fn every_field_of_the_type_is_in_the_table() {
     assert_eq!(rows.len(), unique.len(), "duplicate rows");
     let stale: Vec<&&str> = rows.iter().filter(|p| !covered.contains(**p)).collect();
     assert!(stale.is_empty(), "rows naming no field: {stale:?}");
-    assert!(covered.len() > 150, "walked only {} fields", covered.len());
+    assert!(covered.len() > 130, "walked only {} fields", covered.len());
 }
 
 #[test]
@@ -98,13 +98,11 @@ fn test_exists(reference: &str) -> bool {
         return false;
     };
     let decl = format!("fn {func}(");
-    text.lines().enumerate().any(|(i, line)| {
+    let lines: Vec<&str> = text.lines().collect();
+    lines.iter().enumerate().any(|(i, line)| {
         line.contains(&decl)
-            && text
-                .lines()
-                .take(i)
-                .rev()
-                .take(3)
+            && lines[i.saturating_sub(3)..i]
+                .iter()
                 .any(|l| l.contains("#[test]") || l.contains("#[tokio::test"))
     })
 }
