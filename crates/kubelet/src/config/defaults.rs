@@ -334,6 +334,23 @@ fn apply_feature_gated_defaults(doc: &mut Map<String, Value>) {
     }
 }
 
+/// The feature-gated defaults again, on a decoded configuration whose gates changed after
+/// decoding (`--feature-gates`: upstream sets the flag's gates before it decodes the file, so
+/// its defaults see them).
+pub fn apply_gated_defaults(kc: &mut super::KubeletConfiguration) {
+    let gates = kc.gates();
+    if gates.enabled(Feature::KubeletCrashLoopBackOffMax)
+        && kc.crash_loop_back_off.max_container_restart_period.is_none()
+    {
+        kc.crash_loop_back_off.max_container_restart_period = Some(Duration::from_mins(5));
+    }
+    if gates.enabled(Feature::KubeletEnsureSecretPulledImages)
+        && kc.image_pull_credentials_verification_policy.is_empty()
+    {
+        kc.image_pull_credentials_verification_policy = "NeverVerifyPreloadedImages".into();
+    }
+}
+
 /// Flag-era defaults (`applyLegacyDefaults`), used when no `--config` file is given: anonymous
 /// auth on, webhook authn off, `AlwaysAllow` authz, read-only port 10255.
 pub fn apply_legacy_defaults(doc: &mut Map<String, Value>) {
