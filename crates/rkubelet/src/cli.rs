@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use kubelet::config::features::{GATES, PreRelease, parse_feature_gates_flag};
 use kubelet::config::{
-    ConfigError, Duration, KubeletConfiguration, apply_gated_defaults, load_config_upstream, parse_go_duration, support,
-    validate,
+    ConfigError, Duration, KubeletConfiguration, apply_gated_defaults, load_config_upstream,
+    parse_go_duration, support, validate,
 };
 use kubelet::kuberuntime::gc::ContainerGcPolicy;
 
@@ -249,7 +249,9 @@ fn feature_gates_help() -> String {
     let mut out = String::from(
         "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:",
     );
-    out.push_str("\nAllAlpha=true|false (ALPHA - default=false)\nAllBeta=true|false (BETA - default=false)");
+    out.push_str(
+        "\nAllAlpha=true|false (ALPHA - default=false)\nAllBeta=true|false (BETA - default=false)",
+    );
     for g in GATES.iter().filter(|g| !g.locked) {
         let stage = match g.pre_release {
             PreRelease::Alpha => "ALPHA",
@@ -688,7 +690,11 @@ mod tests {
         assert_eq!((n.verbosity, n.kubeconfig.as_ref()), (0, None));
         // Only the support table's warnings for upstream defaults rkubelet does not implement.
         assert_eq!(n.warnings.len(), 3, "{:?}", n.warnings);
-        assert!(n.warnings.iter().all(|w| w.contains(" is true, which rkubelet does not implement")));
+        assert!(
+            n.warnings
+                .iter()
+                .all(|w| w.contains(" is true, which rkubelet does not implement"))
+        );
     }
 
     #[test]
@@ -904,8 +910,7 @@ mod tests {
         assert_eq!(c.max_pods, 110);
         assert!(
             n.warnings[0].starts_with("using lenient decoding as strict decoding failed: ")
-                && n.warnings[0]
-                    .ends_with("unknown field \"maxPod\" (did you mean \"maxPods\"?)"),
+                && n.warnings[0].ends_with("unknown field \"maxPod\" (did you mean \"maxPods\"?)"),
             "{:?}",
             n.warnings
         );
@@ -978,7 +983,11 @@ mod tests {
                 "--{long} has no row in kubelet::config::support::FLAGS"
             );
         }
-        assert_eq!(flags.len(), table.len(), "stale rows in FLAGS: {table:?} vs {flags:?}");
+        assert_eq!(
+            flags.len(),
+            table.len(),
+            "stale rows in FLAGS: {table:?} vs {flags:?}"
+        );
     }
 
     #[test]
@@ -1016,16 +1025,24 @@ mod tests {
         let err = resolve(&parse(&["--feature-gates=NoSuchGate=true"]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("unrecognized feature gate: NoSuchGate"), "{err}");
+        assert!(
+            err.contains("unrecognized feature gate: NoSuchGate"),
+            "{err}"
+        );
         let err = resolve(&parse(&["--feature-gates=SidecarContainers=false"]))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("cannot set feature gate SidecarContainers to false, feature is locked to true"),
+            err.contains(
+                "cannot set feature gate SidecarContainers to false, feature is locked to true"
+            ),
             "{err}"
         );
         let err = parse_err(&["--feature-gates=NodeSwap"]);
-        assert!(err.contains("--feature-gates") && err.contains("malformed pair"), "{err}");
+        assert!(
+            err.contains("--feature-gates") && err.contains("malformed pair"),
+            "{err}"
+        );
     }
 
     #[test]

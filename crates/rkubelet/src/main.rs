@@ -91,7 +91,8 @@ fn setup_node(config: &KubeletConfiguration) -> Result<()> {
     for w in kubelet::cm::node_setup::check_node(config, &host)? {
         warn!("{w}");
     }
-    if let Some(w) = kubelet::cm::node_setup::apply_oom_score_adj(&host.proc_root, config.oom_score_adj)
+    if let Some(w) =
+        kubelet::cm::node_setup::apply_oom_score_adj(&host.proc_root, config.oom_score_adj)
     {
         warn!("{w}");
     }
@@ -585,7 +586,12 @@ mod tests {
         assert_eq!(server.tls.curve_preferences, [29]);
         // enableServer: false turns the HTTPS port off.
         c.enable_server = false;
-        assert!(agent_config(&c, &node(dir.path())).unwrap().server.is_none());
+        assert!(
+            agent_config(&c, &node(dir.path()))
+                .unwrap()
+                .server
+                .is_none()
+        );
     }
 
     #[tokio::test]
@@ -597,7 +603,9 @@ mod tests {
         // Same endpoint (or none): one connection, errors name the runtime endpoint.
         let err = format!("{:#}", connect_cri(&c).await.err().unwrap());
         assert!(
-            err.starts_with("containerRuntimeEndpoint: connecting to the container runtime at unix://"),
+            err.starts_with(
+                "containerRuntimeEndpoint: connecting to the container runtime at unix://"
+            ),
             "{err}"
         );
         c.image_service_endpoint = format!("unix://{}/images.sock", dir.path().display());

@@ -162,13 +162,19 @@ mod tests {
         for _ in 0..n {
             svc.ready().await.unwrap().call(()).await.unwrap();
         }
-        let got = seen.lock().unwrap().clone();
-        got
+        seen.lock().unwrap().clone()
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_is_spaced_at_qps() {
-        let got = arrivals(RateLimit { qps: 10.0, burst: 3 }, 7).await;
+        let got = arrivals(
+            RateLimit {
+                qps: 10.0,
+                burst: 3,
+            },
+            7,
+        )
+        .await;
         assert_eq!(got, [0, 0, 0, 100, 200, 300, 400]);
     }
 

@@ -340,7 +340,10 @@ fn apply_feature_gated_defaults(doc: &mut Map<String, Value>) {
 pub fn apply_gated_defaults(kc: &mut super::KubeletConfiguration) {
     let gates = kc.gates();
     if gates.enabled(Feature::KubeletCrashLoopBackOffMax)
-        && kc.crash_loop_back_off.max_container_restart_period.is_none()
+        && kc
+            .crash_loop_back_off
+            .max_container_restart_period
+            .is_none()
     {
         kc.crash_loop_back_off.max_container_restart_period = Some(Duration::from_mins(5));
     }

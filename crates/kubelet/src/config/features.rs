@@ -52,8 +52,16 @@ use PreRelease::{Alpha, Beta, Deprecated, Ga};
 pub const GATES: &[GateSpec] = &[
     spec("AggregatedDiscoveryRemoveBetaType", true, Deprecated),
     spec("AllowDNSOnlyNodeCSR", false, Deprecated),
-    spec("AllowInsecureKubeletCertificateSigningRequests", false, Deprecated),
-    spec("AllowOverwriteTerminationGracePeriodSeconds", false, Deprecated),
+    spec(
+        "AllowInsecureKubeletCertificateSigningRequests",
+        false,
+        Deprecated,
+    ),
+    spec(
+        "AllowOverwriteTerminationGracePeriodSeconds",
+        false,
+        Deprecated,
+    ),
     spec("AllowParsingUserUIDFromCertAuth", true, Beta),
     locked("AllowServiceLBStatusOnNonLB", false, Deprecated),
     spec("AllowUnsafeMalformedObjectDeletion", false, Alpha),
@@ -117,7 +125,11 @@ pub const GATES: &[GateSpec] = &[
     spec("ImageVolume", false, Beta),
     spec("InformerResourceVersion", false, Alpha),
     spec("InPlacePodVerticalScaling", true, Beta),
-    spec("InPlacePodVerticalScalingAllocatedStatus", false, Deprecated),
+    spec(
+        "InPlacePodVerticalScalingAllocatedStatus",
+        false,
+        Deprecated,
+    ),
     spec("InPlacePodVerticalScalingExclusiveCPUs", false, Alpha),
     spec("InTreePluginPortworxUnregister", false, Alpha),
     locked("JobBackoffLimitPerIndex", true, Ga),
@@ -135,12 +147,20 @@ pub const GATES: &[GateSpec] = &[
     spec("KubeletPSI", false, Alpha),
     spec("KubeletRegistrationGetOnExistsOnly", false, Deprecated),
     spec("KubeletSeparateDiskGC", true, Beta),
-    spec("KubeletServiceAccountTokenForCredentialProviders", false, Alpha),
+    spec(
+        "KubeletServiceAccountTokenForCredentialProviders",
+        false,
+        Alpha,
+    ),
     spec("KubeletTracing", true, Beta),
     spec("LegacySidecarContainers", false, Deprecated),
     spec("ListFromCacheSnapshot", false, Alpha),
     locked("LoadBalancerIPMode", true, Ga),
-    spec("LocalStorageCapacityIsolationFSQuotaMonitoring", false, Beta),
+    spec(
+        "LocalStorageCapacityIsolationFSQuotaMonitoring",
+        false,
+        Beta,
+    ),
     locked("LogarithmicScaleDown", true, Ga),
     spec("LoggingAlphaOptions", false, Alpha),
     spec("LoggingBetaOptions", true, Beta),
@@ -349,7 +369,10 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "PodObservedGenerationTracking",
         "observedGeneration is not reported in pod status",
     ),
-    ("KubeletInUserNamespace", "the kubelet does not adapt to running in a user namespace"),
+    (
+        "KubeletInUserNamespace",
+        "the kubelet does not adapt to running in a user namespace",
+    ),
 ];
 
 /// Errors of upstream's `SetFromMap` and the `mapStringBool` flag syntax.
@@ -576,7 +599,9 @@ mod tests {
         let (_, w) = gates(&[("SidecarContainers", true)]).unwrap();
         assert_eq!(
             w,
-            ["Setting GA feature gate SidecarContainers=true. It will be removed in a future release."]
+            [
+                "Setting GA feature gate SidecarContainers=true. It will be removed in a future release."
+            ]
         );
         let (_, w) = gates(&[("KMSv1", true)]).unwrap();
         assert_eq!(
@@ -600,7 +625,10 @@ mod tests {
         let (g, _) = gates(&[("EventedPLEG", true), ("InPlacePodVerticalScaling", true)]).unwrap();
         let w = g.not_implemented_warnings();
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].starts_with("feature gate EventedPLEG=true is not implemented"), "{w:?}");
+        assert!(
+            w[0].starts_with("feature gate EventedPLEG=true is not implemented"),
+            "{w:?}"
+        );
     }
 
     #[test]

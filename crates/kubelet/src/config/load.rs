@@ -183,13 +183,9 @@ fn parse_document(path: &Path, label: &str) -> Result<(Value, Vec<String>), Conf
     let mut duplicates = Vec::new();
     let value = if text.trim_start().starts_with('{') {
         let mut de = serde_json::Deserializer::from_str(&text);
-        let v = serde::de::DeserializeSeed::deserialize(
-            Tolerant::new(&mut duplicates),
-            &mut de,
-        )
-        .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| syntax(format!("invalid JSON: {e}")))?;
-        v
+        serde::de::DeserializeSeed::deserialize(Tolerant::new(&mut duplicates), &mut de)
+            .and_then(|v| de.end().map(|()| v))
+            .map_err(|e| syntax(format!("invalid JSON: {e}")))?
     } else {
         match serde_yaml::from_str::<serde_yaml::Value>(&text) {
             Ok(mut yaml) => {

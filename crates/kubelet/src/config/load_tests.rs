@@ -807,7 +807,9 @@ fn upstream_decoding_is_strict_then_lenient_with_a_warning() {
         "bad.yaml",
         &format!("{HEADER}futureField: 1\nmaxPods: many\n"),
     );
-    let err = load_config_upstream(Some(&p), None).unwrap_err().to_string();
+    let err = load_config_upstream(Some(&p), None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with(&format!("kubelet config {}: maxPods:", p.display())),
         "{err}"
@@ -824,7 +826,9 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
     let yaml = write(
         dir.path(),
         "dup.yaml",
-        &format!("{HEADER}maxPods: 10\nmaxPods: 20\nauthentication:\n  webhook:\n    enabled: true\n    enabled: false\n"),
+        &format!(
+            "{HEADER}maxPods: 10\nmaxPods: 20\nauthentication:\n  webhook:\n    enabled: true\n    enabled: false\n"
+        ),
     );
     let json = write(
         dir.path(),
@@ -835,7 +839,10 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
         let err = load_config_with(Some(p), None, &LoadOptions { strict: true })
             .unwrap_err()
             .to_string();
-        assert!(err.contains("duplicate field") && err.contains("\"maxPods\""), "{err}");
+        assert!(
+            err.contains("duplicate field") && err.contains("\"maxPods\""),
+            "{err}"
+        );
         let loaded = load_config_upstream(Some(p), None).unwrap();
         assert_eq!(loaded.config.max_pods, 20, "the last value wins");
         assert_eq!(loaded.warnings.len(), n + 1, "{:?}", loaded.warnings);
@@ -843,7 +850,10 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
     let loaded = load_config_upstream(Some(&yaml), None).unwrap();
     assert!(!loaded.config.authentication.webhook.enabled);
     assert!(
-        loaded.warnings.iter().any(|w| w.contains("\"authentication.webhook.enabled\"")),
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("\"authentication.webhook.enabled\"")),
         "{:?}",
         loaded.warnings
     );

@@ -14,8 +14,8 @@ mod types;
 mod validate;
 
 pub use defaults::{
-    DEFAULT_CONTAINER_RUNTIME_ENDPOINT, apply_gated_defaults, DEFAULT_EVICTION_HARD, DEFAULT_POD_LOGS_DIR,
-    DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR, LEGACY_READ_ONLY_PORT,
+    DEFAULT_CONTAINER_RUNTIME_ENDPOINT, DEFAULT_EVICTION_HARD, DEFAULT_POD_LOGS_DIR,
+    DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR, LEGACY_READ_ONLY_PORT, apply_gated_defaults,
 };
 pub use duration::{Duration, ParseDurationError, parse_go_duration};
 pub use features::{Feature, FeatureGateError, FeatureGates};

@@ -586,7 +586,10 @@ mod tests {
         assert_eq!(serde_json::to_string(&q).unwrap(), "\"1.5Gi\"");
         let t: ThresholdValue = serde_json::from_str("\"15%\"").unwrap();
         assert_eq!(serde_json::to_string(&t).unwrap(), "\"15%\"");
-        assert_eq!(serde_json::from_str::<Quantity>("100").unwrap().value(), 100);
+        assert_eq!(
+            serde_json::from_str::<Quantity>("100").unwrap().value(),
+            100
+        );
     }
 
     #[test]
@@ -605,7 +608,9 @@ mod tests {
         // Still written back as a string, as upstream.
         assert_eq!(serde_json::to_string(&q).unwrap(), "\"1000\"");
         // Other JSON types stay type errors.
-        let err = serde_json::from_str::<Quantity>("true").unwrap_err().to_string();
+        let err = serde_json::from_str::<Quantity>("true")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("expected a quantity"), "{err}");
     }
 }

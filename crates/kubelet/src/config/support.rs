@@ -64,17 +64,20 @@ use Support::{RejectedUnlessDefault as REJECTED, Warned as WARNED, WarnedWhenTru
 // Tests that prove the wiring or behaviour of many fields.
 const WIRING: &str = "crates/rkubelet/src/main.rs::agent_config_carries_the_configuration";
 const LOAD: &str = "crates/kubelet/src/config/load_tests.rs::minimal_file_gets_upstream_defaults";
-const NO_OP: &str = "crates/kubelet/src/config/support_tests.rs::upstream_no_op_fields_are_accepted_silently";
+const NO_OP: &str =
+    "crates/kubelet/src/config/support_tests.rs::upstream_no_op_fields_are_accepted_silently";
 const EVICTION: &str = "crates/kubelet/src/eviction/thresholds_tests.rs::parses_upstream_defaults_soft_with_grace_and_min_reclaim";
 const AUTHN: &str = "crates/kubelet/src/server/authn.rs::credential_matrix";
 const AUTHZ: &str = "crates/kubelet/src/server/authz.rs::webhook_decisions_are_cached_per_ttl";
 const TLS: &str = "crates/kubelet/src/server/tls.rs::cipher_suite_names_map_or_name_the_field";
-const LOG_ROTATION: &str = "crates/kubelet/src/logs/tests.rs::rotates_compresses_and_keeps_at_most_max_files";
+const LOG_ROTATION: &str =
+    "crates/kubelet/src/logs/tests.rs::rotates_compresses_and_keeps_at_most_max_files";
 const RESOURCE_MANAGERS: &str =
     "crates/kubelet/src/config/validate_tests.rs::each_bad_field_is_named";
 const HOST: &str = "crates/kubelet/src/cm/node_setup.rs::swap_on_fails_start_unless_allowed";
 
 /// Every field of `KubeletConfiguration`.
+#[rustfmt::skip]
 pub const FIELDS: &[FieldSupport] = &[
     f("apiVersion", honoured("crates/kubelet/src/config/load_tests.rs::type_meta_is_checked"), "must be kubelet.config.k8s.io/v1beta1"),
     f("kind", honoured("crates/kubelet/src/config/load_tests.rs::type_meta_is_checked"), "must be KubeletConfiguration"),
@@ -227,6 +230,7 @@ pub enum FlagTarget {
 }
 
 /// Every command-line flag of `rkubelet` (long name without `--`).
+#[rustfmt::skip]
 pub const FLAGS: &[(&str, FlagTarget)] = &[
     ("config", FlagTarget::Own(Support::Honoured { test: LOAD })),
     ("config-dir", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/config/load_tests.rs::drop_ins_merge_in_lexical_order" })),
@@ -387,7 +391,9 @@ pub fn render_markdown() -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = String::from("| Field | Flag | rkubelet | Proof / note |\n|---|---|---|---|\n");
     for row in FIELDS {
-        let flag = flag_of(row.path).map(|f| format!("`--{f}`")).unwrap_or_default();
+        let flag = flag_of(row.path)
+            .map(|f| format!("`--{f}`"))
+            .unwrap_or_default();
         let (what, proof) = match row.support {
             Support::Honoured { test } => ("honoured", format!("`{test}`")),
             Support::RejectedUnlessDefault => ("rejected unless default", String::new()),

@@ -21,7 +21,9 @@ fn fields_at(prefix: &[String]) -> Option<Vec<String>> {
     let message = err.inner().to_string();
     let mut want = prefix.to_vec();
     want.push(PROBE.to_owned());
-    if !message.starts_with(&format!("unknown field `{PROBE}`")) || err.path().to_string() != want.join(".") {
+    if !message.starts_with(&format!("unknown field `{PROBE}`"))
+        || err.path().to_string() != want.join(".")
+    {
         return None;
     }
     let Some(idx) = message.find(", expected") else {
@@ -78,7 +80,11 @@ fn the_walk_sees_nested_and_new_fields() {
     // The probe finds the members of nested structs and of optional structs ...
     let authn = fields_at(&["authentication".into(), "webhook".into()]).unwrap();
     assert_eq!(authn, ["enabled", "cacheTTL"]);
-    assert!(fields_at(&["tracing".into()]).unwrap().contains(&"endpoint".to_owned()));
+    assert!(
+        fields_at(&["tracing".into()])
+            .unwrap()
+            .contains(&"endpoint".to_owned())
+    );
     // ... and treats maps, lists and scalars as leaves.
     assert!(fields_at(&["featureGates".into()]).is_none());
     assert!(fields_at(&["shutdownGracePeriodByPodPriority".into()]).is_none());
@@ -150,10 +156,17 @@ fn write_docs_when_asked() {
     }
     let path = workspace_root().join("docs/configuration.md");
     let doc = std::fs::read_to_string(&path).unwrap();
-    let (begin, end) = ("<!-- support-table:begin -->\n", "<!-- support-table:end -->");
+    let (begin, end) = (
+        "<!-- support-table:begin -->\n",
+        "<!-- support-table:end -->",
+    );
     let (head, rest) = doc.split_once(begin).unwrap();
     let (_, tail) = rest.split_once(end).unwrap();
-    std::fs::write(&path, format!("{head}{begin}{}{end}{tail}", render_markdown())).unwrap();
+    std::fs::write(
+        &path,
+        format!("{head}{begin}{}{end}{tail}", render_markdown()),
+    )
+    .unwrap();
 }
 
 fn config(yaml: &str) -> KubeletConfiguration {
@@ -199,32 +212,81 @@ fn defaults_pass_with_only_the_warnings_for_defaults_not_implemented() {
 #[test]
 fn each_rejected_field_is_named_with_its_value() {
     let cases: &[(&str, &str)] = &[
-        ("runOnce: true\n", "runOnce is set to true, which rkubelet does not support (run-once mode is not implemented); only the default is"),
-        ("cgroupDriver: systemd\n", "cgroupDriver (--cgroup-driver) is set to \"systemd\", which rkubelet does not support"),
-        ("volumeStatsAggPeriod: 30s\n", "volumeStatsAggPeriod is set to \"30s\", which rkubelet does not support (volume usage is measured at every stats collection (10s)); only the default \"1m0s\" is"),
-        ("configMapAndSecretChangeDetectionStrategy: Get\n", "configMapAndSecretChangeDetectionStrategy is set to \"Get\""),
-        ("enableSystemLogQuery: true\nfeatureGates: {NodeLogQuery: true}\n", "enableSystemLogQuery is set to true"),
-        ("enableControllerAttachDetach: false\n", "enableControllerAttachDetach is set to false"),
-        ("podCIDR: 10.0.0.0/24\n", "podCIDR is set to \"10.0.0.0/24\""),
-        ("tracing: {endpoint: \"localhost:4317\"}\n", "tracing is set to {\"endpoint\":\"localhost:4317\"}"),
-        ("logging: {vmodule: [{filePattern: x, verbosity: 2}]}\n", "logging.vmodule is set to"),
-        ("logging: {options: {text: {splitStream: true}}}\n", "logging.options is set to"),
+        (
+            "runOnce: true\n",
+            "runOnce is set to true, which rkubelet does not support (run-once mode is not implemented); only the default is",
+        ),
+        (
+            "cgroupDriver: systemd\n",
+            "cgroupDriver (--cgroup-driver) is set to \"systemd\", which rkubelet does not support",
+        ),
+        (
+            "volumeStatsAggPeriod: 30s\n",
+            "volumeStatsAggPeriod is set to \"30s\", which rkubelet does not support (volume usage is measured at every stats collection (10s)); only the default \"1m0s\" is",
+        ),
+        (
+            "configMapAndSecretChangeDetectionStrategy: Get\n",
+            "configMapAndSecretChangeDetectionStrategy is set to \"Get\"",
+        ),
+        (
+            "enableSystemLogQuery: true\nfeatureGates: {NodeLogQuery: true}\n",
+            "enableSystemLogQuery is set to true",
+        ),
+        (
+            "enableControllerAttachDetach: false\n",
+            "enableControllerAttachDetach is set to false",
+        ),
+        (
+            "podCIDR: 10.0.0.0/24\n",
+            "podCIDR is set to \"10.0.0.0/24\"",
+        ),
+        (
+            "tracing: {endpoint: \"localhost:4317\"}\n",
+            "tracing is set to {\"endpoint\":\"localhost:4317\"}",
+        ),
+        (
+            "logging: {vmodule: [{filePattern: x, verbosity: 2}]}\n",
+            "logging.vmodule is set to",
+        ),
+        (
+            "logging: {options: {text: {splitStream: true}}}\n",
+            "logging.options is set to",
+        ),
         ("qosReserved: {memory: 50%}\n", "qosReserved is set to"),
-        ("userNamespaces: {idsPerPod: 131072}\n", "userNamespaces is set to"),
-        ("crashLoopBackOff: {maxContainerRestartPeriod: 1m}\nfeatureGates: {KubeletCrashLoopBackOffMax: true}\n", "crashLoopBackOff.maxContainerRestartPeriod is set to \"1m0s\""),
-        ("volumePluginDir: /opt/flex\n", "volumePluginDir is set to \"/opt/flex\""),
-        ("showHiddenMetricsForVersion: \"1.32\"\n", "showHiddenMetricsForVersion is set to \"1.32\""),
+        (
+            "userNamespaces: {idsPerPod: 131072}\n",
+            "userNamespaces is set to",
+        ),
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: 1m}\nfeatureGates: {KubeletCrashLoopBackOffMax: true}\n",
+            "crashLoopBackOff.maxContainerRestartPeriod is set to \"1m0s\"",
+        ),
+        (
+            "volumePluginDir: /opt/flex\n",
+            "volumePluginDir is set to \"/opt/flex\"",
+        ),
+        (
+            "showHiddenMetricsForVersion: \"1.32\"\n",
+            "showHiddenMetricsForVersion is set to \"1.32\"",
+        ),
     ];
     for (yaml, want) in cases {
         let errs = unsupported(yaml);
         assert_eq!(errs.len(), 1, "{yaml}: {errs:?}");
-        assert!(errs[0].starts_with(want), "{yaml}\n got: {}\nwant: {want}", errs[0]);
+        assert!(
+            errs[0].starts_with(want),
+            "{yaml}\n got: {}\nwant: {want}",
+            errs[0]
+        );
     }
     // All of them at once, in one error.
     let errs = unsupported("runOnce: true\npodCIDR: 10.0.0.0/24\n");
     assert_eq!(errs.len(), 2);
     // The gate's own default applies: with KubeletCrashLoopBackOffMax the 5m default is fine.
-    check(&config("featureGates: {KubeletCrashLoopBackOffMax: true}\n")).unwrap();
+    check(&config(
+        "featureGates: {KubeletCrashLoopBackOffMax: true}\n",
+    ))
+    .unwrap();
 }
 
 #[test]
@@ -297,7 +359,8 @@ volumeStatsAggPeriod: 0s
     ))
     .unwrap();
     assert!(
-        w.iter().any(|w| w.starts_with("shutdownGracePeriodByPodPriority is set to [")),
+        w.iter()
+            .any(|w| w.starts_with("shutdownGracePeriodByPodPriority is set to [")),
         "{w:?}"
     );
 }
@@ -323,7 +386,9 @@ fn gate_warnings_are_upstreams() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("cannot set feature gate SidecarContainers to false, feature is locked to true"),
+        err.contains(
+            "cannot set feature gate SidecarContainers to false, feature is locked to true"
+        ),
         "{err}"
     );
     let err = validate(&config("featureGates: {Bogus: true}\n"))
