@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::ConfigError;
 use super::defaults::apply_defaults;
 use super::features::FeatureGates;
+use super::quantity::Quantity;
 use super::types::KubeletConfiguration;
 
 /// What rkubelet does with a field.
@@ -329,6 +330,26 @@ fn is_zero(v: Option<&Value>) -> bool {
     }
 }
 
+/// Whether two serialized values mean the same setting: equal, both unset, or quantities of
+/// the same amount written differently (`0` and `0Mi`), member by member.
+fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
+    if a == b || (is_zero(a) && is_zero(b)) {
+        return true;
+    }
+    match (a, b) {
+        (Some(Value::String(x)), Some(Value::String(y))) => {
+            matches!((Quantity::parse(x), Quantity::parse(y)), (Ok(p), Ok(q)) if p == q)
+        }
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            x.keys().chain(y.keys()).all(|k| same(x.get(k), y.get(k)))
+        }
+        (Some(Value::Array(x)), Some(Value::Array(y))) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(Some(p), Some(q)))
+        }
+        _ => false,
+    }
+}
+
 fn show(v: Option<&Value>) -> String {
     match v {
         Some(v) if !is_zero(Some(v)) => v.to_string(),
@@ -347,7 +368,7 @@ pub fn check(kc: &KubeletConfiguration) -> Result<Vec<String>, ConfigError> {
     let mut warnings = Vec::new();
     for row in FIELDS {
         let (value, default) = (at(&ours, row.path), at(&defaults, row.path));
-        let is_default = value == default || (is_zero(value) && is_zero(default));
+        let is_default = same(value, default);
         let default_text = if is_zero(default) {
             String::new()
         } else {

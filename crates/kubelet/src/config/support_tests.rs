@@ -207,6 +207,12 @@ fn defaults_pass_with_only_the_warnings_for_defaults_not_implemented() {
     ))
     .unwrap();
     assert!(w.is_empty(), "{w:?}");
+    // Defaults written out explicitly, in other spellings, are still the defaults.
+    let w = check(&config(
+        "runOnce: false\nenableSystemLogQuery: false\nvolumeStatsAggPeriod: 60s\nlogging: {options: {json: {infoBufferSize: 0}, text: {infoBufferSize: 0Mi}}}\nconfigMapAndSecretChangeDetectionStrategy: Watch\n",
+    ))
+    .unwrap();
+    assert_eq!(w.len(), 3, "{w:?}");
 }
 
 #[test]
