@@ -54,11 +54,11 @@ pub fn load_config_upstream(
 ) -> Result<Loaded, ConfigError> {
     match load_config_with(path, config_dir, &LoadOptions { strict: true }) {
         Err(strict @ (ConfigError::UnknownFields { .. } | ConfigError::DuplicateFields { .. })) => {
+            // One warning, as upstream logs; it names every unknown and duplicate field.
             let mut loaded = load_config_with(path, config_dir, &LoadOptions { strict: false })?;
-            loaded.warnings.insert(
-                0,
-                format!("using lenient decoding as strict decoding failed: {strict}"),
-            );
+            loaded.warnings = vec![format!(
+                "using lenient decoding as strict decoding failed: {strict}"
+            )];
             Ok(loaded)
         }
         other => other,

@@ -793,7 +793,7 @@ fn upstream_decoding_is_strict_then_lenient_with_a_warning() {
     );
     let loaded = load_config_upstream(Some(&p), None).unwrap();
     assert_eq!(loaded.config.max_pods, 42);
-    assert_eq!(loaded.warnings.len(), 3, "{:?}", loaded.warnings);
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
     assert!(
         loaded.warnings[0].starts_with("using lenient decoding as strict decoding failed: ")
             && loaded.warnings[0].contains("\"futureField\"")
@@ -835,7 +835,7 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
         "dup.json",
         r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":10,"maxPods":20}"#,
     );
-    for (p, n) in [(&yaml, 2), (&json, 1)] {
+    for p in [&yaml, &json] {
         let err = load_config_with(Some(p), None, &LoadOptions { strict: true })
             .unwrap_err()
             .to_string();
@@ -845,7 +845,12 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
         );
         let loaded = load_config_upstream(Some(p), None).unwrap();
         assert_eq!(loaded.config.max_pods, 20, "the last value wins");
-        assert_eq!(loaded.warnings.len(), n + 1, "{:?}", loaded.warnings);
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(
+            loaded.warnings[0].contains("duplicate field"),
+            "{:?}",
+            loaded.warnings
+        );
     }
     let loaded = load_config_upstream(Some(&yaml), None).unwrap();
     assert!(!loaded.config.authentication.webhook.enabled);
