@@ -411,3 +411,114 @@ fn the_table_renders_every_row() {
     }
     assert!(md.contains("| `cgroupDriver` | `--cgroup-driver` | rejected unless default |"));
 }
+
+/// A non-default value for every rejected or warned row (a new row needs one here).
+fn sample(path: &str) -> Option<serde_json::Value> {
+    Some(match path {
+        "rotateCertificates"
+        | "serverTLSBootstrap"
+        | "enableContentionProfiling"
+        | "runOnce"
+        | "kernelMemcgNotification"
+        | "enableSystemLogQuery" => json!(true),
+        "enableControllerAttachDetach" => json!(false),
+        "imagePullCredentialsVerificationPolicy" => json!("AlwaysVerify"),
+        "preloadedImagesVerificationAllowlist" => json!(["registry.example/*"]),
+        "volumeStatsAggPeriod" => json!("30s"),
+        "cgroupDriver" => json!("systemd"),
+        "draManagerReconcilePeriod" => json!("1m"),
+        "qosReserved" => json!({"memory": "50%"}),
+        "podCIDR" => json!("10.1.0.0/24"),
+        "contentType" => json!("application/json"),
+        "configMapAndSecretChangeDetectionStrategy" => json!("Cache"),
+        "showHiddenMetricsForVersion" => json!("1.32"),
+        "volumePluginDir" => json!("/opt/flex"),
+        "logging.format" => json!("json"),
+        "logging.flushFrequency" => json!("1s"),
+        "logging.vmodule" => json!([{"filePattern": "x", "verbosity": 2}]),
+        "logging.options" => json!({"text": {"splitStream": true}}),
+        "shutdownGracePeriod" => json!("30s"),
+        "shutdownGracePeriodCriticalPods" => json!("10s"),
+        "shutdownGracePeriodByPodPriority" => {
+            json!([{"priority": 0, "shutdownGracePeriodSeconds": 30}])
+        }
+        "crashLoopBackOff.maxContainerRestartPeriod" => json!("1m"),
+        "reservedMemory" => json!([{"numaNode": 0, "limits": {"memory": "1Gi"}}]),
+        "memoryReservationPolicy" => json!("Static"),
+        "tracing" => json!({"endpoint": "localhost:4317"}),
+        "userNamespaces" => json!({"idsPerPod": 131072}),
+        _ => return None,
+    })
+}
+
+/// The default configuration with `value` at the dotted `path`.
+fn with(path: &str, value: serde_json::Value) -> KubeletConfiguration {
+    let mut doc = serde_json::to_value(load_config(None, None).unwrap()).unwrap();
+    let keys: Vec<&str> = path.split('.').collect();
+    let (last, parents) = keys.split_last().unwrap();
+    let mut cur = &mut doc;
+    for k in parents {
+        cur = cur
+            .as_object_mut()
+            .unwrap()
+            .entry(*k)
+            .or_insert_with(|| json!({}));
+    }
+    cur.as_object_mut()
+        .unwrap()
+        .insert((*last).to_owned(), value);
+    serde_json::from_value(doc).unwrap()
+}
+
+#[test]
+fn every_rejected_and_warned_row_names_its_field() {
+    for row in FIELDS {
+        let label = match flag_of(row.path) {
+            Some(flag) => format!("{} (--{flag})", row.path),
+            None => row.path.to_owned(),
+        };
+        match row.support {
+            Support::RejectedUnlessDefault => {
+                let v = sample(row.path).unwrap_or_else(|| panic!("no sample for {}", row.path));
+                match check(&with(row.path, v)) {
+                    Err(ConfigError::Unsupported(errs)) => {
+                        assert_eq!(errs.len(), 1, "{}: {errs:?}", row.path);
+                        assert!(
+                            errs[0].starts_with(&format!("{label} is set to "))
+                                && errs[0].contains("which rkubelet does not support"),
+                            "{}",
+                            errs[0]
+                        );
+                    }
+                    other => panic!("{}: expected a rejection, got {other:?}", row.path),
+                }
+            }
+            Support::Warned => {
+                let v = sample(row.path).unwrap_or_else(|| panic!("no sample for {}", row.path));
+                let w = check(&with(row.path, v)).unwrap();
+                assert!(
+                    w.iter()
+                        .any(|w| w.starts_with(&format!("{label} is set to "))
+                            && w.contains("which rkubelet does not implement yet")),
+                    "{}: {w:?}",
+                    row.path
+                );
+            }
+            Support::WarnedWhenTrue => {
+                let w = check(&with(row.path, json!(true))).unwrap();
+                assert!(
+                    w.iter().any(|w| w.starts_with(&format!("{label} is true"))),
+                    "{}: {w:?}",
+                    row.path
+                );
+                let w = check(&with(row.path, json!(false))).unwrap();
+                assert!(
+                    !w.iter().any(|w| w.contains(row.path)),
+                    "{}: {w:?}",
+                    row.path
+                );
+            }
+            Support::Honoured { .. } | Support::RejectedByValidation { .. } => {}
+        }
+    }
+}
