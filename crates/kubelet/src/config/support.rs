@@ -129,8 +129,8 @@ pub const FIELDS: &[FieldSupport] = &[
     f("imageGCHighThresholdPercent", honoured("crates/rkubelet/tests/containerd_gc.rs::image_gc_removes_unused_image_past_threshold_and_keeps_the_one_in_use"), ""),
     f("imageGCLowThresholdPercent", honoured("crates/rkubelet/tests/containerd_gc.rs::image_gc_removes_unused_image_past_threshold_and_keeps_the_one_in_use"), ""),
     f("volumeStatsAggPeriod", REJECTED, "volume usage is measured at every stats collection (10s)"),
-    f("kubeletCgroups", honoured("crates/kubelet/src/stats/system_tests.rs::system_containers_v2_with_configured_cgroups_and_misc"), "reported as the kubelet system container; the kubelet is not moved into it"),
-    f("systemCgroups", honoured("crates/kubelet/src/stats/system_tests.rs::system_containers_v2_with_configured_cgroups_and_misc"), "reported as the misc system container; processes are not moved into it"),
+    f("kubeletCgroups", WARNED, "the kubelet does not create it or move itself into it; it is only reported as the kubelet system container in stats"),
+    f("systemCgroups", WARNED, "processes are not moved into it; it is only reported as the misc system container in stats"),
     f("cgroupRoot", honoured("crates/kubelet/src/cm/mod.rs::start_creates_the_tree_and_enforces_allocatable"), ""),
     f("cgroupsPerQOS", honoured("crates/kubelet/tests/cgroups.rs::without_cgroups_per_qos_the_parent_is_empty"), ""),
     f("cgroupDriver", REJECTED, "only cgroupfs: with systemd the runtime expects slice names, which rkubelet does not produce yet (join issue), so it cannot run correctly"),
@@ -382,7 +382,7 @@ pub fn check(kc: &KubeletConfiguration) -> Result<Vec<String>, ConfigError> {
                 row.note
             )),
             Support::Warned if !is_default => warnings.push(format!(
-                "{} is set to {}, which rkubelet does not implement yet, so it has no effect: {}",
+                "{} is set to {}, which rkubelet does not implement yet: {}",
                 label(row.path),
                 show(value),
                 row.note

@@ -342,7 +342,7 @@ volumeStatsAggPeriod: 0s
     let w = check(&kc).unwrap();
     assert!(
         w.iter().any(|w| w.starts_with(
-            "rotateCertificates is set to true, which rkubelet does not implement yet, so it has no effect"
+            "rotateCertificates is set to true, which rkubelet does not implement yet: client certificate rotation"
         )),
         "{w:?}"
     );
@@ -426,6 +426,8 @@ fn sample(path: &str) -> Option<serde_json::Value> {
         "preloadedImagesVerificationAllowlist" => json!(["registry.example/*"]),
         "volumeStatsAggPeriod" => json!("30s"),
         "cgroupDriver" => json!("systemd"),
+        "kubeletCgroups" => json!("/kubelet.slice"),
+        "systemCgroups" => json!("/system.slice"),
         "draManagerReconcilePeriod" => json!("1m"),
         "qosReserved" => json!({"memory": "50%"}),
         "podCIDR" => json!("10.1.0.0/24"),
