@@ -9,9 +9,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use kubelet::config::features::{GATES, PreRelease, parse_feature_gates_flag};
 use kubelet::config::{
-    ConfigError, Duration, KubeletConfiguration, LoadOptions, load_config_with, parse_go_duration,
-    validate,
+    ConfigError, Duration, KubeletConfiguration, apply_gated_defaults, load_config_upstream,
+    parse_go_duration, support, validate,
 };
 use kubelet::kuberuntime::gc::ContainerGcPolicy;
 
@@ -105,6 +106,9 @@ pub struct Flags {
     /// Overrides `logging.verbosity`.
     #[arg(short = 'v', long = "v", value_name = "Level", value_parser = parse_level, help = "number for the log level verbosity")]
     pub verbosity: Option<u32>,
+
+    #[arg(long = "feature-gates", value_name = "mapStringBool", value_parser = parse_gates, help = feature_gates_help())]
+    pub feature_gates: Vec<BTreeMap<String, bool>>,
 
     #[arg(long = "pod-manifest-path", value_name = "string", help = deprecated!("Path to the directory containing static pod files to run, or the path to a single static pod file. Files starting with dots will be ignored."))]
     pub pod_manifest_path: Option<String>,
@@ -238,6 +242,34 @@ fn container_gc_policy(flags: &Flags, warnings: &mut Vec<String>) -> ContainerGc
             .maximum_dead_containers
             .unwrap_or(defaults.max_containers),
     }
+}
+
+/// `--feature-gates` help: upstream's text and its list of gates with maturity and default.
+fn feature_gates_help() -> String {
+    let mut out = String::from(
+        "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:",
+    );
+    out.push_str(
+        "\nAllAlpha=true|false (ALPHA - default=false)\nAllBeta=true|false (BETA - default=false)",
+    );
+    for g in GATES.iter().filter(|g| !g.locked) {
+        let stage = match g.pre_release {
+            PreRelease::Alpha => "ALPHA",
+            PreRelease::Beta => "BETA",
+            PreRelease::Ga => "GA",
+            PreRelease::Deprecated => "DEPRECATED",
+        };
+        out.push_str(&format!(
+            "\n{}=true|false ({stage} - default={})",
+            g.name, g.default
+        ));
+    }
+    out.push_str(&format!(" (DEPRECATED: {DEPRECATED})"));
+    out
+}
+
+fn parse_gates(s: &str) -> Result<BTreeMap<String, bool>, String> {
+    parse_feature_gates_flag(s).map_err(|e| e.to_string())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -385,6 +417,15 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
     if let Some(level) = flags.verbosity {
         c.logging.verbosity = level;
     }
+    // Per gate, the flag wins over the config file (upstream `kubeletConfigFlagPrecedence`).
+    if !flags.feature_gates.is_empty() {
+        for gates in &flags.feature_gates {
+            c.feature_gates
+                .extend(gates.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        apply_gated_defaults(c);
+        used.push("feature-gates");
+    }
     used.iter()
         .map(|name| format!("Flag --{name} has been deprecated, {DEPRECATED}"))
         .collect()
@@ -495,9 +536,10 @@ fn non_empty(s: &Option<String>) -> Option<String> {
     s.as_ref().filter(|s| !s.is_empty()).cloned()
 }
 
-/// Loads `--config` and `--config-dir`, applies the flags given on the command line, and
-/// validates the result. Unknown config fields are an error naming the field (upstream's
-/// v1beta1 loader only warns; rkubelet refuses a config it cannot fully honour).
+/// Loads `--config` and `--config-dir` (strict, then lenient with a warning for unknown or
+/// duplicate fields, as upstream), applies the flags given on the command line, validates the
+/// result and applies the support table (`kubelet::config::support`): settings rkubelet does
+/// not implement are refused by name or warned about.
 pub fn resolve(flags: &Flags) -> Result<(KubeletConfiguration, NodeOptions), ConfigError> {
     resolve_with(flags, machine_hostname)
 }
@@ -506,15 +548,12 @@ fn resolve_with(
     flags: &Flags,
     machine: impl FnOnce() -> std::io::Result<String>,
 ) -> Result<(KubeletConfiguration, NodeOptions), ConfigError> {
-    let loaded = load_config_with(
-        flags.config.as_deref(),
-        flags.config_dir.as_deref(),
-        &LoadOptions { strict: true },
-    )?;
+    let loaded = load_config_upstream(flags.config.as_deref(), flags.config_dir.as_deref())?;
     let mut config = loaded.config;
     let mut warnings = loaded.warnings;
     warnings.extend(apply_flags(flags, &mut config));
     validate(&config)?;
+    warnings.extend(support::check(&config)?);
     let node_ip = non_empty(&flags.node_ip);
     if let Some(ip) = &node_ip {
         check_node_ip(ip)?;
@@ -648,9 +687,13 @@ mod tests {
         assert_eq!(c.read_only_port, 10255);
         assert_eq!(c.authorization.mode, "AlwaysAllow");
         assert_eq!(n.node_name, "test-host");
-        assert_eq!(
-            (n.verbosity, n.kubeconfig.as_ref(), n.warnings.len()),
-            (0, None, 0)
+        assert_eq!((n.verbosity, n.kubeconfig.as_ref()), (0, None));
+        // Only the support table's warnings for upstream defaults rkubelet does not implement.
+        assert_eq!(n.warnings.len(), 3, "{:?}", n.warnings);
+        assert!(
+            n.warnings
+                .iter()
+                .all(|w| w.contains(" is true, which rkubelet does not implement"))
         );
     }
 
@@ -691,8 +734,13 @@ mod tests {
         assert_eq!(c.kubelet_cgroups, "/kubelet.slice");
         assert_eq!(n.runtime_cgroups, "/runtime.slice");
         // --kubelet-cgroups is a deprecated config-backed flag; --runtime-cgroups is not.
-        assert_eq!(n.warnings.len(), 1, "{:?}", n.warnings);
-        assert!(n.warnings[0].contains("--kubelet-cgroups"));
+        let deprecated: Vec<&String> = n
+            .warnings
+            .iter()
+            .filter(|w| w.contains("has been deprecated"))
+            .collect();
+        assert_eq!(deprecated.len(), 1, "{:?}", n.warnings);
+        assert!(deprecated[0].contains("--kubelet-cgroups"));
         // --system-cgroups needs a cgroupRoot, as upstream validates.
         let err = resolve(&parse(&["--system-cgroups", "/system.slice"])).unwrap_err();
         assert!(
@@ -853,15 +901,25 @@ mod tests {
             panic!("expected validation errors")
         };
         assert_eq!(errs.len(), 2, "{errs:?}");
-        // Unknown fields stop the kubelet with an error naming the field.
+        // Unknown fields are dropped with a warning naming them (upstream's lenient fallback).
         let cfg = dir.write("unknown.yaml", &format!("{HEADER}maxPod: 3\n"));
-        let err = resolve_with(&parse(&["--config", cfg.to_str().unwrap()]), || {
+        let (c, n) = resolve_with(&parse(&["--config", cfg.to_str().unwrap()]), || {
             Ok("h".into())
         })
-        .unwrap_err();
+        .unwrap();
+        assert_eq!(c.max_pods, 110);
         assert!(
-            err.to_string()
-                .ends_with("unknown field \"maxPod\" (did you mean \"maxPods\"?)"),
+            n.warnings[0].starts_with("using lenient decoding as strict decoding failed: ")
+                && n.warnings[0].ends_with("unknown field \"maxPod\" (did you mean \"maxPods\"?)"),
+            "{:?}",
+            n.warnings
+        );
+        // Settings rkubelet does not implement stop it, each named with its flag.
+        let err = resolve_with(&parse(&["--cgroup-driver=systemd"]), || Ok("h".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unsupported kubelet configuration:\n  - cgroupDriver (--cgroup-driver) is set to \"systemd\""),
             "{err}"
         );
     }
@@ -907,6 +965,84 @@ mod tests {
                 "{ip}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn every_flag_is_in_the_support_table() {
+        use clap::CommandFactory;
+        let table: Vec<&str> = support::FLAGS.iter().map(|(f, _)| *f).collect();
+        let mut flags = Vec::new();
+        for arg in Flags::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if ["help", "version"].contains(&long) {
+                continue;
+            }
+            flags.push(long.to_owned());
+            assert!(
+                table.contains(&long),
+                "--{long} has no row in kubelet::config::support::FLAGS"
+            );
+        }
+        assert_eq!(
+            flags.len(),
+            table.len(),
+            "stale rows in FLAGS: {table:?} vs {flags:?}"
+        );
+    }
+
+    #[test]
+    fn feature_gates_flag_merges_over_the_config_per_gate() {
+        let dir = Scratch::new("gates");
+        let cfg = dir.write(
+            "config.yaml",
+            &format!("{HEADER}featureGates:\n  NodeSwap: false\n  ImageMaximumGCAge: false\n"),
+        );
+        let (c, n) = resolve_ok(&parse(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--feature-gates=NodeSwap=true,KubeletCrashLoopBackOffMax=true",
+            "--feature-gates",
+            "InPlacePodVerticalScaling=false",
+        ]));
+        let gates = c.gates();
+        use kubelet::config::Feature;
+        assert!(gates.enabled(Feature::NodeSwap), "flag wins");
+        assert!(!gates.enabled(Feature::ImageMaximumGcAge), "config kept");
+        assert!(gates.enabled(Feature::KubeletCrashLoopBackOffMax));
+        assert!(!gates.enabled(Feature::InPlacePodVerticalScaling));
+        // The gate's default applies although the file was decoded before the flag was seen.
+        assert_eq!(
+            c.crash_loop_back_off.max_container_restart_period,
+            Some(Duration::from_mins(5))
+        );
+        assert!(
+            n.warnings
+                .iter()
+                .any(|w| w.starts_with("Flag --feature-gates has been deprecated")),
+            "{:?}",
+            n.warnings
+        );
+        let err = resolve(&parse(&["--feature-gates=NoSuchGate=true"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unrecognized feature gate: NoSuchGate"),
+            "{err}"
+        );
+        let err = resolve(&parse(&["--feature-gates=SidecarContainers=false"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "cannot set feature gate SidecarContainers to false, feature is locked to true"
+            ),
+            "{err}"
+        );
+        let err = parse_err(&["--feature-gates=NodeSwap"]);
+        assert!(
+            err.contains("--feature-gates") && err.contains("malformed pair"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use clap::Parser;
 use kubelet::agent::{
     Agent, AgentConfig, AgentDeps, ApiModeConfig, CgroupSettings, CmConfig, GcSettings,
 };
+use kubelet::apiclient::rate_limit::RateLimit;
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
@@ -83,22 +84,68 @@ fn init_logging(verbosity: u8) {
         .init();
 }
 
+/// Host checks and process settings upstream makes before it starts: swap, kernel tunables,
+/// cgroup v1 (errors stop the kubelet), OOM score and open-file limit (failures only warn).
+fn setup_node(config: &KubeletConfiguration) -> Result<()> {
+    let host = kubelet::cm::node_setup::HostPaths::default();
+    for w in kubelet::cm::node_setup::check_node(config, &host)? {
+        warn!("{w}");
+    }
+    if let Some(w) =
+        kubelet::cm::node_setup::apply_oom_score_adj(&host.proc_root, config.oom_score_adj)
+    {
+        warn!("{w}");
+    }
+    if let Some(w) = kubelet::cm::node_setup::set_max_open_files(config.max_open_files) {
+        warn!("{w}");
+    }
+    Ok(())
+}
+
+/// The CRI runtime and image services: `imageServiceEndpoint`, when it names another
+/// endpoint than `containerRuntimeEndpoint`, is dialled on its own (upstream
+/// `NewRemoteImageService`), first, so a wrong image endpoint is named as such.
+async fn connect_cri(
+    config: &KubeletConfiguration,
+) -> Result<(Arc<RemoteRuntime>, Arc<RemoteRuntime>)> {
+    let endpoint = config.container_runtime_endpoint.as_str();
+    let image_endpoint = config.effective_image_service_endpoint();
+    let timeout = config.runtime_request_timeout.as_std();
+    let images = if image_endpoint == endpoint {
+        None
+    } else {
+        let images = RemoteRuntime::connect(image_endpoint, timeout)
+            .await
+            .with_context(|| {
+                format!("imageServiceEndpoint: connecting to the image service at {image_endpoint}")
+            })?;
+        Some(Arc::new(images))
+    };
+    let remote = RemoteRuntime::connect(endpoint, timeout)
+        .await
+        .with_context(|| {
+            format!("containerRuntimeEndpoint: connecting to the container runtime at {endpoint}")
+        })?;
+    let remote = Arc::new(remote);
+    let images = images.unwrap_or_else(|| remote.clone());
+    Ok((remote, images))
+}
+
 async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()> {
     kubelet::security::sysctl::validate_patterns(&config.allowed_unsafe_sysctls)
         .context("allowedUnsafeSysctls")?;
+    setup_node(&config)?;
     let endpoint = config.container_runtime_endpoint.clone();
-    let timeout = config.runtime_request_timeout.as_std();
     info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");
-    let remote = RemoteRuntime::connect(&endpoint, timeout)
-        .await
-        .with_context(|| format!("connecting to the container runtime at {endpoint}"))?;
-    let remote = Arc::new(remote);
+    let (remote, images) = connect_cri(&config).await?;
 
     let api = match &node.kubeconfig {
         Some(path) => {
             let settings = ClientSettings {
-                qps: f64::from(config.kube_api_qps),
-                burst: u32::try_from(config.kube_api_burst).unwrap_or(0),
+                rate_limit: Some(RateLimit::from_config(
+                    config.kube_api_qps,
+                    config.kube_api_burst,
+                )),
                 ..ClientSettings::default()
             };
             let client = client_from_kubeconfig(path, &settings)
@@ -117,8 +164,8 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
     let agent = Agent::start(
         agent_cfg,
         AgentDeps {
-            runtime: remote.clone(),
-            images: remote,
+            runtime: remote,
+            images,
             events: Arc::new(LoggingRecorder),
             api,
         },
@@ -278,7 +325,10 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
             .max_parallel_image_pulls
             .and_then(|n| u32::try_from(n).ok()),
         relist_period: Duration::from_secs(1),
-        loop_timings: LoopTimings::default(),
+        loop_timings: LoopTimings {
+            housekeeping: c.pod_housekeeping_period.as_std(),
+            ..LoopTimings::default()
+        },
         runtime_name: "containerd".to_owned(),
         max_pods: usize::try_from(c.max_pods).unwrap_or(0),
         allowed_unsafe_sysctls: c.allowed_unsafe_sysctls.clone(),
@@ -447,6 +497,7 @@ fn secure_config(
             ips: node_ips,
             min_version: c.tls_min_version.clone(),
             cipher_suites: c.tls_cipher_suites.clone(),
+            curve_preferences: c.tls_curve_preferences.clone(),
             client_ca_file: path(&c.authentication.x509.client_ca_file),
         },
         anonymous: c.authentication.anonymous.enabled,
@@ -473,4 +524,97 @@ fn default_host_ip() -> String {
         })
         .map(|a| a.ip().to_string())
         .unwrap_or_else(|_| "127.0.0.1".to_owned())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kubelet::config::{Duration as GoDuration, load_config};
+
+    fn node(root: &Path) -> cli::NodeOptions {
+        cli::NodeOptions {
+            root_dir: root.to_path_buf(),
+            cert_dir: root.join("pki"),
+            kubeconfig: None,
+            hostname_override: None,
+            node_ip: Some("10.0.0.5".to_owned()),
+            node_labels: Default::default(),
+            verbosity: 0,
+            node_name: "node-a".to_owned(),
+            warnings: Vec::new(),
+            container_gc: Default::default(),
+            pod_infra_container_image: cli::DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(),
+            runtime_cgroups: String::new(),
+        }
+    }
+
+    /// Each field the support table marks honoured by this wiring reaches the agent.
+    #[test]
+    fn agent_config_carries_the_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = load_config(None, None).unwrap();
+        c.pod_logs_dir = "/srv/pod-logs".into();
+        c.sync_frequency = GoDuration::from_secs(42);
+        c.address = "127.0.0.2".into();
+        c.port = 11250;
+        c.healthz_bind_address = "127.0.0.3".into();
+        c.healthz_port = 11248;
+        c.single_process_oom_kill = Some(true);
+        c.node_status_max_images = 7;
+        c.pods_per_core = 3;
+        c.register_node = false;
+        c.container_log_max_workers = 4;
+        c.eviction_monitoring_interval = Some(GoDuration::from_secs(3));
+        c.pod_housekeeping_period = GoDuration::from_secs(9);
+        c.tls_curve_preferences = vec![29];
+        let a = agent_config(&c, &node(dir.path())).unwrap();
+        assert_eq!(a.pod_logs_dir, Path::new("/srv/pod-logs"));
+        assert_eq!(a.sync_frequency, Duration::from_secs(42));
+        assert_eq!(a.loop_timings.housekeeping, Duration::from_secs(9));
+        assert_eq!(a.healthz_addr, Some("127.0.0.3:11248".parse().unwrap()));
+        assert_eq!(a.cgroups.single_process_oom_kill, Some(true));
+        assert_eq!(a.node_status.node_status_max_images, 7);
+        assert_eq!(a.node_status.pods_per_core, 3);
+        assert!(!a.node_status.register_node);
+        assert_eq!(a.gc.container_logs.as_ref().unwrap().max_workers, 4);
+        assert_eq!(
+            a.eviction.settings.monitoring_interval,
+            Duration::from_secs(3)
+        );
+        let server = a.server.as_ref().unwrap();
+        assert_eq!(server.addr, "127.0.0.2:11250".parse().unwrap());
+        assert_eq!(server.tls.curve_preferences, [29]);
+        // enableServer: false turns the HTTPS port off.
+        c.enable_server = false;
+        assert!(
+            agent_config(&c, &node(dir.path()))
+                .unwrap()
+                .server
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn image_service_endpoint_dials_its_own_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = load_config(None, None).unwrap();
+        c.runtime_request_timeout = GoDuration::from_secs(5);
+        c.container_runtime_endpoint = format!("unix://{}/runtime.sock", dir.path().display());
+        // Same endpoint (or none): one connection, errors name the runtime endpoint.
+        let err = format!("{:#}", connect_cri(&c).await.err().unwrap());
+        assert!(
+            err.starts_with(
+                "containerRuntimeEndpoint: connecting to the container runtime at unix://"
+            ),
+            "{err}"
+        );
+        c.image_service_endpoint = format!("unix://{}/images.sock", dir.path().display());
+        let err = format!("{:#}", connect_cri(&c).await.err().unwrap());
+        assert!(
+            err.starts_with("imageServiceEndpoint: connecting to the image service at unix://")
+                && err.contains("images.sock"),
+            "{err}"
+        );
+    }
 }

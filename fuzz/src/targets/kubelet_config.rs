@@ -1,14 +1,14 @@
 //! Target `kubelet-config`: a `--config` file plus `--config-dir` drop-ins, written to a
 //! scratch directory and loaded by `kubelet::config::load_config_with` (YAML/JSON parse, type
 //! meta, unknown-field stripping, defaulting, relative paths, RFC 7386 drop-in merge), then
-//! `validate`. The input is the base file and the drop-ins joined by [`SEP`]; an empty base
+//! `validate` and the support table's check. The input is the base file and the drop-ins joined by [`SEP`]; an empty base
 //! means no `--config`. Properties: no panic; a strict load that succeeds also succeeds
 //! leniently, with no warnings and the same configuration.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 
-use kubelet::config::{LoadOptions, load_config_with, validate};
+use kubelet::config::{LoadOptions, load_config_with, support, validate};
 
 use super::Target;
 use crate::mutate::mutate;
@@ -314,7 +314,9 @@ fn run(data: &[u8]) {
             );
         }
         for loaded in [strict, lenient].into_iter().flatten() {
-            let _ = validate(&loaded.config);
+            if validate(&loaded.config).is_ok() {
+                let _ = support::check(&loaded.config);
+            }
         }
     });
 }

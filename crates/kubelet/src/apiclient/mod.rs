@@ -4,6 +4,7 @@
 //! pod or node state; node status, lease, pod source, status sync and events all use it.
 
 pub mod patch;
+pub mod rate_limit;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,17 +33,15 @@ pub enum ApiClientError {
 pub struct ClientSettings {
     /// Per-request timeout (upstream uses `runtimeRequestTimeout`-independent client defaults).
     pub timeout: Duration,
-    /// `kubeAPIQPS` / `kubeAPIBurst` are applied by callers that loop.
-    pub qps: f64,
-    pub burst: u32,
+    /// `kubeAPIQPS` / `kubeAPIBurst`: every request waits for a token (`None`: unlimited).
+    pub rate_limit: Option<rate_limit::RateLimit>,
 }
 
 impl Default for ClientSettings {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(30),
-            qps: 50.0,
-            burst: 100,
+            rate_limit: None,
         }
     }
 }
@@ -69,9 +68,16 @@ pub async fn client_from_kubeconfig(
     // Every caller owns its retry loop (status sync, lease, node status, watch); kube's own
     // retry layer would hold a call open through a long 503 outage instead of failing fast.
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(|source| ApiClientError::Client {
-        path: path.to_owned(),
-        source,
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|source| ApiClientError::Client {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(match settings.rate_limit {
+        Some(limit) => builder
+            .with_layer(&rate_limit::RateLimitLayer(limit))
+            .build(),
+        None => builder.build(),
     })
 }
 

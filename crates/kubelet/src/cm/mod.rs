@@ -10,6 +10,7 @@
 pub mod allocatable;
 pub mod cgroups;
 pub mod cpumanager;
+pub mod node_setup;
 pub mod pod_containers;
 pub mod pod_resize;
 pub mod qos_containers;

@@ -7,6 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::duration::{Duration, parse_go_duration};
+use super::features::{Feature, FeatureGates};
 
 /// Linux defaults for `evictionHard` (upstream `eviction.DefaultEvictionHard`).
 pub const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
@@ -296,16 +297,22 @@ fn apply_logging_defaults(doc: &mut Map<String, Value>) {
     }
 }
 
-/// Defaults upstream applies only with a feature gate on. We do not model upstream's gate
-/// defaults, so these apply only when the config enables the gate explicitly.
+/// Defaults upstream applies only with a feature gate on (registry defaults with the
+/// document's `featureGates`; unknown or locked gates are left for validation to report).
 fn apply_feature_gated_defaults(doc: &mut Map<String, Value>) {
-    let gate = |doc: &Map<String, Value>, name: &str| {
-        doc.get("featureGates")
-            .and_then(|g| g.get(name))
-            .and_then(Value::as_bool)
-            == Some(true)
-    };
-    if gate(doc, "KubeletCrashLoopBackOffMax")
+    let requested: std::collections::BTreeMap<String, bool> = doc
+        .get("featureGates")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| super::features::lookup(k).is_some() || k.starts_with("All"))
+        .filter_map(|(k, v)| v.as_bool().map(|b| (k.clone(), b)))
+        .collect();
+    let gates = FeatureGates::from_map(&requested)
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    let gate = |_: &Map<String, Value>, f: Feature| gates.enabled(f);
+    if gate(doc, Feature::KubeletCrashLoopBackOffMax)
         && let Some(clb) = object_at(doc, &["crashLoopBackOff"])
     {
         {
@@ -317,13 +324,33 @@ fn apply_feature_gated_defaults(doc: &mut Map<String, Value>) {
             );
         }
     }
-    if gate(doc, "KubeletEnsureSecretPulledImages") {
+    if gate(doc, Feature::KubeletEnsureSecretPulledImages) {
         set_if(
             doc,
             "imagePullCredentialsVerificationPolicy",
             is_zero,
             json!("NeverVerifyPreloadedImages"),
         );
+    }
+}
+
+/// The feature-gated defaults again, on a decoded configuration whose gates changed after
+/// decoding (`--feature-gates`: upstream sets the flag's gates before it decodes the file, so
+/// its defaults see them).
+pub fn apply_gated_defaults(kc: &mut super::KubeletConfiguration) {
+    let gates = kc.gates();
+    if gates.enabled(Feature::KubeletCrashLoopBackOffMax)
+        && kc
+            .crash_loop_back_off
+            .max_container_restart_period
+            .is_none()
+    {
+        kc.crash_loop_back_off.max_container_restart_period = Some(Duration::from_mins(5));
+    }
+    if gates.enabled(Feature::KubeletEnsureSecretPulledImages)
+        && kc.image_pull_credentials_verification_policy.is_empty()
+    {
+        kc.image_pull_credentials_verification_policy = "NeverVerifyPreloadedImages".into();
     }
 }
 

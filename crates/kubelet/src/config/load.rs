@@ -45,6 +45,26 @@ pub fn load_config(
     load_config_with(path, config_dir, &LoadOptions::default()).map(|l| l.config)
 }
 
+/// Upstream `DecodeKubeletConfiguration`: strict first; when strict decoding fails only for
+/// unknown or duplicate fields, decode leniently and warn (so a config written for a newer
+/// kubelet still starts). Wrong types and bad values fail either way.
+pub fn load_config_upstream(
+    path: Option<&Path>,
+    config_dir: Option<&Path>,
+) -> Result<Loaded, ConfigError> {
+    match load_config_with(path, config_dir, &LoadOptions { strict: true }) {
+        Err(strict @ (ConfigError::UnknownFields { .. } | ConfigError::DuplicateFields { .. })) => {
+            // One warning, as upstream logs; it names every unknown and duplicate field.
+            let mut loaded = load_config_with(path, config_dir, &LoadOptions { strict: false })?;
+            loaded.warnings = vec![format!(
+                "using lenient decoding as strict decoding failed: {strict}"
+            )];
+            Ok(loaded)
+        }
+        other => other,
+    }
+}
+
 /// [`load_config`] with explicit options.
 pub fn load_config_with(
     path: Option<&Path>,
@@ -106,9 +126,22 @@ fn read_checked(
     warnings: &mut Vec<String>,
 ) -> Result<Map<String, Value>, ConfigError> {
     let label = path.display().to_string();
-    let mut doc = parse_document(path, &label)?;
+    let (mut doc, duplicates) = parse_document(path, &label)?;
     check_type_meta(&doc, &label)?;
     let unknown = strip_unknown_fields(&mut doc, &label)?;
+    if !duplicates.is_empty() {
+        if opts.strict {
+            return Err(ConfigError::DuplicateFields {
+                path: label,
+                fields: duplicates,
+            });
+        }
+        for field in duplicates {
+            warnings.push(format!(
+                "kubelet config {label}: duplicate field {field:?}, the last value is used"
+            ));
+        }
+    }
     if !unknown.is_empty() {
         if opts.strict {
             return Err(ConfigError::UnknownFields {
@@ -132,7 +165,9 @@ fn read_checked(
     Ok(map)
 }
 
-fn parse_document(path: &Path, label: &str) -> Result<Value, ConfigError> {
+/// Parses one file; also returns the paths of keys given twice in one mapping (the last one
+/// wins, as in a lenient Go decode).
+fn parse_document(path: &Path, label: &str) -> Result<(Value, Vec<String>), ConfigError> {
     let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
         path: label.into(),
         source,
@@ -145,19 +180,32 @@ fn parse_document(path: &Path, label: &str) -> Result<Value, ConfigError> {
         message,
     };
     let text = String::from_utf8(bytes).map_err(|e| syntax(format!("not valid UTF-8: {e}")))?;
+    let mut duplicates = Vec::new();
     let value = if text.trim_start().starts_with('{') {
-        serde_json::from_str::<Value>(&text).map_err(|e| syntax(format!("invalid JSON: {e}")))?
+        let mut de = serde_json::Deserializer::from_str(&text);
+        serde::de::DeserializeSeed::deserialize(Tolerant::new(&mut duplicates), &mut de)
+            .and_then(|v| de.end().map(|()| v))
+            .map_err(|e| syntax(format!("invalid JSON: {e}")))?
     } else {
-        let mut yaml: serde_yaml::Value =
-            serde_yaml::from_str(&text).map_err(|e| syntax(format!("invalid YAML: {e}")))?;
-        yaml.apply_merge()
-            .map_err(|e| syntax(format!("invalid YAML: {e}")))?;
-        serde_json::to_value(yaml).map_err(|e| syntax(format!("unsupported YAML: {e}")))?
+        match serde_yaml::from_str::<serde_yaml::Value>(&text) {
+            Ok(mut yaml) => {
+                yaml.apply_merge()
+                    .map_err(|e| syntax(format!("invalid YAML: {e}")))?;
+                serde_json::to_value(yaml).map_err(|e| syntax(format!("unsupported YAML: {e}")))?
+            }
+            // serde_yaml refuses repeated keys; read them as a lenient Go decoder does.
+            Err(e) if e.to_string().contains("duplicate entry") => {
+                let de = serde_yaml::Deserializer::from_str(&text);
+                serde::de::DeserializeSeed::deserialize(Tolerant::new(&mut duplicates), de)
+                    .map_err(|e| syntax(format!("invalid YAML: {e}")))?
+            }
+            Err(e) => return Err(syntax(format!("invalid YAML: {e}"))),
+        }
     };
     match value {
-        Value::Object(_) => Ok(value),
+        Value::Object(_) => Ok((value, duplicates)),
         // A document holding only comments: report the missing apiVersion/kind.
-        Value::Null => Ok(Value::Object(Map::new())),
+        Value::Null => Ok((Value::Object(Map::new()), duplicates)),
         other => Err(syntax(format!(
             "expected a KubeletConfiguration mapping, found {}",
             kind_of(&other)
@@ -200,6 +248,92 @@ fn check_type_meta(doc: &Value, label: &str) -> Result<(), ConfigError> {
         Some(other) => Err(err(format!(
             "kind {other} is not supported (expected {KIND:?})"
         ))),
+    }
+}
+
+/// Deserializes any document into a JSON value, recording keys repeated within one mapping
+/// (the last value wins).
+struct Tolerant<'a> {
+    duplicates: &'a mut Vec<String>,
+    path: String,
+}
+
+impl<'a> Tolerant<'a> {
+    fn new(duplicates: &'a mut Vec<String>) -> Self {
+        Tolerant {
+            duplicates,
+            path: String::new(),
+        }
+    }
+    fn child(&mut self, step: &str) -> Tolerant<'_> {
+        let path = if self.path.is_empty() {
+            step.to_owned()
+        } else {
+            format!("{}.{step}", self.path)
+        };
+        Tolerant {
+            duplicates: self.duplicates,
+            path,
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Tolerant<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Tolerant<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a configuration value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(self.child(&out.len().to_string()))? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self.child(&key))?;
+            if out.insert(key.clone(), value).is_some() {
+                let dup = self.child(&key).path;
+                self.duplicates.push(dup);
+            }
+        }
+        Ok(Value::Object(out))
     }
 }
 

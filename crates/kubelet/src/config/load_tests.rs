@@ -781,3 +781,85 @@ fn serialized_config_reloads_identically_and_uses_upstream_names() {
     assert_eq!(json["evictionHard"]["nodefs.available"], "10%");
     assert_eq!(json["healthzPort"], 10248);
 }
+
+#[test]
+fn upstream_decoding_is_strict_then_lenient_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    // A config written for a newer kubelet: an unknown top-level and nested field.
+    let p = write(
+        dir.path(),
+        "newer.yaml",
+        &format!("{HEADER}maxPods: 42\nfutureField: 1\nlogging:\n  futureOption: x\n"),
+    );
+    let loaded = load_config_upstream(Some(&p), None).unwrap();
+    assert_eq!(loaded.config.max_pods, 42);
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    assert!(
+        loaded.warnings[0].starts_with("using lenient decoding as strict decoding failed: ")
+            && loaded.warnings[0].contains("\"futureField\"")
+            && loaded.warnings[0].contains("\"logging.futureOption\""),
+        "{:?}",
+        loaded.warnings
+    );
+    // Type errors still fail, naming the file and the field.
+    let p = write(
+        dir.path(),
+        "bad.yaml",
+        &format!("{HEADER}futureField: 1\nmaxPods: many\n"),
+    );
+    let err = load_config_upstream(Some(&p), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!("kubelet config {}: maxPods:", p.display())),
+        "{err}"
+    );
+    // A clean file gives no warning.
+    let p = write(dir.path(), "ok.yaml", &format!("{HEADER}maxPods: 7\n"));
+    let loaded = load_config_upstream(Some(&p), None).unwrap();
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = write(
+        dir.path(),
+        "dup.yaml",
+        &format!(
+            "{HEADER}maxPods: 10\nmaxPods: 20\nauthentication:\n  webhook:\n    enabled: true\n    enabled: false\n"
+        ),
+    );
+    let json = write(
+        dir.path(),
+        "dup.json",
+        r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","maxPods":10,"maxPods":20}"#,
+    );
+    for p in [&yaml, &json] {
+        let err = load_config_with(Some(p), None, &LoadOptions { strict: true })
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("duplicate field") && err.contains("\"maxPods\""),
+            "{err}"
+        );
+        let loaded = load_config_upstream(Some(p), None).unwrap();
+        assert_eq!(loaded.config.max_pods, 20, "the last value wins");
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(
+            loaded.warnings[0].contains("duplicate field"),
+            "{:?}",
+            loaded.warnings
+        );
+    }
+    let loaded = load_config_upstream(Some(&yaml), None).unwrap();
+    assert!(!loaded.config.authentication.webhook.enabled);
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("\"authentication.webhook.enabled\"")),
+        "{:?}",
+        loaded.warnings
+    );
+}

@@ -6,17 +6,20 @@
 
 mod defaults;
 mod duration;
+pub mod features;
 mod load;
 mod quantity;
+pub mod support;
 mod types;
 mod validate;
 
 pub use defaults::{
     DEFAULT_CONTAINER_RUNTIME_ENDPOINT, DEFAULT_EVICTION_HARD, DEFAULT_POD_LOGS_DIR,
-    DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR, LEGACY_READ_ONLY_PORT,
+    DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR, LEGACY_READ_ONLY_PORT, apply_gated_defaults,
 };
 pub use duration::{Duration, ParseDurationError, parse_go_duration};
-pub use load::{LoadOptions, Loaded, load_config, load_config_with};
+pub use features::{Feature, FeatureGateError, FeatureGates};
+pub use load::{LoadOptions, Loaded, load_config, load_config_upstream, load_config_with};
 pub use quantity::{Quantity, QuantityError, ThresholdError, ThresholdValue};
 pub use types::*;
 pub use validate::{EVICTION_SIGNALS, validate};
@@ -81,6 +84,9 @@ pub enum ConfigError {
         path: String,
         fields: Vec<UnknownField>,
     },
+    /// A key given twice in one mapping (strict decoding).
+    #[error("kubelet config {path}: duplicate field{} {}", if .fields.len() == 1 { "" } else { "s" }, .fields.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", "))]
+    DuplicateFields { path: String, fields: Vec<String> },
     #[error("kubelet config dir {path}: {source}")]
     ConfigDir {
         path: String,
@@ -90,6 +96,9 @@ pub enum ConfigError {
     /// Validation failures, all of them, each naming its field.
     #[error("invalid kubelet configuration:{}", list_invalid(.0))]
     Invalid(Vec<String>),
+    /// Fields set to values rkubelet does not implement (see `support`), all of them.
+    #[error("unsupported kubelet configuration:{}", list_invalid(.0))]
+    Unsupported(Vec<String>),
     /// A command-line flag value that parsed but is not acceptable.
     #[error("invalid value for --{flag}: {message}")]
     Flag { flag: String, message: String },

@@ -291,16 +291,30 @@ struct QuantityVisitor;
 impl Visitor<'_> for QuantityVisitor {
     type Value = Quantity;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a quantity string such as \"100Mi\"")
+        f.write_str("a quantity such as \"100Mi\" or a number")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
         Quantity::parse(v).map_err(E::custom)
+    }
+    // Upstream's `Quantity.UnmarshalJSON` parses an unquoted JSON number as the quantity
+    // text it spells (`infoBufferSize: 0`, `memory: 1e9`).
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
+        Quantity::parse(&v.to_string()).map_err(E::custom)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
+        Quantity::parse(&v.to_string()).map_err(E::custom)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+        if !v.is_finite() {
+            return Err(E::custom(format!("{v} is not a quantity")));
+        }
+        Quantity::parse(&v.to_string()).map_err(E::custom)
     }
 }
 
 impl<'de> Deserialize<'de> for Quantity {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(QuantityVisitor)
+        deserializer.deserialize_any(QuantityVisitor)
     }
 }
 
@@ -572,6 +586,31 @@ mod tests {
         assert_eq!(serde_json::to_string(&q).unwrap(), "\"1.5Gi\"");
         let t: ThresholdValue = serde_json::from_str("\"15%\"").unwrap();
         assert_eq!(serde_json::to_string(&t).unwrap(), "\"15%\"");
-        assert!(serde_json::from_str::<Quantity>("100").is_err());
+        assert_eq!(
+            serde_json::from_str::<Quantity>("100").unwrap().value(),
+            100
+        );
+    }
+
+    #[test]
+    fn bare_json_numbers_decode_like_upstream_unmarshal_json() {
+        let q: Quantity = serde_json::from_str("0").unwrap();
+        assert!(q.is_zero());
+        assert_eq!(q.as_str(), "0");
+        let q: Quantity = serde_json::from_str("1048576").unwrap();
+        assert_eq!(q.value(), 1_048_576);
+        let q: Quantity = serde_json::from_str("-3").unwrap();
+        assert_eq!(q.value(), -3);
+        let q: Quantity = serde_json::from_str("1.5").unwrap();
+        assert_eq!(q.milli_value(), 1500);
+        let q: Quantity = serde_json::from_str("1e3").unwrap();
+        assert_eq!(q.value(), 1000);
+        // Still written back as a string, as upstream.
+        assert_eq!(serde_json::to_string(&q).unwrap(), "\"1000\"");
+        // Other JSON types stay type errors.
+        let err = serde_json::from_str::<Quantity>("true")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected a quantity"), "{err}");
     }
 }

@@ -468,6 +468,15 @@ impl KubeletConfiguration {
         self.healthz_port != 0
     }
 
+    /// The effective feature gates (upstream 1.33 defaults with `featureGates` applied).
+    /// Call after [`super::validate`], which reports unknown or locked gates; on such a
+    /// configuration this falls back to the defaults.
+    pub fn gates(&self) -> super::FeatureGates {
+        super::FeatureGates::from_map(&self.feature_gates)
+            .map(|(g, _)| g)
+            .unwrap_or_default()
+    }
+
     /// `logging.verbosity` clamped to a klog-style level.
     pub fn verbosity(&self) -> u8 {
         u8::try_from(self.logging.verbosity).unwrap_or(u8::MAX)

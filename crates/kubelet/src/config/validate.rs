@@ -6,6 +6,7 @@
 
 use super::ConfigError;
 use super::duration::Duration;
+use super::features::{Feature, FeatureGates};
 use super::quantity::ThresholdValue;
 use super::types::KubeletConfiguration;
 
@@ -21,20 +22,6 @@ pub const EVICTION_SIGNALS: &[&str] = &[
     "containerfs.inodesFree",
     "pid.available",
 ];
-
-/// Feature gates that change validation, with their upstream default (GA/beta-on gates are on).
-fn gate(kc: &KubeletConfiguration, name: &str) -> bool {
-    let default = match name {
-        "ImageMaximumGCAge"
-        | "RotateKubeletServerCertificate"
-        | "GracefulNodeShutdown"
-        | "GracefulNodeShutdownBasedOnPodPriority"
-        | "NodeSwap"
-        | "KubeletTracing" => true,
-        _ => false, // CustomCPUCFSQuotaPeriod, NodeLogQuery, MemoryQoS, ...
-    };
-    kc.feature_gates.get(name).copied().unwrap_or(default)
-}
 
 fn valid_port(p: i32) -> bool {
     (1..=65535).contains(&p)
@@ -65,6 +52,15 @@ fn is_cpuset(s: &str) -> bool {
 /// Checks `kc`; all failures are reported together in [`ConfigError::Invalid`].
 pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
     let mut errs: Vec<String> = Vec::new();
+    // Upstream validates the gates first (unknown names, locked gates) with its own wording.
+    let gates = match FeatureGates::from_map(&kc.feature_gates) {
+        Ok((g, _)) => g,
+        Err(e) => {
+            errs.push(e.to_string());
+            FeatureGates::default()
+        }
+    };
+    let gate = |f: Feature| gates.enabled(f);
     let mut err = |cond: bool, msg: String| {
         if cond {
             errs.push(msg);
@@ -80,12 +76,8 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true".into(),
     );
     match kc.cgroup_driver.as_str() {
-        "cgroupfs" => {}
-        "systemd" => err(
-            true,
-            "cgroupDriver (--cgroup-driver) \"systemd\" is not implemented yet, use \"cgroupfs\""
-                .into(),
-        ),
+        // "systemd" is valid upstream; the support table refuses it (not implemented).
+        "cgroupfs" | "systemd" => {}
         other => err(
             true,
             format!(
@@ -138,7 +130,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         ),
     );
     let cfs = kc.cpu_cfs_quota_period;
-    if gate(kc, "CustomCPUCFSQuotaPeriod") {
+    if gate(Feature::CustomCpuCfsQuotaPeriod) {
         err(
             cfs < Duration::from_millis(1) || cfs > Duration::from_secs(1),
             format!(
@@ -177,7 +169,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
     );
     let (max_age, min_age) = (kc.image_maximum_gc_age, kc.image_minimum_gc_age);
     err(
-        !max_age.is_zero() && !gate(kc, "ImageMaximumGCAge"),
+        !max_age.is_zero() && !gate(Feature::ImageMaximumGcAge),
         "ImageMaximumGCAge feature gate is required for Kubelet configuration option imageMaximumGCAge".into(),
     );
     err(
@@ -228,7 +220,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         );
     }
     err(
-        kc.server_tls_bootstrap && !gate(kc, "RotateKubeletServerCertificate"),
+        kc.server_tls_bootstrap && !gate(Feature::RotateKubeletServerCertificate),
         "serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate".into(),
     );
     for taint in &kc.register_with_taints {
@@ -271,7 +263,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
     );
     let sub_second =
         |d: Duration| d.is_negative() || (d > Duration::ZERO && d < Duration::from_secs(1));
-    if gate(kc, "GracefulNodeShutdown") {
+    if gate(Feature::GracefulNodeShutdown) {
         err(
             critical > grace,
             format!(
@@ -295,7 +287,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         );
     }
     let by_priority = !kc.shutdown_grace_period_by_pod_priority.is_empty();
-    if gate(kc, "GracefulNodeShutdownBasedOnPodPriority") {
+    if gate(Feature::GracefulNodeShutdownBasedOnPodPriority) {
         err(
             by_priority && (grace > Duration::ZERO || critical > Duration::ZERO),
             "Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time".into(),
@@ -304,7 +296,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         err(by_priority, "Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority".into());
     }
     let swap = kc.memory_swap.swap_behavior.as_str();
-    if gate(kc, "NodeSwap") {
+    if gate(Feature::NodeSwap) {
         err(
             !matches!(swap, "" | "NoSwap" | "LimitedSwap"),
             format!(
@@ -369,7 +361,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         ),
     );
     err(
-        kc.tracing.is_some() && !gate(kc, "KubeletTracing"),
+        kc.tracing.is_some() && !gate(Feature::KubeletTracing),
         "tracing should not be configured if KubeletTracing feature flag is disabled.".into(),
     );
     let factor = kc.memory_throttling_factor;
@@ -385,7 +377,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
     );
     let log_query = kc.enable_system_log_query.unwrap_or(false);
     err(
-        log_query && !gate(kc, "NodeLogQuery"),
+        log_query && !gate(Feature::NodeLogQuery),
         "NodeLogQuery feature gate is required for enableSystemLogHandler".into(),
     );
     err(

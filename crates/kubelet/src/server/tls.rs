@@ -34,6 +34,8 @@ pub struct TlsSettings {
     pub min_version: String,
     /// `tlsCipherSuites` (Go names).
     pub cipher_suites: Vec<String>,
+    /// `tlsCurvePreferences` (Go `tls.CurveID` numbers, in preference order; empty: defaults).
+    pub curve_preferences: Vec<i32>,
     /// `authentication.x509.clientCAFile`.
     pub client_ca_file: Option<PathBuf>,
 }
@@ -61,6 +63,10 @@ pub enum TlsError {
         "tlsCipherSuites: {0:?} is not supported (supported: the TLS 1.3 suites and the ECDHE AES-GCM / CHACHA20-POLY1305 TLS 1.2 suites)"
     )]
     CipherSuite(String),
+    #[error(
+        "tlsCurvePreferences: {0} is not supported (supported: 23 (P-256), 24 (P-384), 29 (X25519))"
+    )]
+    Curve(i32),
     #[error("tlsCipherSuites: no suite usable with tlsMinVersion {0}")]
     NoSuites(String),
     #[error("generating the self-signed serving certificate in {dir}: {message}")]
@@ -87,6 +93,17 @@ pub fn cipher_suite(name: &str) -> Option<SupportedCipherSuite> {
         "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => {
             cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
         }
+        _ => return None,
+    })
+}
+
+/// Maps a Go `tls.CurveID` to the rustls key-exchange group (`None`: not available).
+pub fn curve(id: i32) -> Option<&'static dyn rustls::crypto::SupportedKxGroup> {
+    use rustls::crypto::ring::kx_group;
+    Some(match id {
+        23 => kx_group::SECP256R1,
+        24 => kx_group::SECP384R1,
+        29 => kx_group::X25519,
         _ => return None,
     })
 }
@@ -124,6 +141,13 @@ fn provider(settings: &TlsSettings) -> Result<(CryptoProvider, bool), TlsError> 
     }
     if only13 {
         p.cipher_suites.retain(tls13);
+    }
+    if !settings.curve_preferences.is_empty() {
+        p.kx_groups = settings
+            .curve_preferences
+            .iter()
+            .map(|id| curve(*id).ok_or(TlsError::Curve(*id)))
+            .collect::<Result<_, _>>()?;
     }
     if p.cipher_suites.is_empty() {
         return Err(TlsError::NoSuites(settings.min_version.clone()));
@@ -742,6 +766,35 @@ mod tests {
             logged.contains("WARN") && logged.contains(X509_V1_REFUSAL),
             "{logged}"
         );
+    }
+
+    #[test]
+    fn curve_preferences_map_go_ids_or_name_the_field() {
+        let (p, _) = provider(&TlsSettings::default()).unwrap();
+        let default_groups = p.kx_groups.len();
+        let s = TlsSettings {
+            curve_preferences: vec![24, 29],
+            ..Default::default()
+        };
+        let (p, _) = provider(&s).unwrap();
+        let names: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(
+            names,
+            [rustls::NamedGroup::secp384r1, rustls::NamedGroup::X25519],
+            "in the configured order, only those"
+        );
+        assert!(default_groups >= 3);
+        for id in [25, 4588, -1] {
+            let s = TlsSettings {
+                curve_preferences: vec![29, id],
+                ..Default::default()
+            };
+            let err = provider(&s).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("tlsCurvePreferences: {id} is not supported")),
+                "{err}"
+            );
+        }
     }
 
     #[test]
