@@ -186,7 +186,8 @@ pub const GATES: &[GateSpec] = &[
     spec("PodLifecycleSleepAction", true, Beta),
     spec("PodLifecycleSleepActionAllowZero", true, Beta),
     spec("PodLogsQuerySplitStreams", false, Alpha),
-    spec("PodObservedGenerationTracking", false, Alpha),
+    // 1.34's default (beta): rkubelet reports observedGeneration as the 1.34 kubelet does.
+    spec("PodObservedGenerationTracking", true, Beta),
     spec("PodReadyToStartContainersCondition", true, Beta),
     locked("PodSchedulingReadiness", true, Ga),
     spec("PodTopologyLabelsAdmission", false, Alpha),
@@ -364,10 +365,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     (
         "ReduceDefaultCrashLoopBackOffDecay",
         "the crash-loop back-off keeps its 10s initial delay",
-    ),
-    (
-        "PodObservedGenerationTracking",
-        "observedGeneration is not reported in pod status",
     ),
     (
         "KubeletInUserNamespace",
@@ -561,7 +558,7 @@ mod tests {
             (Feature::KubeletCrashLoopBackOffMax, false),
             (Feature::EventedPleg, false),
             (Feature::SidecarContainers, true),
-            (Feature::PodObservedGenerationTracking, false),
+            (Feature::PodObservedGenerationTracking, true),
             (Feature::KubeletPodResourcesGet, false),
             (Feature::RotateKubeletServerCertificate, true),
             (Feature::GracefulNodeShutdown, true),

@@ -203,7 +203,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("shutdownGracePeriod", WARNED, "graceful node shutdown is not implemented yet (join issue)"),
     f("shutdownGracePeriodCriticalPods", WARNED, "graceful node shutdown is not implemented yet (join issue)"),
     f("shutdownGracePeriodByPodPriority", WARNED, "graceful node shutdown is not implemented yet (join issue)"),
-    f("crashLoopBackOff.maxContainerRestartPeriod", REJECTED, "KubeletCrashLoopBackOffMax is not implemented yet"),
+    f("crashLoopBackOff.maxContainerRestartPeriod", honoured("crates/kubelet/tests/sync_machinery.rs::crash_loop_backoff_stops_at_the_configured_max"), "needs the KubeletCrashLoopBackOffMax gate; 1s..300s"),
     f("reservedMemory", REJECTED, "only the None memory manager policy is implemented"),
     f("enableProfilingHandler", WARNED_TRUE, "/debug/pprof is not served (there is no Go runtime)"),
     f("enableDebugFlagsHandler", WARNED_TRUE, "/debug/flags/v is not served"),

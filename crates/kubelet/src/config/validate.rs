@@ -426,6 +426,7 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
     validate_eviction(kc, &mut errs);
     validate_resource_managers(kc, &mut errs);
     validate_crash_loop_back_off(kc, &mut errs);
+    validate_always_on_gates(kc, &mut errs);
 
     // rkubelet: periods that drive loops must be positive (upstream would panic creating a ticker).
     for (d, name) in [
@@ -466,7 +467,7 @@ fn validate_crash_loop_back_off(kc: &KubeletConfiguration, errs: &mut Vec<String
     let Some(max) = kc.crash_loop_back_off.max_container_restart_period else {
         return;
     };
-    if !gate(kc, "KubeletCrashLoopBackOffMax") {
+    if !kc.gates().enabled(Feature::KubeletCrashLoopBackOffMax) {
         errs.push(
             "crashLoopBackOff.maxContainerRestartPeriod must not be set: feature gate KubeletCrashLoopBackOffMax is not enabled".into(),
         );
@@ -474,6 +475,29 @@ fn validate_crash_loop_back_off(kc: &KubeletConfiguration, errs: &mut Vec<String
         errs.push(format!(
             "crashLoopBackOff.maxContainerRestartPeriod {max} must be between 1s and 5m0s, inclusive"
         ));
+    }
+}
+
+/// Gates whose behaviour rkubelet always has: turning one off would be silently ignored, so it
+/// is refused by name.
+fn validate_always_on_gates(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    let gates = kc.gates();
+    for (feature, what) in [
+        (
+            Feature::PodObservedGenerationTracking,
+            "observedGeneration is always reported in pod status",
+        ),
+        (
+            Feature::InPlacePodVerticalScaling,
+            "in-place pod resize (pods/resize) is always served",
+        ),
+    ] {
+        if !gates.enabled(feature) {
+            errs.push(format!(
+                "featureGates.{}=false is not supported by rkubelet: {what}",
+                feature.name()
+            ));
+        }
     }
 }
 

@@ -402,3 +402,20 @@ fn cpuset_and_path_helpers() {
         assert!(!is_clean_abs(bad), "{bad}");
     }
 }
+
+#[test]
+fn always_on_gates_cannot_be_turned_off() {
+    let mut c = base();
+    assert_eq!(errors(&c), Vec::<String>::new());
+    c.feature_gates
+        .insert("PodObservedGenerationTracking".into(), false);
+    c.feature_gates
+        .insert("InPlacePodVerticalScaling".into(), false);
+    assert_eq!(
+        errors(&c),
+        vec![
+            "featureGates.PodObservedGenerationTracking=false is not supported by rkubelet: observedGeneration is always reported in pod status".to_string(),
+            "featureGates.InPlacePodVerticalScaling=false is not supported by rkubelet: in-place pod resize (pods/resize) is always served".to_string(),
+        ]
+    );
+}
