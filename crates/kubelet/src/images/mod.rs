@@ -707,4 +707,6 @@ fn truncate_to_millis(d: Duration) -> Duration {
 }
 
 #[cfg(test)]
+mod credentials_tests;
+#[cfg(test)]
 mod tests;
