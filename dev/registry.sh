@@ -4,7 +4,7 @@
 # Owns:     everything under $RKUBELET_REGISTRY_DIR (default /tmp/rkubelet-dev/registry): the
 #           registry's config, htpasswd file, storage, pid file and log; plus the containerd
 #           hosts file $RKUBELET_REGISTRY_HOSTS_DIR/127.0.0.1:<port>/hosts.toml.
-# Receives: one command: up | down | env (see usage below). Needs the dev containerd
+# Receives: one command: up | down | env | status (see usage below). Needs the dev containerd
 #           (dev/runtime.sh up) for `up`: it pushes the busybox image into the registry.
 # Emits:    `up` prints `127.0.0.1:<port>` as the LAST line of stdout; `env` prints export lines
 #           for eval. All other chatter goes to stderr.
@@ -17,12 +17,13 @@ set -euo pipefail
 
 usage() {
 	cat >&2 <<'EOF'
-usage: dev/registry.sh up|down|env
+usage: dev/registry.sh up|down|env|status
 
   up     install missing packages, write config + htpasswd + hosts.toml, start the registry
          (idempotent) and push 127.0.0.1:<port>/private/busybox:1; prints 127.0.0.1:<port>
   down   stop the registry and remove its hosts.toml (idempotent; storage is kept)
   env    print `export RKUBELET_REGISTRY=… RKUBELET_REGISTRY_USER=… RKUBELET_REGISTRY_PASSWORD=…`
+  status exit 0 when the registry runs (and say so), 1 otherwise
 
 env: RKUBELET_REGISTRY_DIR (default $RKUBELET_DEV_DIR/registry), RKUBELET_REGISTRY_PORT
      (default 5055), RKUBELET_REGISTRY_USER / RKUBELET_REGISTRY_PASSWORD (default rkubelet /
@@ -125,7 +126,8 @@ start_registry() {
 		die "port $PORT is taken by another process (set RKUBELET_REGISTRY_PORT)"
 	fi
 	log "starting docker-registry on $ADDR (log: $LOG)"
-	setsid /usr/bin/docker-registry serve "$CFG" >>"$LOG" 2>&1 </dev/null &
+	# fd 8 is our lock: the long-lived registry must not inherit it.
+	setsid /usr/bin/docker-registry serve "$CFG" >>"$LOG" 2>&1 </dev/null 8>&- &
 	echo $! >"$PIDFILE"
 	for ((i = 0; i < 100; i++)); do
 		# /v2/ answers 401 once the registry serves (auth is required).
@@ -139,7 +141,9 @@ start_registry() {
 }
 
 push_image() {
-	[[ $(curl -s -o /dev/null -w '%{http_code}' -u "$USER_:$PASSWORD" "http://$ADDR/v2/private/busybox/manifests/1") == 200 ]] &&
+	[[ $(curl -s -o /dev/null -w '%{http_code}' -u "$USER_:$PASSWORD" \
+		-H 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json' \
+		"http://$ADDR/v2/private/busybox/manifests/1") == 200 ]] &&
 		{
 			log "$PRIVATE_IMAGE already in the registry"
 			return 0
@@ -197,10 +201,21 @@ cmd_env() {
 	printf 'export RKUBELET_REGISTRY_PASSWORD=%q\n' "$PASSWORD"
 }
 
+cmd_status() {
+	local pid
+	if pid=$(registry_pid); then
+		echo "docker-registry running (pid $pid) on $ADDR, log $LOG"
+	else
+		echo "docker-registry not running ($DIR)"
+		return 1
+	fi
+}
+
 case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
 env) cmd_env ;;
+status) cmd_status ;;
 -h | --help | help) usage ;;
 *)
 	usage
