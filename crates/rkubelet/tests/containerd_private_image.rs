@@ -163,7 +163,8 @@ async fn private_registry_needs_the_pods_pull_secret() {
         )
         .await;
         assert!(
-            msg == denied || msg == format!("Back-off pulling image {image:?}: ErrImagePull: {denied}"),
+            msg == denied
+                || msg == format!("Back-off pulling image {image:?}: ErrImagePull: {denied}"),
             "{name}: {msg}\nwant {denied}"
         );
     }
@@ -200,7 +201,10 @@ async fn private_registry_needs_the_pods_pull_secret() {
         b64(format!("{user}:{password}")),
         b64(format!("{user}:{wrong_password}")),
     ] {
-        assert!(!log.contains(&secret), "a credential reached the kubelet log");
+        assert!(
+            !log.contains(&secret),
+            "a credential reached the kubelet log"
+        );
         assert!(!events.contains(&secret), "a credential reached an event");
     }
     k.stop();

@@ -176,14 +176,18 @@ fn engine(padded: bool) -> GeneralPurpose {
 fn decode_auth_field(value: &str, field: &str) -> Result<(String, String), ConfigError> {
     let padded = value.trim().ends_with('=');
     // Go's decoder skips CR and LF anywhere in the input.
-    let cleaned: String = value.chars().filter(|c| !matches!(c, '\r' | '\n')).collect();
+    let cleaned: String = value
+        .chars()
+        .filter(|c| !matches!(c, '\r' | '\n'))
+        .collect();
     // Go names the first byte outside the alphabet; the crate may report a later position.
     let bad_byte = cleaned
         .bytes()
         .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')));
     let decoded = engine(padded).decode(cleaned.as_bytes()).map_err(|e| {
         let offset = bad_byte.unwrap_or(match e {
-            base64::DecodeError::InvalidByte(o, _) | base64::DecodeError::InvalidLastSymbol(o, _) => o,
+            base64::DecodeError::InvalidByte(o, _)
+            | base64::DecodeError::InvalidLastSymbol(o, _) => o,
             base64::DecodeError::InvalidLength(n) => n,
             base64::DecodeError::InvalidPadding => cleaned.len(),
         });

@@ -136,7 +136,9 @@ fn percent_decode(s: &str) -> Result<String, UrlError> {
             let v = (hex.len() == 2)
                 .then(|| u8::from_str_radix(hex, 16).ok())
                 .flatten()
-                .ok_or_else(|| UrlError::Escape(s.get(i..(i + 3).min(s.len())).unwrap_or("%").to_owned()))?;
+                .ok_or_else(|| {
+                    UrlError::Escape(s.get(i..(i + 3).min(s.len())).unwrap_or("%").to_owned())
+                })?;
             out.push(v);
             i += 3;
         } else {

@@ -117,7 +117,10 @@ fn most_specific_location_first_and_every_match_returned() {
         users(&k, "quay.io/coreos/etcd"),
         ["repo", "team", "host", "host2", "wild-tld"]
     );
-    assert_eq!(users(&k, "quay.io/other/app"), ["host", "host2", "wild-tld"]);
+    assert_eq!(
+        users(&k, "quay.io/other/app"),
+        ["host", "host2", "wild-tld"]
+    );
     assert_eq!(users(&k, "gcr.io/app"), ["wild-tld"]);
     assert!(users(&k, "registry.k8s.io/pause").is_empty());
 }
@@ -125,7 +128,10 @@ fn most_specific_location_first_and_every_match_returned() {
 #[test]
 fn wildcard_subdomains() {
     let mut k = BasicDockerKeyring::default();
-    k.add(&cfg(&[("*.example.com", "wild"), ("registry.example.com:5000", "port")]));
+    k.add(&cfg(&[
+        ("*.example.com", "wild"),
+        ("registry.example.com:5000", "port"),
+    ]));
     assert_eq!(users(&k, "eu.example.com/app"), ["wild"]);
     assert!(users(&k, "example.com/app").is_empty());
     assert!(users(&k, "a.b.example.com/app").is_empty());
@@ -168,7 +174,10 @@ fn schemeless_urls_parse_as_upstream() {
         Err(UrlError::Port(":50x0".into()))
     );
     assert_eq!(parse_schemeless_url("[::1"), Err(UrlError::Bracket));
-    assert_eq!(parse_schemeless_url("a\u{7f}"), Err(UrlError::ControlCharacter));
+    assert_eq!(
+        parse_schemeless_url("a\u{7f}"),
+        Err(UrlError::ControlCharacter)
+    );
     assert_eq!(
         parse_schemeless_url("reg.io/%zz"),
         Err(UrlError::Escape("%zz".into()))

@@ -65,7 +65,10 @@ mod tests {
             password: "s3cr3t-pa55".into(),
         };
         let text = format!("{a:?} {:#?}", a);
-        assert!(!text.contains("alice-user") && !text.contains("s3cr3t"), "{text}");
+        assert!(
+            !text.contains("alice-user") && !text.contains("s3cr3t"),
+            "{text}"
+        );
         assert!(text.contains("<redacted, 11 bytes>"), "{text}");
     }
 }

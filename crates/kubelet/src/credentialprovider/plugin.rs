@@ -156,7 +156,10 @@ pub fn read_config(path: &Path) -> Result<Vec<CredentialProvider>, PluginConfigE
         let cfg: CredentialProviderConfigFile =
             serde_yaml::from_slice(&data).map_err(|e| decode(e.to_string()))?;
         if cfg.kind != "CredentialProviderConfig" {
-            return Err(decode(format!("failed to decode {:?} (wrong Kind)", cfg.kind)));
+            return Err(decode(format!(
+                "failed to decode {:?} (wrong Kind)",
+                cfg.kind
+            )));
         }
         if !CONFIG_API_VERSIONS.contains(&cfg.api_version.as_str()) {
             return Err(decode(format!(
@@ -184,13 +187,19 @@ pub fn validate(providers: &[CredentialProvider]) -> Result<(), PluginConfigErro
     for p in providers {
         let name = &p.name;
         if name.contains('/') {
-            errs.push(format!("providers.name: Invalid value: {name:?}: provider name cannot contain '/'"));
+            errs.push(format!(
+                "providers.name: Invalid value: {name:?}: provider name cannot contain '/'"
+            ));
         }
         if name.contains(' ') {
-            errs.push(format!("providers.name: Invalid value: {name:?}: provider name cannot contain spaces"));
+            errs.push(format!(
+                "providers.name: Invalid value: {name:?}: provider name cannot contain spaces"
+            ));
         }
         if name == "." || name == ".." {
-            errs.push(format!("providers.name: Invalid value: {name:?}: provider name cannot be {name:?}"));
+            errs.push(format!(
+                "providers.name: Invalid value: {name:?}: provider name cannot be {name:?}"
+            ));
         }
         if name.is_empty() {
             errs.push("providers.name: Required value".to_owned());
@@ -208,11 +217,16 @@ pub fn validate(providers: &[CredentialProvider]) -> Result<(), PluginConfigErro
             ));
         }
         if p.match_images.is_empty() {
-            errs.push("providers.matchImages: Required value: at least 1 item in matchImages is required".to_owned());
+            errs.push(
+                "providers.matchImages: Required value: at least 1 item in matchImages is required"
+                    .to_owned(),
+            );
         }
         for m in &p.match_images {
             if let Err(e) = parse_schemeless_url(m) {
-                errs.push(format!("providers.matchImages: Invalid value: {m:?}: match image is invalid: {e}"));
+                errs.push(format!(
+                    "providers.matchImages: Invalid value: {m:?}: match image is invalid: {e}"
+                ));
             }
         }
         match p.default_cache_duration {
@@ -236,7 +250,9 @@ pub fn validate(providers: &[CredentialProvider]) -> Result<(), PluginConfigErro
 /// Why one plugin call yielded nothing (logged; the pull goes on without its credentials).
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error("error execing credential provider plugin {name} for image {image}: {reason}: {stderr}")]
+    #[error(
+        "error execing credential provider plugin {name} for image {image}: {reason}: {stderr}"
+    )]
     Run {
         name: String,
         image: String,
@@ -486,7 +502,11 @@ impl PluginProvider {
 
     fn decode(&self, data: &[u8]) -> Result<Answer, ExecError> {
         let meta: TypeMeta = serde_json::from_slice(data).map_err(|e| {
-            ExecError::Gvk(format!("couldn't get version/kind; json parse error at line {} column {}", e.line(), e.column()))
+            ExecError::Gvk(format!(
+                "couldn't get version/kind; json parse error at line {} column {}",
+                e.line(),
+                e.column()
+            ))
         })?;
         if meta.api_version != self.api_version {
             return Err(ExecError::ApiVersion {

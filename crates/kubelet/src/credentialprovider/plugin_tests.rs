@@ -45,8 +45,11 @@ impl Fixture {
     }
 
     fn providers(&self) -> CredentialProviders {
-        CredentialProviders::load(&self.dir.path().join("config.yaml"), &self.dir.path().join("bin"))
-            .unwrap()
+        CredentialProviders::load(
+            &self.dir.path().join("config.yaml"),
+            &self.dir.path().join("bin"),
+        )
+        .unwrap()
     }
 
     fn runs(&self) -> usize {
@@ -121,7 +124,10 @@ async fn bad_responses_give_no_credentials_and_never_show_the_body() {
     unknown_field["surprise"] = serde_json::json!(1);
     f.respond(unknown_field);
     let err = provider.exec(image).await.err().unwrap().to_string();
-    assert_eq!(err, "error decoding credential provider plugin response from stdout");
+    assert_eq!(
+        err,
+        "error decoding credential provider plugin response from stdout"
+    );
 
     let mut wrong_kind = response("Image", None);
     wrong_kind["kind"] = serde_json::json!("CredentialProviderRequest");
@@ -130,7 +136,10 @@ async fn bad_responses_give_no_credentials_and_never_show_the_body() {
 
     f.respond(response("Pod", None));
     let err = provider.exec(image).await.err().unwrap().to_string();
-    assert_eq!(err, "credential provider plugin did not return a valid cacheKeyType: \"Pod\"");
+    assert_eq!(
+        err,
+        "credential provider plugin did not return a valid cacheKeyType: \"Pod\""
+    );
 
     std::fs::write(f.dir.path().join("response.json"), "plugin-pw not json").unwrap();
     let err = provider.exec(image).await.err().unwrap().to_string();
@@ -154,8 +163,17 @@ async fn a_hung_plugin_is_killed_at_the_timeout() {
     std::fs::write(f.dir.path().join("sleep"), "").unwrap();
     let p = f.providers().with_exec_timeout(Duration::from_millis(300));
     let start = std::time::Instant::now();
-    let err = p.providers[0].exec("eu.registry.io/app").await.err().unwrap().to_string();
-    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    let err = p.providers[0]
+        .exec("eu.registry.io/app")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(
         err,
         "error execing credential provider plugin fake for image eu.registry.io/app: context deadline exceeded: "
@@ -233,7 +251,10 @@ async fn cache_key_types() {
     f.respond(response("Registry", None));
     let p = f.providers();
     lookup_now(&p, "eu.registry.io/a").await;
-    assert_eq!(users(&lookup_now(&p, "eu.registry.io/b").await), ["plugin-user"]);
+    assert_eq!(
+        users(&lookup_now(&p, "eu.registry.io/b").await),
+        ["plugin-user"]
+    );
     assert_eq!(f.runs(), 3);
     lookup_now(&p, "us.registry.io/a").await;
     assert_eq!(f.runs(), 4);
@@ -260,7 +281,10 @@ fn config_files_and_validation() {
     let path = write_config(dir.path(), "a.yaml", ok);
     let providers = read_config(&path).unwrap();
     validate(&providers).unwrap();
-    assert_eq!(providers[0].default_cache_duration.unwrap().as_std(), Duration::from_secs(300));
+    assert_eq!(
+        providers[0].default_cache_duration.unwrap().as_std(),
+        Duration::from_secs(300)
+    );
 
     // A directory: its yaml/json files merged in name order; a duplicate name is refused.
     let conf_dir = dir.path().join("conf.d");
@@ -271,7 +295,11 @@ fn config_files_and_validation() {
     }).to_string());
     write_config(&conf_dir, "10-a.yaml", ok);
     write_config(&conf_dir, "notes.txt", "ignored");
-    let names: Vec<String> = read_config(&conf_dir).unwrap().into_iter().map(|p| p.name).collect();
+    let names: Vec<String> = read_config(&conf_dir)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
     assert_eq!(names, ["a", "b"]);
     write_config(&conf_dir, "30-a-again.yml", ok);
     assert_eq!(
@@ -280,8 +308,17 @@ fn config_files_and_validation() {
     );
 
     let refused = [
-        (ok.replace("kind: CredentialProviderConfig", "kind: Other"), "wrong Kind"),
-        (ok.replace("  defaultCacheDuration: 5m\n", "  defaultCacheDuration: 5m\n  cacheTime: 1\n"), "unknown field `cacheTime`"),
+        (
+            ok.replace("kind: CredentialProviderConfig", "kind: Other"),
+            "wrong Kind",
+        ),
+        (
+            ok.replace(
+                "  defaultCacheDuration: 5m\n",
+                "  defaultCacheDuration: 5m\n  cacheTime: 1\n",
+            ),
+            "unknown field `cacheTime`",
+        ),
     ];
     for (body, want) in refused {
         let p = write_config(dir.path(), "bad.yaml", &body);
@@ -302,19 +339,29 @@ fn config_files_and_validation() {
     for (body, want) in invalid {
         let p = write_config(dir.path(), "bad.yaml", &body);
         let err = validate(&read_config(&p).unwrap()).unwrap_err().to_string();
-        assert!(err.starts_with("failed to validate credential provider config: ["), "{err}");
+        assert!(
+            err.starts_with("failed to validate credential provider config: ["),
+            "{err}"
+        );
         assert!(err.contains(want), "{err} should contain {want}");
     }
 
     // Start-up checks: the bin dir and each plugin binary must exist.
     let bin = dir.path().join("bin");
     assert_eq!(
-        CredentialProviders::load(&path, &bin).unwrap_err().to_string(),
+        CredentialProviders::load(&path, &bin)
+            .unwrap_err()
+            .to_string(),
         format!("plugin binary directory {} did not exist", bin.display())
     );
     std::fs::create_dir(&bin).unwrap();
     assert_eq!(
-        CredentialProviders::load(&path, &bin).unwrap_err().to_string(),
-        format!("plugin binary executable {} did not exist", bin.join("a").display())
+        CredentialProviders::load(&path, &bin)
+            .unwrap_err()
+            .to_string(),
+        format!(
+            "plugin binary executable {} did not exist",
+            bin.join("a").display()
+        )
     );
 }

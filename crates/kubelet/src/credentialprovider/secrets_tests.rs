@@ -18,7 +18,10 @@ fn secret(name: &str, ty: &str, key: &str, data: &str) -> Secret {
             ..Default::default()
         },
         type_: Some(ty.into()),
-        data: Some(BTreeMap::from([(key.to_owned(), ByteString(data.as_bytes().to_vec()))])),
+        data: Some(BTreeMap::from([(
+            key.to_owned(),
+            ByteString(data.as_bytes().to_vec()),
+        )])),
         ..Default::default()
     }
 }
@@ -30,14 +33,32 @@ fn users(k: &BasicDockerKeyring, image: &str) -> Vec<String> {
 #[test]
 fn both_secret_types_feed_one_keyring_in_secret_order() {
     let secrets = [
-        secret("json", SECRET_TYPE_DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY,
-            r#"{"auths": {"reg.io": {"username": "from-json", "password": "p"}}}"#),
-        secret("cfg", SECRET_TYPE_DOCKERCFG, DOCKERCFG_KEY,
-            r#"{"reg.io": {"username": "from-cfg", "password": "p"}}"#),
+        secret(
+            "json",
+            SECRET_TYPE_DOCKER_CONFIG_JSON,
+            DOCKER_CONFIG_JSON_KEY,
+            r#"{"auths": {"reg.io": {"username": "from-json", "password": "p"}}}"#,
+        ),
+        secret(
+            "cfg",
+            SECRET_TYPE_DOCKERCFG,
+            DOCKERCFG_KEY,
+            r#"{"reg.io": {"username": "from-cfg", "password": "p"}}"#,
+        ),
         // Wrong type for the key, wrong key for the type, an Opaque secret: all ignored.
-        secret("mixed", SECRET_TYPE_DOCKERCFG, DOCKER_CONFIG_JSON_KEY, "not json"),
+        secret(
+            "mixed",
+            SECRET_TYPE_DOCKERCFG,
+            DOCKER_CONFIG_JSON_KEY,
+            "not json",
+        ),
         secret("opaque", "Opaque", DOCKER_CONFIG_JSON_KEY, "not json"),
-        secret("empty", SECRET_TYPE_DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY, ""),
+        secret(
+            "empty",
+            SECRET_TYPE_DOCKER_CONFIG_JSON,
+            DOCKER_CONFIG_JSON_KEY,
+            "",
+        ),
     ];
     let k = make_docker_keyring(&secrets).unwrap();
     assert_eq!(users(&k, "reg.io/app"), ["from-json", "from-cfg"]);
@@ -46,9 +67,18 @@ fn both_secret_types_feed_one_keyring_in_secret_order() {
 #[test]
 fn a_malformed_secret_is_an_error_naming_it() {
     let secrets = [
-        secret("good", SECRET_TYPE_DOCKERCFG, DOCKERCFG_KEY, r#"{"reg.io": {"username": "u"}}"#),
-        secret("broken", SECRET_TYPE_DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY,
-            r#"{"auths": {"reg.io": {"auth": "hunter2!"}}}"#),
+        secret(
+            "good",
+            SECRET_TYPE_DOCKERCFG,
+            DOCKERCFG_KEY,
+            r#"{"reg.io": {"username": "u"}}"#,
+        ),
+        secret(
+            "broken",
+            SECRET_TYPE_DOCKER_CONFIG_JSON,
+            DOCKER_CONFIG_JSON_KEY,
+            r#"{"auths": {"reg.io": {"auth": "hunter2!"}}}"#,
+        ),
     ];
     let err = make_docker_keyring(&secrets).unwrap_err();
     assert_eq!(
@@ -69,7 +99,9 @@ fn pod_with_pull_secrets(names: &[&str]) -> Pod {
             image_pull_secrets: Some(
                 names
                     .iter()
-                    .map(|n| LocalObjectReference { name: (*n).to_owned() })
+                    .map(|n| LocalObjectReference {
+                        name: (*n).to_owned(),
+                    })
                     .collect(),
             ),
             ..Default::default()
@@ -81,7 +113,12 @@ fn pod_with_pull_secrets(names: &[&str]) -> Pod {
 #[tokio::test]
 async fn missing_secrets_are_named_in_one_event_and_the_rest_used() {
     let objects = FakeObjects::default();
-    objects.set_secret(secret("present", SECRET_TYPE_DOCKERCFG, DOCKERCFG_KEY, "{}"));
+    objects.set_secret(secret(
+        "present",
+        SECRET_TYPE_DOCKERCFG,
+        DOCKERCFG_KEY,
+        "{}",
+    ));
     let events = CollectingRecorder::default();
     let pod = pod_with_pull_secrets(&["absent-1", "present", "", "absent-2"]);
     let got = pull_secrets_for_pod(&pod, Some(&objects), &events).await;
@@ -97,11 +134,22 @@ async fn missing_secrets_are_named_in_one_event_and_the_rest_used() {
 
     // No pull secrets: nothing fetched, no event.
     let events = CollectingRecorder::default();
-    assert!(pull_secrets_for_pod(&pod_with_pull_secrets(&[]), Some(&objects), &events).await.is_empty());
+    assert!(
+        pull_secrets_for_pod(&pod_with_pull_secrets(&[]), Some(&objects), &events)
+            .await
+            .is_empty()
+    );
     assert!(events.events().is_empty());
 
     // Standalone mode: the lookups fail, the event says so.
     let events = CollectingRecorder::default();
-    assert!(pull_secrets_for_pod(&pod, Some(&NoApiServer), &events).await.is_empty());
-    assert_eq!(events.with_reason("FailedToRetrieveImagePullSecret").len(), 1);
+    assert!(
+        pull_secrets_for_pod(&pod, Some(&NoApiServer), &events)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        events.with_reason("FailedToRetrieveImagePullSecret").len(),
+        1
+    );
 }

@@ -76,25 +76,37 @@ fn cred(u: &str, p: &str) -> Option<(String, String)> {
 async fn each_matching_credential_is_tried_most_specific_first() {
     let (rt, events, manager) = setup();
     let secrets = [
-        pull_secret("host", json!({"127.0.0.1:5055": {"username": "alice", "password": "right-pw"}})),
-        pull_secret("team", json!({
-            "http://127.0.0.1:5055/private": {"username": "alice", "password": "stale-pw"},
-            "other.io": {"username": "nobody", "password": "x"},
-        })),
+        pull_secret(
+            "host",
+            json!({"127.0.0.1:5055": {"username": "alice", "password": "right-pw"}}),
+        ),
+        pull_secret(
+            "team",
+            json!({
+                "http://127.0.0.1:5055/private": {"username": "alice", "password": "stale-pw"},
+                "other.io": {"username": "nobody", "password": "x"},
+            }),
+        ),
     ];
     let id = manager
         .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &secrets)
         .await
         .unwrap();
     assert!(id.starts_with("sha256:"));
-    assert_eq!(tried(&rt), [cred("alice", "stale-pw"), cred("alice", "right-pw")]);
+    assert_eq!(
+        tried(&rt),
+        [cred("alice", "stale-pw"), cred("alice", "right-pw")]
+    );
     assert!(events.events().iter().any(|e| e.reason == "Pulled"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_matching_credential_pulls_anonymously_and_fails_as_the_runtime_says() {
     let (rt, events, manager) = setup();
-    let secrets = [pull_secret("elsewhere", json!({"quay.io": {"username": "a", "password": "b"}}))];
+    let secrets = [pull_secret(
+        "elsewhere",
+        json!({"quay.io": {"username": "a", "password": "b"}}),
+    )];
     let err = manager
         .ensure_image_exists(&pod(), &container(IMAGE, "IfNotPresent"), None, &secrets)
         .await
@@ -103,23 +115,32 @@ async fn no_matching_credential_pulls_anonymously_and_fails_as_the_runtime_says(
     assert_eq!(err.message, DENIED);
     assert_eq!(tried(&rt), [None]);
     let failed = events.with_reason("Failed");
-    assert_eq!(failed[0].message, format!("Failed to pull image {IMAGE:?}: {DENIED}"));
+    assert_eq!(
+        failed[0].message,
+        format!("Failed to pull image {IMAGE:?}: {DENIED}")
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn every_credential_failing_gives_the_runtime_errors_once_each() {
     let (rt, _events, manager) = setup();
-    let secrets = [pull_secret("wrong", json!({
-        "127.0.0.1:5055": {"username": "alice", "password": "wrong-1"},
-        "127.0.0.1:5055/private/app": {"username": "alice", "password": "wrong-2"},
-    }))];
+    let secrets = [pull_secret(
+        "wrong",
+        json!({
+            "127.0.0.1:5055": {"username": "alice", "password": "wrong-1"},
+            "127.0.0.1:5055/private/app": {"username": "alice", "password": "wrong-2"},
+        }),
+    )];
     let err = manager
         .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &secrets)
         .await
         .unwrap_err();
     // Both attempts failed the same way: Go's aggregate shows that message once.
     assert_eq!(err.message, DENIED);
-    assert_eq!(tried(&rt), [cred("alice", "wrong-2"), cred("alice", "wrong-1")]);
+    assert_eq!(
+        tried(&rt),
+        [cred("alice", "wrong-2"), cred("alice", "wrong-1")]
+    );
     // Then back-off, as for any pull failure.
     let again = manager
         .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &secrets)
@@ -140,7 +161,12 @@ async fn a_malformed_pull_secret_fails_the_container_naming_the_secret() {
     let want = "couldn't parse image pull secret prod/broken (key \".dockerconfigjson\"): auths[\"127.0.0.1:5055\"].auth: illegal base64 data at input byte 5";
     for _ in 0..2 {
         let err = manager
-            .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, std::slice::from_ref(&bad))
+            .ensure_image_exists(
+                &pod(),
+                &container(IMAGE, "Always"),
+                None,
+                std::slice::from_ref(&bad),
+            )
             .await
             .unwrap_err();
         // Not a pull failure: no back-off, the same error on every sync (as upstream).
@@ -149,7 +175,10 @@ async fn a_malformed_pull_secret_fails_the_container_naming_the_secret() {
         assert!(!err.message.contains("right-pw"));
     }
     assert!(rt.pulls().is_empty());
-    assert_eq!(events.with_reason("Failed")[0].message, format!("Error: {want}"));
+    assert_eq!(
+        events.with_reason("Failed")[0].message,
+        format!("Error: {want}")
+    );
     // Upstream reads the secrets before using a present image too.
     rt.add_image(IMAGE);
     let err = manager
@@ -174,7 +203,10 @@ async fn plugin_credentials_come_after_pull_secret_credentials() {
     let script = bin.join("registry-login");
     std::fs::write(
         &script,
-        format!("#!/bin/sh\ncat >/dev/null\ncat {}/response.json\n", dir.path().display()),
+        format!(
+            "#!/bin/sh\ncat >/dev/null\ncat {}/response.json\n",
+            dir.path().display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -188,12 +220,18 @@ async fn plugin_credentials_come_after_pull_secret_credentials() {
 
     let (rt, _events, manager) = setup();
     let manager = manager.with_credential_providers(providers);
-    let secrets = [pull_secret("stale", json!({"127.0.0.1:5055": {"username": "alice", "password": "stale-pw"}}))];
+    let secrets = [pull_secret(
+        "stale",
+        json!({"127.0.0.1:5055": {"username": "alice", "password": "stale-pw"}}),
+    )];
     manager
         .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &secrets)
         .await
         .unwrap();
-    assert_eq!(tried(&rt), [cred("alice", "stale-pw"), cred("alice", "right-pw")]);
+    assert_eq!(
+        tried(&rt),
+        [cred("alice", "stale-pw"), cred("alice", "right-pw")]
+    );
     // A plugin alone is enough.
     manager
         .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &[])
@@ -209,10 +247,19 @@ fn repository_to_pull_normalizes_as_upstream() {
         ("busybox:1.36", "docker.io/library/busybox"),
         ("team/app:1", "docker.io/team/app"),
         ("index.docker.io/team/app", "docker.io/team/app"),
-        ("127.0.0.1:5055/private/busybox:1", "127.0.0.1:5055/private/busybox"),
+        (
+            "127.0.0.1:5055/private/busybox:1",
+            "127.0.0.1:5055/private/busybox",
+        ),
         ("localhost/app", "localhost/app"),
         ("[fd00::1]:5000/app:1", "[fd00::1]:5000/app"),
-        (concat!("quay.io/a/b@sha256:", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"), "quay.io/a/b"),
+        (
+            concat!(
+                "quay.io/a/b@sha256:",
+                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+            ),
+            "quay.io/a/b",
+        ),
     ];
     for (image, want) in cases {
         assert_eq!(repository_to_pull(image).as_deref(), Ok(want), "{image}");

@@ -281,7 +281,11 @@ async fn pull_failures_back_off_then_retry() {
     // The registry recovers: the next attempt after the window succeeds.
     e.rt.clear_pull_failure("busybox:1.0");
     tokio::time::advance(Duration::from_secs(1)).await;
-    let id = e.manager.ensure_image_exists(&p, &c, None, &[]).await.unwrap();
+    let id = e
+        .manager
+        .ensure_image_exists(&p, &c, None, &[])
+        .await
+        .unwrap();
     assert!(id.starts_with("sha256:"));
     assert_eq!(e.rt.call_count("PullImage"), 3);
 
@@ -414,7 +418,12 @@ async fn registry_qps_refuses_pulls_over_the_limit() {
         ImageManager::new(rt.clone(), Arc::new(events.clone()), false, None).with_pull_limit(0, 0);
     for image in ["e:1", "f:1", "g:1", "h:1"] {
         let c = container(image, Some("Always"));
-        assert!(unlimited.ensure_image_exists(&p, &c, None, &[]).await.is_ok());
+        assert!(
+            unlimited
+                .ensure_image_exists(&p, &c, None, &[])
+                .await
+                .is_ok()
+        );
     }
 }
 
