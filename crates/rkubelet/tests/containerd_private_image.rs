@@ -3,7 +3,9 @@
 //! containerd `hosts.toml`), with the real containerd. An anonymous pull is refused with
 //! containerd's 401 message (ErrImagePull), a wrong password in the pod's
 //! `kubernetes.io/dockerconfigjson` pull secret is refused the same way, the right one pulls
-//! and runs the pod, and neither password ever reaches the kubelet's log or its events.
+//! and runs the pod, and neither password ever reaches the kubelet's log or its events. A
+//! credential provider plugin (`--image-credential-provider-config`/`-bin-dir`), answering
+//! without credentials until the test enables it, then pulls for a pod without a secret.
 //!
 //! The whole scenario is one test: it removes the registry image from containerd first, so the
 //! pull really goes to the registry, and parallel tests would race on that image.
@@ -134,8 +136,46 @@ async fn private_registry_needs_the_pods_pull_secret() {
             json!({"metadata": {"name": "default"}}),
         )
         .unwrap();
+    // A plugin that gives the registry's credentials once `enabled` exists (never cached).
+    let plugin_dir = k.dir.path().join("plugins");
+    std::fs::create_dir(&plugin_dir).unwrap();
+    let answer = |auth: Value| {
+        json!({
+            "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+            "kind": "CredentialProviderResponse",
+            "cacheKeyType": "Registry",
+            "cacheDuration": "0s",
+            "auth": auth,
+        })
+        .to_string()
+    };
+    let enabled = k.dir.path().join("enabled");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\nif [ -f {} ]; then\ncat <<'EOF'\n{}\nEOF\nelse\ncat <<'EOF'\n{}\nEOF\nfi\n",
+        enabled.display(),
+        answer(json!({registry.clone(): {"username": user, "password": password}})),
+        answer(json!({})),
+    );
+    let plugin = plugin_dir.join("registry-login");
+    std::fs::write(&plugin, script).unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let provider_config = k.dir.path().join("credential-providers.yaml");
+    std::fs::write(
+        &provider_config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: registry-login\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry}\"]\n  defaultCacheDuration: 10m\n"
+        ),
+    )
+    .unwrap();
     // The harness runs it at `--v 4` with the kubelet crate at debug level.
-    k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
+    k.extra_args = vec![
+        "--kubeconfig".into(),
+        server.kubeconfig_path.clone().into(),
+        "--image-credential-provider-config".into(),
+        provider_config.into(),
+        "--image-credential-provider-bin-dir".into(),
+        plugin_dir.into(),
+    ];
     k.start();
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -186,6 +226,19 @@ async fn private_registry_needs_the_pods_pull_secret() {
     assert!(image_present(&image).await);
     // Still refused to the others (policy Always: every start pulls with its own credentials).
     assert!(pull_failure(&server, "anonymous").is_some());
+
+    // The plugin's credentials: a pod without any pull secret.
+    std::fs::write(&enabled, "").unwrap();
+    pods.create(&PostParams::default(), &pod("via-plugin", &image, None))
+        .await
+        .unwrap();
+    wait_for(
+        &k,
+        Duration::from_secs(90),
+        "pod via-plugin Running in the API",
+        || async { running_in_api(&server, "via-plugin") },
+    )
+    .await;
 
     // No credential in the log or the events: not the passwords, not the base64 `auth`.
     let log = k.log_text();
