@@ -5,14 +5,14 @@
 #           not running before, stops it again on exit (dev/runtime.sh down); starts the private
 #           test registry (dev/registry.sh up) and, if it was not running before, stops it on
 #           exit (dev/registry.sh down).
-# Receives: env RKUBELET_KEEP_RUNTIME=1 to leave containerd (and the registry) running even if this script
-#           started it; any arguments are passed on to `cargo nextest run` (e.g. a filter).
+# Receives: env RKUBELET_KEEP_RUNTIME=1 to leave containerd (and the registry) running even if
+#           this script started it; any arguments are passed on to `cargo nextest run` (e.g. a filter).
 # Emits:    the output of each step, a summary table, and as the last line
 #           `tests: N passed, N failed[, N skipped]`. Exit status 0 only if every step passed.
 #
 # Steps: runtime up (export RKUBELET_CRI_ENDPOINT for the integration tests, which FAIL when it
-# is missing), registry up (export RKUBELET_REGISTRY*, same rule), cargo fmt --check, cargo clippy -D warnings, cargo nextest run (cargo test when
-# nextest is missing).
+# is missing), registry up (export RKUBELET_REGISTRY*, same rule), cargo fmt --check, cargo
+# clippy -D warnings, cargo nextest run (cargo test when nextest is missing).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
