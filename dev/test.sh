@@ -2,15 +2,17 @@
 # dev/test.sh: the project's whole check, as CI runs it (.ci/run execs this).
 #
 # Owns:     nothing persistent; starts the dev containerd (dev/runtime.sh up) and, if it was
-#           not running before, stops it again on exit (dev/runtime.sh down).
-# Receives: env RKUBELET_KEEP_RUNTIME=1 to leave containerd running even if this script
-#           started it; any arguments are passed on to `cargo nextest run` (e.g. a filter).
+#           not running before, stops it again on exit (dev/runtime.sh down); starts the private
+#           test registry (dev/registry.sh up) and, if it was not running before, stops it on
+#           exit (dev/registry.sh down).
+# Receives: env RKUBELET_KEEP_RUNTIME=1 to leave containerd (and the registry) running even if
+#           this script started it; any arguments are passed on to `cargo nextest run` (e.g. a filter).
 # Emits:    the output of each step, a summary table, and as the last line
 #           `tests: N passed, N failed[, N skipped]`. Exit status 0 only if every step passed.
 #
 # Steps: runtime up (export RKUBELET_CRI_ENDPOINT for the integration tests, which FAIL when it
-# is missing), cargo fmt --check, cargo clippy -D warnings, cargo nextest run (cargo test when
-# nextest is missing).
+# is missing), registry up (export RKUBELET_REGISTRY*, same rule), cargo fmt --check, cargo
+# clippy -D warnings, cargo nextest run (cargo test when nextest is missing).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,10 +28,15 @@ RESULTS=()
 TEST_LINE=""
 T0=$SECONDS
 STARTED_RUNTIME=0
+STARTED_REGISTRY=0
 OUT=$(mktemp -d /tmp/rkubelet-test.XXXXXX)
 
 finish() {
 	local rc=$? i failed=0
+	if ((STARTED_REGISTRY)) && [[ ${RKUBELET_KEEP_RUNTIME:-0} != 1 ]]; then
+		banner "dev/registry.sh down"
+		"$ROOT/dev/registry.sh" down || log "WARNING: dev/registry.sh down failed"
+	fi
 	if ((STARTED_RUNTIME)) && [[ ${RKUBELET_KEEP_RUNTIME:-0} != 1 ]]; then
 		banner "dev/runtime.sh down"
 		"$ROOT/dev/runtime.sh" down || log "WARNING: dev/runtime.sh down failed"
@@ -87,6 +94,25 @@ export RKUBELET_CRI_ENDPOINT RKUBELET_DEV_DIR
 STEPS+=("dev/runtime.sh up ($RKUBELET_CRI_ENDPOINT)")
 RESULTS+=(PASS)
 log "RKUBELET_CRI_ENDPOINT=$RKUBELET_CRI_ENDPOINT"
+
+# The private registry of the private-image tests (needs containerd for the image push); as
+# fatal as the runtime: those tests FAIL without it.
+banner "dev/registry.sh up"
+if "$ROOT/dev/registry.sh" status >/dev/null 2>&1; then
+	log "dev registry already running"
+else
+	STARTED_REGISTRY=1
+fi
+if ! REG=$("$ROOT/dev/registry.sh" up | tail -n1) || [[ $REG != 127.0.0.1:* ]]; then
+	STEPS+=("dev/registry.sh up")
+	RESULTS+=(FAIL)
+	log "ERROR: dev/registry.sh up failed: the private-image tests need the registry"
+	exit 1
+fi
+eval "$("$ROOT/dev/registry.sh" env)"
+export RKUBELET_REGISTRY RKUBELET_REGISTRY_USER RKUBELET_REGISTRY_PASSWORD
+STEPS+=("dev/registry.sh up ($RKUBELET_REGISTRY)")
+RESULTS+=(PASS)
 
 if [[ -f $RKUBELET_DEV_DIR/rkubelet.pid ]] &&
 	[[ $(readlink "/proc/$(cat "$RKUBELET_DEV_DIR/rkubelet.pid")/exe" 2>/dev/null) == */rkubelet ]]; then

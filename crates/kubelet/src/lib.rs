@@ -13,6 +13,7 @@ pub mod cm;
 pub mod config;
 pub mod config_merge;
 pub mod container;
+pub mod credentialprovider;
 pub mod events;
 pub mod events_api;
 pub mod eviction;

@@ -1,8 +1,10 @@
 //! CVE-2020-8564/8565/8566: no credential reaches a log line at any verbosity. Every target
 //! (ours, tonic/h2/hyper, kube, rustls through the `log` bridge) logs at TRACE into a buffer
 //! while credentials flow: a CRI image pull with registry auth through the real gRPC client,
-//! a TokenReview of a bearer token, a bound service account TokenRequest, and a client built
-//! from a kubeconfig holding a private key. None of the secrets may appear in the output.
+//! a TokenReview of a bearer token, a bound service account TokenRequest, a client built
+//! from a kubeconfig holding a private key, and image pulls with a pod's pull secrets (a wrong
+//! and a right password tried over gRPC, a malformed secret refused). None of the secrets may
+//! appear in the output.
 //! One test per binary: the subscriber is process-global.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -29,6 +31,10 @@ const REGISTRY_AUTH: &str = "cHVsbGVyOlBhNTUtcmVnaXN0cnk=";
 const IDENTITY_TOKEN: &str = "identity-tok-5b7d1e0a";
 const REGISTRY_TOKEN: &str = "registry-tok-8c2f4a6b";
 const BEARER: &str = "bearer-secret-3e9a77d0c1";
+const PRIVATE_IMAGE: &str = "127.0.0.1:5055/private/app:1";
+const PULL_SECRET_PASSWORD: &str = "pull-secret-pw-71c3e2";
+const WRONG_PULL_PASSWORD: &str = "wrong-pull-pw-40aa9d";
+const MALFORMED_AUTH: &str = "malformed-auth-pw-6e1b!!";
 
 /// A `MakeWriter` appending to a shared buffer.
 #[derive(Clone, Default)]
@@ -178,6 +184,75 @@ async fn no_secret_reaches_the_logs_at_trace() {
     let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
     ns.get("ns").await.unwrap();
 
+    // 5. Pull secrets through the image manager over real CRI gRPC.
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let pull_auth = b64(&format!("puller:{PULL_SECRET_PASSWORD}"));
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::new();
+    fake.require_pull_credentials(PRIVATE_IMAGE, "puller", PULL_SECRET_PASSWORD);
+    let cri = serve_unix(
+        Arc::new(fake.clone()),
+        Arc::new(fake.clone()),
+        &dir.path().join("cri.sock"),
+    )
+    .await
+    .unwrap();
+    let remote = RemoteRuntime::connect(&cri.endpoint(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let images = kubelet::images::ImageManager::new(
+        Arc::new(remote),
+        Arc::new(kubelet::events::LoggingRecorder),
+        true,
+        None,
+    );
+    let docker_secret =
+        |name: &str, config: serde_json::Value| -> k8s_openapi::api::core::v1::Secret {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "data": {".dockerconfigjson": b64(&config.to_string())},
+            }))
+            .unwrap()
+        };
+    let secrets = [docker_secret(
+        "regcred",
+        json!({"auths": {
+            "127.0.0.1:5055": {"auth": pull_auth},
+            "127.0.0.1:5055/private": {"username": "puller", "password": WRONG_PULL_PASSWORD},
+        }}),
+    )];
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-p"},
+        "spec": {"containers": [{"name": "c", "image": PRIVATE_IMAGE}]},
+    }))
+    .unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    images
+        .ensure_image_exists(&pod, container, None, &secrets)
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.pulls().len(),
+        2,
+        "the wrong password first, then the right one"
+    );
+    let keyring = kubelet::credentialprovider::secrets::make_docker_keyring(&secrets).unwrap();
+    let creds = keyring.lookup("127.0.0.1:5055/private/app");
+    tracing::debug!(?keyring, ?creds, "pull secret keyring");
+    let malformed = [docker_secret(
+        "broken",
+        json!({"auths": {"127.0.0.1:5055": {"auth": MALFORMED_AUTH}}}),
+    )];
+    let err = images
+        .ensure_image_exists(&pod, container, None, &malformed)
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("ns/broken"), "{err}");
+    tracing::warn!(error = %err, "malformed pull secret");
+    cri.shutdown().await;
+
     let logs = capture.text();
     // Hundreds of lines from every layer, so a leak anywhere would show.
     assert!(logs.lines().count() > 100, "{logs}");
@@ -191,6 +266,10 @@ async fn no_secret_reaches_the_logs_at_trace() {
         IDENTITY_TOKEN,
         REGISTRY_TOKEN,
         BEARER,
+        PULL_SECRET_PASSWORD,
+        WRONG_PULL_PASSWORD,
+        pull_auth.as_str(),
+        MALFORMED_AUTH.trim_end_matches('!'),
         grant.token.as_str(),
         key_data.as_str(),
         // A chunk of the key: a partial print must not pass either.

@@ -158,6 +158,18 @@ pub struct Flags {
         help = "Optional absolute name of cgroups to create and run the runtime in."
     )]
     pub runtime_cgroups: Option<String>,
+    #[arg(
+        long = "image-credential-provider-config",
+        value_name = "string",
+        help = "Path to a credential provider plugin config file (JSON/YAML/YML) or a directory of such files (merged in lexicographical order; non-recursive search)."
+    )]
+    pub image_credential_provider_config: Option<PathBuf>,
+    #[arg(
+        long = "image-credential-provider-bin-dir",
+        value_name = "string",
+        help = "The path to the directory where credential provider plugin binaries are located."
+    )]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     #[arg(long = "fail-swap-on", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Makes the Kubelet fail to start if swap is enabled on the node.  (default true)"))]
     pub fail_swap_on: Option<bool>,
     #[arg(long = "register-node", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Register the node with the apiserver. If --kubeconfig is not provided, this flag is irrelevant, as the Kubelet won't have an apiserver to register with. (default true)"))]
@@ -206,6 +218,10 @@ pub struct NodeOptions {
     /// `--runtime-cgroups`: the runtime's cgroup for the `runtime` system container (empty:
     /// the cgroup of the process serving the CRI socket).
     pub runtime_cgroups: String,
+    /// `--image-credential-provider-config` (`None`: no plugins) and
+    /// `--image-credential-provider-bin-dir`.
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: PathBuf,
 }
 
 /// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
@@ -580,6 +596,14 @@ fn resolve_with(
         pod_infra_container_image: non_empty(&flags.pod_infra_container_image)
             .unwrap_or_else(|| DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned()),
         runtime_cgroups: flags.runtime_cgroups.clone().unwrap_or_default(),
+        image_credential_provider_config: flags
+            .image_credential_provider_config
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
+        image_credential_provider_bin_dir: flags
+            .image_credential_provider_bin_dir
+            .clone()
+            .unwrap_or_default(),
     };
     Ok((config, node))
 }
@@ -632,6 +656,25 @@ mod tests {
     fn clap_definition_is_consistent() {
         use clap::CommandFactory;
         Flags::command().debug_assert();
+    }
+
+    #[test]
+    fn credential_provider_flags() {
+        let (_, node) = resolve_ok(&parse(&[]));
+        assert_eq!(node.image_credential_provider_config, None);
+        let (_, node) = resolve_ok(&parse(&[
+            "--image-credential-provider-config=/etc/kubernetes/credential-providers.yaml",
+            "--image-credential-provider-bin-dir",
+            "/usr/libexec/kubernetes/credential-providers",
+        ]));
+        assert_eq!(
+            node.image_credential_provider_config.as_deref(),
+            Some(Path::new("/etc/kubernetes/credential-providers.yaml"))
+        );
+        assert_eq!(
+            node.image_credential_provider_bin_dir,
+            Path::new("/usr/libexec/kubernetes/credential-providers")
+        );
     }
 
     #[test]

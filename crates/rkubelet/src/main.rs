@@ -340,7 +340,24 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         eviction,
         cgroups: cgroup_settings(c),
         server: secure_config(c, node)?,
+        credential_providers: credential_providers(node)?,
     })
+}
+
+/// The credential provider plugins of `--image-credential-provider-config`: a config that does
+/// not load, or a missing bin dir or plugin binary, stops the kubelet (as upstream).
+fn credential_providers(
+    node: &cli::NodeOptions,
+) -> Result<Option<Arc<kubelet::credentialprovider::plugin::CredentialProviders>>> {
+    let Some(config) = &node.image_credential_provider_config else {
+        return Ok(None);
+    };
+    let providers = kubelet::credentialprovider::plugin::CredentialProviders::load(
+        config,
+        &node.image_credential_provider_bin_dir,
+    )
+    .context("failed to register credential provider plugins")?;
+    Ok(Some(Arc::new(providers)))
 }
 
 /// kube/system reservations; `reservedSystemCPUs` (`reserved`) replaces their CPU part with its

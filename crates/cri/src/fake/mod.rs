@@ -224,6 +224,24 @@ impl FakeRuntime {
         self.lock().pull_failures.insert(name, message.to_string());
     }
 
+    /// `image` is private: a `PullImage` without exactly these basic-auth credentials fails
+    /// as containerd does against a registry answering 401.
+    ///
+    /// # Panics
+    /// On an invalid image reference.
+    pub fn require_pull_credentials(&self, image: &str, username: &str, password: &str) {
+        let name = normalize_image(image)
+            .unwrap_or_else(|e| panic!("FakeRuntime::require_pull_credentials({image:?}): {e}"));
+        self.lock()
+            .pull_credentials
+            .insert(name, (username.to_string(), password.to_string()));
+    }
+
+    /// Every `PullImage` so far: the normalized image and the `AuthConfig` it carried.
+    pub fn pulls(&self) -> Vec<(String, Option<api::AuthConfig>)> {
+        self.lock().pulls.clone()
+    }
+
     pub fn clear_pull_failure(&self, image: &str) {
         if let Ok(name) = normalize_image(image) {
             self.lock().pull_failures.remove(&name);

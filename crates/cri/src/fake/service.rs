@@ -436,6 +436,23 @@ impl ImageService for FakeRuntime {
             CriError::unknown(M, format!("failed to parse image reference {name:?}: {e}"))
         })?;
         let mut s = self.lock();
+        s.pulls.push((normalized.clone(), req.auth.clone()));
+        if let Some((user, password)) = s.pull_credentials.get(&normalized) {
+            let given = req
+                .auth
+                .as_ref()
+                .map(|a| (a.username.as_str(), a.password.as_str()));
+            if given != Some((user.as_str(), password.as_str())) {
+                let host = normalized.split('/').next().unwrap_or_default();
+                let tag = normalized.rsplit(':').next().unwrap_or_default();
+                return Err(CriError::unknown(
+                    M,
+                    format!(
+                        "failed to pull and unpack image {normalized:?}: failed to resolve reference {normalized:?}: pulling from host {host} failed with status code [manifests {tag}]: 401 Unauthorized"
+                    ),
+                ));
+            }
+        }
         if let Some(message) = s.pull_failures.get(&normalized) {
             return Err(CriError::unknown(
                 M,

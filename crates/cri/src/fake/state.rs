@@ -214,6 +214,10 @@ pub struct State {
     /// The `Exec`/`Attach`/`PortForward` requests answered, in order.
     pub stream_requests: Vec<StreamRequest>,
     pub pull_failures: HashMap<String, String>,
+    /// Images (normalized) only pulled with these credentials (username, password).
+    pub pull_credentials: HashMap<String, (String, String)>,
+    /// Every `PullImage`: normalized image and the credentials it carried.
+    pub pulls: Vec<(String, Option<api::AuthConfig>)>,
     pub conditions: Vec<api::RuntimeCondition>,
     pub runtime_config: Option<api::LinuxRuntimeConfiguration>,
     pub pod_cidr: String,
@@ -296,6 +300,8 @@ impl State {
             stream_base: None,
             stream_requests: Vec::new(),
             pull_failures: HashMap::new(),
+            pull_credentials: HashMap::new(),
+            pulls: Vec::new(),
             conditions: vec![cond("RuntimeReady"), cond("NetworkReady")],
             runtime_config: None,
             pod_cidr: String::new(),

@@ -112,6 +112,8 @@ pub struct AgentConfig {
     pub cgroups: CgroupSettings,
     /// The authenticated HTTPS port (`enableServer`); `None` serves none.
     pub server: Option<server::setup::SecureConfig>,
+    /// Credential provider plugins (`--image-credential-provider-config`); `None`: none.
+    pub credential_providers: Option<Arc<crate::credentialprovider::plugin::CredentialProviders>>,
 }
 
 /// Container manager settings (`cgroupsPerQOS`, `cgroupRoot`, node allocatable, CFS quota…).
@@ -185,6 +187,7 @@ impl AgentConfig {
             eviction: crate::eviction::EvictionWiring::default(),
             cgroups: CgroupSettings::default(),
             server: None,
+            credential_providers: None,
         }
     }
 }
@@ -368,6 +371,11 @@ impl Agent {
             cfg.max_parallel_image_pulls,
         )
         .with_pull_limit(cfg.gc.registry_pull_qps, cfg.gc.registry_burst);
+        let images = with_opt(
+            images,
+            cfg.credential_providers.clone(),
+            ImageManager::with_credential_providers,
+        );
         let syncer = Syncer::new(
             deps.runtime.clone(),
             images,

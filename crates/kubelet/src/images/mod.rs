@@ -5,6 +5,12 @@
 //! the upstream events (Pulling, Pulled, Failed, BackOff, ErrImageNeverPull, InspectFailed) and
 //! an `ImageError` whose reason is the container's waiting reason. Submodules: `gc` (image
 //! garbage collection) and `pull_limits` (`registryPullQPS`/`registryBurst`).
+//!
+//! Credentials (upstream `EnsureImageExists` + `PullImage`): the pod's pull secrets, then the
+//! credential provider plugins, give every credential whose registry location matches the
+//! image (`crate::credentialprovider`); the pull tries them in that order and stops at the
+//! first success; with none it pulls anonymously. When all fail, the error is the runtime's
+//! message (several: `[first, second]`, as Go's error aggregate).
 
 pub mod gc;
 pub mod pull_limits;
@@ -14,7 +20,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use rkubelet_cri::api::{Image, ImageSpec, ImageStatusRequest, PodSandboxConfig, PullImageRequest};
 use rkubelet_cri::error::go_duration;
 use rkubelet_cri::{CriError, ImageService};
@@ -22,6 +28,9 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::credentialprovider::AuthConfig;
+use crate::credentialprovider::plugin::CredentialProviders;
+use crate::credentialprovider::secrets::make_docker_keyring;
 use crate::events::{EventRecorder, EventType};
 use crate::types::PodExt;
 
@@ -119,6 +128,39 @@ pub fn apply_default_image_tag(image: &str) -> Result<String, String> {
     } else {
         Ok(image.to_owned())
     }
+}
+
+/// The normalized repository of `image`, without tag or digest (upstream
+/// `parsers.ParseImageName`'s first result): `busybox` → `docker.io/library/busybox`,
+/// `127.0.0.1:5000/team/app:1` → `127.0.0.1:5000/team/app`. Credentials are looked up by it.
+pub fn repository_to_pull(image: &str) -> Result<String, String> {
+    parse_reference(image).map_err(|e| format!("couldn't parse image name {image:?}: {e}"))?;
+    let name = image.split('@').next().unwrap_or(image);
+    let name = match name.rsplit_once(':') {
+        Some((n, t)) if !t.contains('/') => n,
+        _ => name,
+    };
+    let (domain, remainder) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.to_lowercase() != first =>
+        {
+            (first, rest.to_owned())
+        }
+        _ => ("docker.io", name.to_owned()),
+    };
+    let domain = if domain == "index.docker.io" {
+        "docker.io"
+    } else {
+        domain
+    };
+    let remainder = if domain == "docker.io" && !remainder.contains('/') {
+        format!("library/{remainder}")
+    } else {
+        remainder
+    };
+    Ok(format!("{domain}/{remainder}"))
 }
 
 /// Validates `image` like docker's `ParseNormalizedNamed` and returns its tag and digest.
@@ -310,6 +352,8 @@ pub struct ImageManager {
     pull_slots: Option<Semaphore>,
     /// `registryPullQPS`/`registryBurst`; `None`: no limit.
     pull_limiter: Option<pull_limits::PullLimiter>,
+    /// `--image-credential-provider-config` plugins; `None`: none configured.
+    credential_providers: Option<Arc<CredentialProviders>>,
     state: Mutex<PullState>,
 }
 
@@ -348,6 +392,7 @@ impl ImageManager {
             events,
             pull_slots,
             pull_limiter: None,
+            credential_providers: None,
             state: Mutex::new(PullState {
                 backoff: Backoff::for_image_pulls(),
                 prev_errors: HashMap::new(),
@@ -363,6 +408,12 @@ impl ImageManager {
         self
     }
 
+    /// Asks these credential provider plugins for credentials on every pull.
+    pub fn with_credential_providers(mut self, providers: Arc<CredentialProviders>) -> Self {
+        self.credential_providers = Some(providers);
+        self
+    }
+
     fn state(&self) -> MutexGuard<'_, PullState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -372,12 +423,14 @@ impl ImageManager {
     }
 
     /// Makes sure `container`'s image is present, pulling it as its pull policy says (upstream
-    /// `EnsureImageExists`). Returns the image reference (ID) to create the container with.
+    /// `EnsureImageExists`) with the credentials `pull_secrets` and the plugins give. Returns
+    /// the image reference (ID) to create the container with.
     pub async fn ensure_image_exists(
         &self,
         pod: &Pod,
         container: &Container,
         pod_sandbox_config: Option<&PodSandboxConfig>,
+        pull_secrets: &[Secret],
     ) -> Result<String, ImageError> {
         let requested = container.image.as_deref().unwrap_or_default();
         let image = match apply_default_image_tag(requested) {
@@ -402,8 +455,9 @@ impl ImageManager {
         };
 
         let policy = pull_policy(container);
+        let mut present = None;
         if policy != PullPolicy::Always {
-            let present = self.image_ref(&spec).await.map_err(|e| {
+            present = self.image_ref(&spec).await.map_err(|e| {
                 let msg = format!(
                     "Failed to inspect image {requested:?}: {}",
                     cri_error_text(&e)
@@ -411,12 +465,7 @@ impl ImageManager {
                 self.event(pod, EventType::Warning, "InspectFailed", &msg);
                 ImageError::new(ImageErrorReason::ImageInspectError, msg)
             })?;
-            if let Some(image_ref) = present {
-                let msg = format!("Container image {requested:?} already present on machine");
-                self.event(pod, EventType::Normal, "Pulled", &msg);
-                return Ok(image_ref);
-            }
-            if policy == PullPolicy::Never {
+            if present.is_none() && policy == PullPolicy::Never {
                 let msg = format!(
                     "Container image {requested:?} is not present with pull policy of Never"
                 );
@@ -424,6 +473,22 @@ impl ImageManager {
                 return Err(ImageError::new(ImageErrorReason::ErrImageNeverPull, msg));
             }
         }
+        // As upstream, the pull secrets are read even for a present image: a malformed one
+        // fails the container either way. The plugins only run for an actual pull.
+        let keyring = make_docker_keyring(pull_secrets).map_err(|e| {
+            let msg = e.to_string();
+            self.event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
+            ImageError::new(ImageErrorReason::ErrImagePull, msg)
+        })?;
+        if let Some(image_ref) = present {
+            let msg = format!("Container image {requested:?} already present on machine");
+            self.event(pod, EventType::Normal, "Pulled", &msg);
+            return Ok(image_ref);
+        }
+        let repository = repository_to_pull(&spec.image).map_err(|msg| {
+            self.event(pod, EventType::Warning, "InspectFailed", &msg);
+            ImageError::new(ImageErrorReason::InvalidImageName, msg)
+        })?;
 
         let key = format!("{}_{requested}", pod.uid());
         {
@@ -451,7 +516,11 @@ impl ImageManager {
             &format!("Pulling image {requested:?}"),
         );
         let started = Instant::now();
-        match self.pull(&spec, pod_sandbox_config).await {
+        let mut credentials = keyring.lookup(&repository);
+        if let Some(providers) = &self.credential_providers {
+            credentials.extend(providers.lookup(&repository).await);
+        }
+        match self.pull(&spec, pod_sandbox_config, &credentials).await {
             Ok(outcome) => {
                 let total = started.elapsed();
                 let msg = format!(
@@ -471,8 +540,7 @@ impl ImageManager {
                 drop(state);
                 Ok(outcome.image_ref)
             }
-            Err(e) => {
-                let text = cri_error_text(&e);
+            Err(text) => {
                 self.event(
                     pod,
                     EventType::Warning,
@@ -500,33 +568,47 @@ impl ImageManager {
         Ok(resp.image.map(|i| i.id))
     }
 
-    /// One pull through the concurrency limit; the size lookup afterwards is best effort.
+    /// One pull through the concurrency limit, trying each credential in turn (none:
+    /// anonymous); the size lookup afterwards is best effort. The error is the text of each
+    /// attempt's error (upstream `utilerrors.NewAggregate`).
     async fn pull(
         &self,
         spec: &ImageSpec,
         sandbox: Option<&PodSandboxConfig>,
-    ) -> Result<PullOutcome, CriError> {
+        credentials: &[AuthConfig],
+    ) -> Result<PullOutcome, String> {
         let _permit = match &self.pull_slots {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
         };
-        if let Some(limiter) = &self.pull_limiter
-            && !limiter.try_accept()
-        {
-            return Err(CriError::unknown(
-                "PullImage",
-                pull_limits::PULL_QPS_EXCEEDED,
-            ));
-        }
         let started = Instant::now();
-        let resp = self
-            .images
-            .pull_image(PullImageRequest {
-                image: Some(spec.clone()),
-                auth: None,
-                sandbox_config: sandbox.cloned(),
-            })
-            .await?;
+        let attempts: Vec<Option<&AuthConfig>> = if credentials.is_empty() {
+            vec![None]
+        } else {
+            credentials.iter().map(Some).collect()
+        };
+        let mut errors: Vec<String> = Vec::new();
+        let mut pulled = None;
+        for auth in attempts {
+            match self.pull_once(spec, sandbox, auth).await {
+                Ok(resp) => {
+                    pulled = Some(resp);
+                    break;
+                }
+                Err(e) => {
+                    let text = cri_error_text(&e);
+                    if !errors.contains(&text) {
+                        errors.push(text);
+                    }
+                }
+            }
+        }
+        let Some(resp) = pulled else {
+            return Err(match errors.len() {
+                1 => errors.remove(0),
+                _ => format!("[{}]", errors.join(", ")),
+            });
+        };
         let mut size = 0;
         if !resp.image_ref.is_empty()
             && let Ok(status) = self
@@ -544,6 +626,31 @@ impl ImageManager {
             size,
             pull_duration: started.elapsed(),
         })
+    }
+
+    /// One CRI PullImage (each counts against `registryPullQPS`, as upstream's throttled
+    /// image service).
+    async fn pull_once(
+        &self,
+        spec: &ImageSpec,
+        sandbox: Option<&PodSandboxConfig>,
+        auth: Option<&AuthConfig>,
+    ) -> Result<rkubelet_cri::api::PullImageResponse, CriError> {
+        if let Some(limiter) = &self.pull_limiter
+            && !limiter.try_accept()
+        {
+            return Err(CriError::unknown(
+                "PullImage",
+                pull_limits::PULL_QPS_EXCEEDED,
+            ));
+        }
+        self.images
+            .pull_image(PullImageRequest {
+                image: Some(spec.clone()),
+                auth: auth.map(AuthConfig::to_cri),
+                sandbox_config: sandbox.cloned(),
+            })
+            .await
     }
 
     /// The runtime's record of `image` as written in the spec (`None`: not present). The
@@ -599,5 +706,7 @@ fn truncate_to_millis(d: Duration) -> Duration {
     Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+#[cfg(test)]
+mod credentials_tests;
 #[cfg(test)]
 mod tests;

@@ -108,7 +108,7 @@ async fn present_image_with_if_not_present_is_not_pulled() {
     let id = e.rt.add_image("busybox:1.0");
     let got = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None, &[])
         .await;
     assert_eq!(got, Ok(id));
     assert_eq!(e.rt.call_count("PullImage"), 0);
@@ -127,7 +127,7 @@ async fn always_pulls_and_reports_size() {
     let id = e.rt.add_image("busybox:1.0");
     let got = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Always")), None)
+        .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Always")), None, &[])
         .await;
     assert_eq!(got, Ok(id));
     assert_eq!(e.rt.call_count("PullImage"), 1);
@@ -163,7 +163,7 @@ async fn untagged_image_defaults_to_always_and_latest() {
     let e = env(FakeRuntime::new(), true, None);
     let got = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox", None), None)
+        .ensure_image_exists(&pod(), &container("busybox", None), None, &[])
         .await
         .unwrap();
     assert!(got.starts_with("sha256:"), "{got}");
@@ -179,7 +179,7 @@ async fn never_policy_with_missing_image() {
     let e = env(FakeRuntime::new(), true, None);
     let got = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Never")), None)
+        .ensure_image_exists(&pod(), &container("busybox:1.0", Some("Never")), None, &[])
         .await;
     let msg = "Container image \"busybox:1.0\" is not present with pull policy of Never";
     assert_eq!(
@@ -196,7 +196,7 @@ async fn invalid_name_and_inspect_failures() {
     let e = env(FakeRuntime::new(), true, None);
     let err = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:", None), None)
+        .ensure_image_exists(&pod(), &container("busybox:", None), None, &[])
         .await
         .unwrap_err();
     assert_eq!(err.reason, ImageErrorReason::InvalidImageName);
@@ -208,7 +208,7 @@ async fn invalid_name_and_inspect_failures() {
     e.rt.fail_next("ImageStatus", CriError::unknown("ImageStatus", "boom"));
     let err = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None, &[])
         .await
         .unwrap_err();
     assert_eq!(err.reason, ImageErrorReason::ImageInspectError);
@@ -227,7 +227,7 @@ async fn pull_failures_back_off_then_retry() {
 
     let err = e
         .manager
-        .ensure_image_exists(&p, &c, None)
+        .ensure_image_exists(&p, &c, None, &[])
         .await
         .unwrap_err();
     assert_eq!(
@@ -246,7 +246,7 @@ async fn pull_failures_back_off_then_retry() {
     tokio::time::advance(Duration::from_secs(9)).await;
     let err = e
         .manager
-        .ensure_image_exists(&p, &c, None)
+        .ensure_image_exists(&p, &c, None, &[])
         .await
         .unwrap_err();
     assert_eq!(err.reason, ImageErrorReason::ImagePullBackOff);
@@ -264,7 +264,7 @@ async fn pull_failures_back_off_then_retry() {
     tokio::time::advance(Duration::from_secs(1)).await;
     let err = e
         .manager
-        .ensure_image_exists(&p, &c, None)
+        .ensure_image_exists(&p, &c, None, &[])
         .await
         .unwrap_err();
     assert_eq!(err.reason, ImageErrorReason::ErrImagePull);
@@ -272,7 +272,7 @@ async fn pull_failures_back_off_then_retry() {
     tokio::time::advance(Duration::from_secs(19)).await;
     let err = e
         .manager
-        .ensure_image_exists(&p, &c, None)
+        .ensure_image_exists(&p, &c, None, &[])
         .await
         .unwrap_err();
     assert_eq!(err.reason, ImageErrorReason::ImagePullBackOff);
@@ -281,14 +281,18 @@ async fn pull_failures_back_off_then_retry() {
     // The registry recovers: the next attempt after the window succeeds.
     e.rt.clear_pull_failure("busybox:1.0");
     tokio::time::advance(Duration::from_secs(1)).await;
-    let id = e.manager.ensure_image_exists(&p, &c, None).await.unwrap();
+    let id = e
+        .manager
+        .ensure_image_exists(&p, &c, None, &[])
+        .await
+        .unwrap();
     assert!(id.starts_with("sha256:"));
     assert_eq!(e.rt.call_count("PullImage"), 3);
 
     // Success leaves no back-off behind: an Always pull goes straight to the runtime.
     let always = container("busybox:1.0", Some("Always"));
     e.manager
-        .ensure_image_exists(&p, &always, None)
+        .ensure_image_exists(&p, &always, None, &[])
         .await
         .unwrap();
     assert_eq!(e.rt.call_count("PullImage"), 4);
@@ -297,7 +301,7 @@ async fn pull_failures_back_off_then_retry() {
     assert_eq!(e.manager.backoff_len(), 1);
     tokio::time::advance(Duration::from_secs(601)).await;
     e.manager
-        .ensure_image_exists(&p, &always, None)
+        .ensure_image_exists(&p, &always, None, &[])
         .await
         .unwrap();
     assert_eq!(
@@ -316,7 +320,7 @@ async fn non_unknown_errors_keep_the_grpc_code() {
     );
     let err = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None, &[])
         .await
         .unwrap_err();
     assert_eq!(
@@ -331,7 +335,7 @@ async fn non_unknown_errors_keep_the_grpc_code() {
     );
     let err = e
         .manager
-        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None)
+        .ensure_image_exists(&pod(), &container("busybox:1.0", None), None, &[])
         .await
         .unwrap_err();
     assert_eq!(err.reason, ImageErrorReason::RegistryUnavailable);
@@ -347,8 +351,8 @@ async fn two_pulls(e: &Env) -> Duration {
     let p = pod();
     let (a, b) = (container("a:1", None), container("b:1", None));
     let (ra, rb) = tokio::join!(
-        e.manager.ensure_image_exists(&p, &a, None),
-        e.manager.ensure_image_exists(&p, &b, None)
+        e.manager.ensure_image_exists(&p, &a, None, &[]),
+        e.manager.ensure_image_exists(&p, &b, None, &[])
     );
     assert!(ra.is_ok() && rb.is_ok());
     start.elapsed()
@@ -384,7 +388,7 @@ async fn registry_qps_refuses_pulls_over_the_limit() {
     let pull = |image: &'static str| {
         let c = container(image, Some("Always"));
         let (m, p) = (&manager, p.clone());
-        async move { m.ensure_image_exists(&p, &c, None).await }
+        async move { m.ensure_image_exists(&p, &c, None, &[]).await }
     };
     assert!(pull("a:1").await.is_ok());
     assert!(pull("b:1").await.is_ok());
@@ -414,7 +418,12 @@ async fn registry_qps_refuses_pulls_over_the_limit() {
         ImageManager::new(rt.clone(), Arc::new(events.clone()), false, None).with_pull_limit(0, 0);
     for image in ["e:1", "f:1", "g:1", "h:1"] {
         let c = container(image, Some("Always"));
-        assert!(unlimited.ensure_image_exists(&p, &c, None).await.is_ok());
+        assert!(
+            unlimited
+                .ensure_image_exists(&p, &c, None, &[])
+                .await
+                .is_ok()
+        );
     }
 }
 

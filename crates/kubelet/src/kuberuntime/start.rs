@@ -88,6 +88,9 @@ pub struct Starter<'a> {
     pod: &'a Pod,
     status: &'a PodStatus,
     volumes: &'a BTreeMap<String, MountedVolume>,
+    /// The pod's `imagePullSecrets`, read once per sync at the first image pull check
+    /// (upstream `getPullSecretsForPod` in `SyncPod`).
+    pull_secrets: tokio::sync::OnceCell<Vec<k8s_openapi::api::core::v1::Secret>>,
 }
 
 /// `name_namespace(uid)`, upstream's `format.Pod`.
@@ -137,6 +140,7 @@ impl<'a> Starter<'a> {
             pod,
             status,
             volumes,
+            pull_secrets: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -360,9 +364,19 @@ impl<'a> Starter<'a> {
         let (pod, syncer) = (self.pod, self.syncer);
         self.check_backoff(container)?;
 
+        let pull_secrets = self
+            .pull_secrets
+            .get_or_init(|| {
+                crate::credentialprovider::secrets::pull_secrets_for_pod(
+                    pod,
+                    syncer.objects.as_deref(),
+                    syncer.events.as_ref(),
+                )
+            })
+            .await;
         let image_ref = syncer
             .images
-            .ensure_image_exists(pod, container, Some(&sandbox.config))
+            .ensure_image_exists(pod, container, Some(&sandbox.config), pull_secrets)
             .await
             .map_err(StartError::Image)?;
 
