@@ -127,7 +127,9 @@ impl Backoff {
 /// `crashLoopBackOff.maxContainerRestartPeriod` (validated to 1s..300s; 300s when unset).
 /// `None`: the gate is off, upstream's 10s..300s apply.
 pub fn crash_loop_max(c: &KubeletConfiguration) -> Option<Duration> {
-    let gate = c.gates().enabled(crate::config::Feature::KubeletCrashLoopBackOffMax);
+    let gate = c
+        .gates()
+        .enabled(crate::config::Feature::KubeletCrashLoopBackOffMax);
     gate.then(|| {
         c.crash_loop_back_off
             .max_container_restart_period

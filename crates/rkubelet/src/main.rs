@@ -563,6 +563,8 @@ mod tests {
             container_gc: Default::default(),
             pod_infra_container_image: cli::DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(),
             runtime_cgroups: String::new(),
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: PathBuf::new(),
         }
     }
 
