@@ -20,7 +20,7 @@ usage() {
 usage: dev/registry.sh up|down|env|status
 
   up     install missing packages, write config + htpasswd + hosts.toml, start the registry
-         (idempotent) and push 127.0.0.1:<port>/private/busybox:1; prints 127.0.0.1:<port>
+         (idempotent) and push 127.0.0.1:<port>/private/app:1; prints 127.0.0.1:<port>
   down   stop the registry and remove its hosts.toml (idempotent; storage is kept)
   env    print `export RKUBELET_REGISTRY=… RKUBELET_REGISTRY_USER=… RKUBELET_REGISTRY_PASSWORD=…`
   status exit 0 when the registry runs (and say so), 1 otherwise
@@ -46,8 +46,8 @@ PIDFILE=$DIR/registry.pid
 HOSTS_DIR=$RKUBELET_REGISTRY_HOSTS_DIR/$ADDR
 SOCK=${RKUBELET_CRI_ENDPOINT#unix://}
 NS=k8s.io
-SOURCE_IMAGE=docker.io/library/busybox:latest
-PRIVATE_IMAGE=$ADDR/private/busybox:1
+RUNTIME_DIR=$HERE
+PRIVATE_IMAGE=$ADDR/private/app:1
 PACKAGES=(docker-registry apache2-utils)
 
 log() { printf '[registry.sh] %s\n' "$*" >&2; }
@@ -140,17 +140,36 @@ start_registry() {
 	die "docker-registry did not answer on $ADDR within 10s; see $LOG"
 }
 
+# The private image is its own image (busybox plus a label), never a tag of the dev busybox:
+# CRI RemoveImage deletes an image with every name it has, so a test removing the private image
+# must not take docker.io/library/busybox with it.
+build_private_image() {
+	local tar=$DIR/private-app.tar work r applet
+	[[ -x /bin/busybox ]] || die "/bin/busybox missing (package busybox-static)"
+	work=$(mktemp -d "$DIR/private-build.XXXXXX")
+	r=$work/rootfs
+	mkdir -p "$r/bin" "$r/tmp"
+	cp /bin/busybox "$r/bin/busybox"
+	chmod 0755 "$r/bin/busybox"
+	for applet in sh sleep cat echo true; do ln -sf busybox "$r/bin/$applet"; done
+	python3 "$RUNTIME_DIR/images/mkimage.py" --rootfs "$r" --out "$tar" --name "$PRIVATE_IMAGE" \
+		--cmd '["sh"]' --env PATH=/bin --label io.rkubelet.dev/image=private >/dev/null ||
+		die "mkimage.py failed for $PRIVATE_IMAGE"
+	rm -rf "$work"
+	ctr_ images import "$tar" >/dev/null || die "ctr images import $tar failed"
+	rm -f "$tar"
+}
+
 push_image() {
 	[[ $(curl -s -o /dev/null -w '%{http_code}' -u "$USER_:$PASSWORD" \
 		-H 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json' \
-		"http://$ADDR/v2/private/busybox/manifests/1") == 200 ]] &&
+		"http://$ADDR/v2/private/app/manifests/1") == 200 ]] &&
 		{
 			log "$PRIVATE_IMAGE already in the registry"
 			return 0
 		}
 	[[ -S $SOCK ]] || die "the dev containerd is not running ($SOCK): run dev/runtime.sh up first"
-	ctr_ images tag --force "$SOURCE_IMAGE" "$PRIVATE_IMAGE" >/dev/null ||
-		die "ctr images tag $SOURCE_IMAGE $PRIVATE_IMAGE failed"
+	build_private_image
 	ctr_ images push --plain-http --user "$USER_:$PASSWORD" "$PRIVATE_IMAGE" >/dev/null 2>&1 ||
 		die "ctr images push $PRIVATE_IMAGE failed"
 	# The tests pull it through the registry: do not leave the local copy behind.

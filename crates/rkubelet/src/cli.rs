@@ -1045,14 +1045,14 @@ mod tests {
             cfg.to_str().unwrap(),
             "--feature-gates=NodeSwap=true,KubeletCrashLoopBackOffMax=true",
             "--feature-gates",
-            "InPlacePodVerticalScaling=false",
+            "GracefulNodeShutdown=false",
         ]));
         let gates = c.gates();
         use kubelet::config::Feature;
         assert!(gates.enabled(Feature::NodeSwap), "flag wins");
         assert!(!gates.enabled(Feature::ImageMaximumGcAge), "config kept");
         assert!(gates.enabled(Feature::KubeletCrashLoopBackOffMax));
-        assert!(!gates.enabled(Feature::InPlacePodVerticalScaling));
+        assert!(!gates.enabled(Feature::GracefulNodeShutdown));
         // The gate's default applies although the file was decoded before the flag was seen.
         assert_eq!(
             c.crash_loop_back_off.max_container_restart_period,

@@ -97,7 +97,7 @@ async fn image_present(image: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_registry_needs_the_pods_pull_secret() {
     let (registry, user, password) = registry();
-    let image = format!("{registry}/private/busybox:1");
+    let image = format!("{registry}/private/app:1");
     let wrong_password = "not-the-password-Zq9";
 
     // The pull must go to the registry: no local copy.
@@ -112,6 +112,12 @@ async fn private_registry_needs_the_pods_pull_secret() {
         .await
         .unwrap();
     assert!(!image_present(&image).await, "{image} still in containerd");
+    // RemoveImage deletes every name of the image: the private image must be its own image,
+    // or removing it takes the busybox the other tests run with.
+    assert!(
+        image_present("docker.io/library/busybox:latest").await,
+        "removing {image} removed docker.io/library/busybox:latest too"
+    );
 
     let mut k = Kubelet::new();
     let (server, client) = fixture(k.dir.path()).await;

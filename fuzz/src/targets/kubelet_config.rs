@@ -125,12 +125,12 @@ localStorageCapacityIsolation: true
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 imageServiceEndpoint: ""
 failCgroupV1: false
-featureGates: {KubeletTracing: false, AllAlpha: false}
+featureGates: {KubeletTracing: false, AllAlpha: false, KubeletCrashLoopBackOffMax: true}
 crashLoopBackOff: {maxContainerRestartPeriod: 300s}
 podLogsDir: /var/log/pods
 "#;
 
-const JSON_BASE: &str = r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","port":10250,"evictionHard":{"memory.available":"5%"},"syncFrequency":"30s","featureGates":{"X":true},"authentication":{"webhook":{"enabled":false}}}"#;
+const JSON_BASE: &str = r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","port":10250,"evictionHard":{"memory.available":"5%"},"syncFrequency":"30s","featureGates":{"NodeSwap":true},"authentication":{"webhook":{"enabled":false}}}"#;
 
 const DROP_IN_1: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 50\nevictionHard:\n  memory.available: null\n  nodefs.available: 15%\nauthentication: {anonymous: {enabled: true}}\n";
 

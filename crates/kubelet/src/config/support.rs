@@ -241,6 +241,8 @@ pub const FLAGS: &[(&str, FlagTarget)] = &[
     ("node-labels", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_labels_parse_and_refuse_foreign_kubernetes_io_labels" })),
     ("cert-dir", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/server/tls.rs::self_signed_pair_is_generated_once_and_reused" })),
     ("root-dir", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_name_and_identity_flags" })),
+    ("image-credential-provider-config", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/tests/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret" })),
+    ("image-credential-provider-bin-dir", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/tests/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret" })),
     ("v", FlagTarget::Field("logging.verbosity")),
     ("feature-gates", FlagTarget::Field("featureGates")),
     ("pod-manifest-path", FlagTarget::Field("staticPodPath")),

@@ -264,10 +264,6 @@ fn each_rejected_field_is_named_with_its_value() {
             "userNamespaces is set to",
         ),
         (
-            "crashLoopBackOff: {maxContainerRestartPeriod: 1m}\nfeatureGates: {KubeletCrashLoopBackOffMax: true}\n",
-            "crashLoopBackOff.maxContainerRestartPeriod is set to \"1m0s\"",
-        ),
-        (
             "volumePluginDir: /opt/flex\n",
             "volumePluginDir is set to \"/opt/flex\"",
         ),
