@@ -9,31 +9,6 @@
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::store::PatchType;
-
-/// A resize write: a whole pod (PUT) or a patch of the stored one (PATCH).
-#[derive(Debug, Clone)]
-pub enum ResizeRequest {
-    Replace(Value),
-    Patch(PatchType, Value),
-}
-
-impl ResizeRequest {
-    /// The requested pod, given the stored one.
-    pub fn apply(self, name: &str, old: &Value) -> Result<Value, ApiError> {
-        let invalid = |e: String| ApiError::invalid("Pod", name, &e);
-        match self {
-            ResizeRequest::Replace(v) => Ok(v),
-            ResizeRequest::Patch(PatchType::Json, p) => {
-                crate::jsonpatch::json_patch(old, &p).map_err(|e| invalid(e.to_string()))
-            }
-            ResizeRequest::Patch(PatchType::Merge, p) => Ok(crate::jsonpatch::merge_patch(old, &p)),
-            ResizeRequest::Patch(PatchType::Strategic, p) => {
-                crate::smp::apply("Pod", old, &p).map_err(|e| invalid(e.to_string()))
-            }
-        }
-    }
-}
 
 /// Parses a Kubernetes quantity into nano-units (exact for the forms the API accepts).
 fn nanos(v: &Value) -> Option<i128> {

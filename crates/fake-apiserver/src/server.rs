@@ -7,6 +7,7 @@ use crate::error::ApiError;
 use crate::resources::{self, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, ListOpts, PatchType, Store};
+use crate::strategy::Subresource;
 use crate::watch::{self, WatchParams};
 use base64::Engine as _;
 use bytes::Bytes;
@@ -461,14 +462,20 @@ impl Api {
         let ns_ref = if info.namespaced { ns.as_str() } else { "" };
         if info.kind == "Pod" && t.sub.as_deref() == Some("resize") {
             let name = t.name.unwrap_or_default();
-            return self.resize(method, info, &ns, &name, content_type, body);
+            if name.is_empty() {
+                return Err(ApiError::method_not_allowed(method.as_str()));
+            }
+            let at = (ns.as_str(), name.as_str());
+            return self.pod_subresource(method, info, at, content_type, body, Subresource::Resize);
         }
         let status_sub = match t.sub.as_deref() {
             None => false,
             Some("status") if info.has_status => true,
             Some("ephemeralcontainers") if info.kind == "Pod" && info.group.is_empty() => {
                 let name = t.name.unwrap_or_default();
-                return self.ephemeral_containers(method, info, ns_ref, &name, content_type, body);
+                let at = (ns_ref, name.as_str());
+                let sub = Subresource::EphemeralContainers;
+                return self.pod_subresource(method, info, at, content_type, body, sub);
             }
             Some("token") if info.plural == "serviceaccounts" && method == Method::POST => {
                 let name = t.name.unwrap_or_default();
@@ -557,108 +564,33 @@ impl Api {
         }
     }
 
-    /// `pods/resize`: GET reads the pod; PUT and PATCH (JSON, merge, strategic) change only
-    /// container resources and resize policies, under upstream's resize validation.
-    fn resize(
+    /// A pod subresource with its own write rules: `pods/{name}/ephemeralcontainers` (upstream
+    /// `EphemeralContainersREST`: only `spec.ephemeralContainers` changes, as `kubectl debug`
+    /// sends it) and `pods/{name}/resize` (only containers' `resources`/`resizePolicy`). GET
+    /// returns the pod; PUT and PATCH (JSON, merge, strategic merge) go through the store's
+    /// update with the subresource's strategy, preconditions and validation included.
+    fn pod_subresource(
         &self,
         method: Method,
         info: &ResourceInfo,
-        ns: &str,
-        name: &str,
+        (ns, name): (&str, &str),
         content_type: &str,
         body: &[u8],
+        sub: Subresource,
     ) -> Result<Response<Body>, ApiError> {
-        if name.is_empty() {
-            return Err(ApiError::method_not_allowed(method.as_str()));
-        }
-        let requested = match method {
-            Method::GET => return Ok(respond(200, &self.store.get(info, ns, name)?)),
-            Method::PUT => {
-                let obj = parse_body(body)?;
-                if !obj["metadata"].is_object() {
-                    return Err(ApiError::bad_request(
-                        "the request body must be an object with metadata",
-                    ));
-                }
-                if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
-                    return Err(ApiError::bad_request(
-                        "the name of the object does not match the name on the URL",
-                    ));
-                }
-                crate::resize::ResizeRequest::Replace(obj)
-            }
-            Method::PATCH => {
-                let ptype = match content_type {
-                    "application/json-patch+json" => PatchType::Json,
-                    "application/merge-patch+json" => PatchType::Merge,
-                    "application/strategic-merge-patch+json" => PatchType::Strategic,
-                    other => return Err(ApiError::unsupported_media_type(other)),
-                };
-                crate::resize::ResizeRequest::Patch(ptype, parse_body(body)?)
-            }
-            m => return Err(ApiError::method_not_allowed(m.as_str())),
-        };
-        let qualified = info.qualified();
-        let updated = self.store.update_with(info, ns, name, |old| {
-            let req = requested.apply(name, old)?;
-            let rv = req["metadata"]["resourceVersion"].as_str();
-            if rv.is_some_and(|rv| Some(rv) != old["metadata"]["resourceVersion"].as_str()) {
-                return Err(ApiError::conflict(
-                    &qualified,
-                    name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
-            }
-            if let Some(uid) = req["metadata"]["uid"].as_str()
-                && Some(uid) != old["metadata"]["uid"].as_str()
-            {
-                return Err(ApiError::conflict(
-                    &qualified,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        old["metadata"]["uid"].as_str().unwrap_or_default()
-                    ),
-                ));
-            }
-            crate::resize::prepare_resize(old, &req)
-        })?;
-        Ok(respond(200, &updated))
-    }
-
-    /// `pods/{name}/ephemeralcontainers` (upstream `EphemeralContainersREST`): GET returns the
-    /// pod; PUT and PATCH (JSON, merge, strategic merge, as `kubectl debug` sends) change only
-    /// `spec.ephemeralContainers`, validated as the real server does.
-    fn ephemeral_containers(
-        &self,
-        method: Method,
-        info: &ResourceInfo,
-        ns: &str,
-        name: &str,
-        content_type: &str,
-        body: &[u8],
-    ) -> Result<Response<Body>, ApiError> {
-        use crate::strategy::Subresource::EphemeralContainers;
         match method {
             Method::GET => Ok(respond(200, &self.store.get(info, ns, name)?)),
             Method::PUT => {
                 let obj = parse_body(body)?;
-                let updated =
-                    self.store
-                        .update_subresource(info, ns, name, obj, EphemeralContainers)?;
+                let updated = self.store.update_subresource(info, ns, name, obj, sub)?;
                 Ok(respond(200, &updated))
             }
             Method::PATCH => {
                 let ptype = patch_type(content_type)?;
                 let patch = parse_body(body)?;
-                let updated = self.store.patch_subresource(
-                    info,
-                    ns,
-                    name,
-                    ptype,
-                    &patch,
-                    EphemeralContainers,
-                )?;
+                let updated = self
+                    .store
+                    .patch_subresource(info, ns, name, ptype, &patch, sub)?;
                 Ok(respond(200, &updated))
             }
             m => Err(ApiError::method_not_allowed(m.as_str())),

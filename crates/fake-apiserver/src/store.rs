@@ -443,35 +443,6 @@ impl Store {
         Ok(new)
     }
 
-    /// Read-modify-write under the store lock for a subresource with its own rules (e.g.
-    /// `pods/resize`): `apply` receives the stored object and returns the object to store
-    /// (already validated by the subresource's strategy).
-    pub fn update_with(
-        &self,
-        info: &ResourceInfo,
-        ns: &str,
-        name: &str,
-        apply: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Value, ApiError> {
-        let mut inner = self.lock();
-        let key = Self::key(info, ns, name);
-        let old = inner
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&info.qualified(), name))?;
-        let mut new = apply(&old)?;
-        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-        if new == old {
-            return Ok(old);
-        }
-        inner.rv += 1;
-        new["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
-        inner.objects.insert(key, new.clone());
-        self.record(&mut inner, info, "MODIFIED", new.clone(), Some(old));
-        Ok(new)
-    }
-
     /// Patches an object atomically (read, apply, update).
     pub fn patch(
         &self,

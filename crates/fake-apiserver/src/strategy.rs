@@ -334,6 +334,8 @@ pub enum Subresource {
     Status,
     /// `pods/{name}/ephemeralcontainers` (`spec.ephemeralContainers` only).
     EphemeralContainers,
+    /// `pods/{name}/resize` (containers' `resources` and `resizePolicy` only).
+    Resize,
 }
 
 /// [`prepare_update`] for any subresource.
@@ -355,6 +357,7 @@ pub fn prepare_subresource_update(
             validate(info, &out)?;
             Ok(out)
         }
+        Subresource::Resize => crate::resize::prepare_resize(old, &new),
     }
 }
 
