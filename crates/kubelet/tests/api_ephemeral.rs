@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
-use kubelet::events::CollectingRecorder;
+use kubelet::agent::{Agent, AgentConfig};
 use rkubelet_cri::api::{Container, NamespaceMode};
 use rkubelet_cri::fake::FakeRuntime;
 use serde_json::{Value, json};
@@ -50,12 +48,7 @@ impl Env {
         cfg.api.status_sync_period = Duration::from_secs(1);
         let agent = Agent::start(
             cfg,
-            AgentDeps {
-                runtime: Arc::new(fake.clone()),
-                images: Arc::new(fake.clone()),
-                events: Arc::new(CollectingRecorder::default()),
-                api: Some(client.clone()),
-            },
+            common::agent::api_deps(&fake, &client),
             CancellationToken::new(),
         )
         .await

@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
-use kubelet::events::CollectingRecorder;
+use kubelet::agent::{Agent, AgentConfig};
 use rkubelet_cri::fake::{Behaviour, FakeRuntime};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -60,12 +58,7 @@ impl Env {
         cfg.max_pods = max_pods;
         Agent::start(
             cfg,
-            AgentDeps {
-                runtime: Arc::new(self.fake.clone()),
-                images: Arc::new(self.fake.clone()),
-                events: Arc::new(CollectingRecorder::default()),
-                api: Some(self.client.clone()),
-            },
+            common::agent::api_deps(&self.fake, &self.client),
             CancellationToken::new(),
         )
         .await

@@ -9,14 +9,12 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
-use kubelet::events::CollectingRecorder;
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::sources::{ManifestOrigin, static_pods_from_manifest};
 use kubelet::types::{PodOp, PodSource, PodUpdate};
 use rkubelet_cri::fake::FakeRuntime;
@@ -55,12 +53,7 @@ impl Env {
         cfg.api.mirror_period = Duration::from_secs(1);
         let agent = Agent::start(
             cfg,
-            AgentDeps {
-                runtime: Arc::new(fake.clone()),
-                images: Arc::new(fake.clone()),
-                events: Arc::new(CollectingRecorder::default()),
-                api: Some(client.clone()),
-            },
+            common::agent::api_deps(&fake, &client),
             CancellationToken::new(),
         )
         .await

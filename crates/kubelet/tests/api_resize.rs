@@ -9,14 +9,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::Options;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
-use kubelet::events::CollectingRecorder;
+use kubelet::agent::{Agent, AgentConfig};
 use rkubelet_cri::CriError;
 use rkubelet_cri::fake::FakeRuntime;
 use serde_json::{Value, json};
@@ -62,12 +60,7 @@ async fn resize_through_the_api_is_applied_and_reported() {
     cfg.api.status_sync_period = Duration::from_secs(1);
     let agent = Agent::start(
         cfg,
-        AgentDeps {
-            runtime: Arc::new(fake.clone()),
-            images: Arc::new(fake.clone()),
-            events: Arc::new(CollectingRecorder::default()),
-            api: Some(client.clone()),
-        },
+        common::agent::api_deps(&fake, &client),
         CancellationToken::new(),
     )
     .await

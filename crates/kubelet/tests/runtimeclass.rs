@@ -16,7 +16,7 @@ use std::time::Duration;
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, PostParams};
-use kubelet::agent::{Agent, AgentConfig, AgentDeps};
+use kubelet::agent::{Agent, AgentConfig};
 use kubelet::cm::cgroups::CgroupVersion;
 use kubelet::cm::cgroups::fake::FakeCgroupFs;
 use kubelet::events::CollectingRecorder;
@@ -227,12 +227,7 @@ impl Env {
         cfg.api.status_sync_period = Duration::from_secs(1);
         let agent = Agent::start(
             cfg,
-            AgentDeps {
-                runtime: Arc::new(fake.clone()),
-                images: Arc::new(fake.clone()),
-                events: Arc::new(CollectingRecorder::default()),
-                api: Some(client.clone()),
-            },
+            common::agent::api_deps(&fake, &client),
             CancellationToken::new(),
         )
         .await

@@ -39,6 +39,14 @@ pub fn fake_deps(fake: &FakeRuntime, events: &CollectingRecorder) -> AgentDeps {
     }
 }
 
+/// API-server mode dependencies: [`fake_deps`] with a fresh recorder, plus `client`.
+pub fn api_deps(fake: &FakeRuntime, client: &kube::Client) -> AgentDeps {
+    AgentDeps {
+        api: Some(client.clone()),
+        ..fake_deps(fake, &CollectingRecorder::default())
+    }
+}
+
 /// Replaces the file source's pods with `pods`.
 pub async fn set(agent: &Agent, pods: Vec<Pod>) {
     agent
