@@ -27,6 +27,11 @@ STEPS=()
 RESULTS=()
 TEST_LINE=""
 T0=$SECONDS
+
+# Free space decides the kubelet's disk pressure and image GC; a CI failure report then says
+# how full the disk was (test kubelets get thresholds only a nearly full disk trips).
+disk_line() { log "disk at $1: $(df -h --output=avail,pcent "$ROOT" | tail -n 1 | xargs) available/used on $ROOT"; }
+disk_line start
 STARTED_RUNTIME=0
 STARTED_REGISTRY=0
 OUT=$(mktemp -d /tmp/rkubelet-test.XXXXXX)
@@ -44,6 +49,7 @@ finish() {
 		log "containerd was already running before dev/test.sh; leaving it running"
 	fi
 	banner "summary ($((SECONDS - T0))s)"
+	disk_line end
 	for i in "${!STEPS[@]}"; do
 		printf '  %-10s %s\n' "${RESULTS[i]}" "${STEPS[i]}"
 		[[ ${RESULTS[i]} == PASS ]] || failed=1

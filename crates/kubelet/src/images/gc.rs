@@ -511,6 +511,8 @@ impl ImageGc {
             info!(
                 "imageGCHighThresholdPercent is 100 and imageMaximumGCAge is 0: image garbage collection disabled"
             );
+            // A supervised task: returning early would read as a crash (healthz `tasks`).
+            cancel.cancelled().await;
             return;
         }
         let mut tick = tokio::time::interval(period.max(Duration::from_millis(1)));

@@ -344,3 +344,27 @@ async fn periodic_loop_reports_repeated_failures() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn disabled_gc_idles_until_cancelled_and_touches_nothing() {
+    let policy = ImageGcPolicy {
+        high_threshold_percent: 100,
+        low_threshold_percent: 99,
+        ..ImageGcPolicy::default()
+    };
+    let e = env(&["busybox:1.36"], policy, FULL);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(e.gc.clone().run(Duration::from_secs(300), cancel.clone()));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(
+        !task.is_finished(),
+        "a disabled GC still runs until shutdown"
+    );
+    assert_eq!(
+        e.rt.call_count("ImageFsInfo"),
+        0,
+        "and never looks at the disk"
+    );
+    cancel.cancel();
+    task.await.unwrap();
+}

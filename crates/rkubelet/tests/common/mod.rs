@@ -128,6 +128,26 @@ impl Kubelet {
         std::fs::write(path, config).unwrap();
     }
 
+    /// The host disk is shared with the build (CI has run with ~13 % free): upstream's default
+    /// hard eviction thresholds (nodefs 10 %, imagefs 15 % available) and image GC at 85 % used
+    /// would evict the test's pods and delete images later tests need. Unless the test sets its
+    /// own, the kubelet gets thresholds that only a nearly full disk trips.
+    fn shield_from_host_disk(&self) {
+        let path = self.dir.path().join("config.yaml");
+        let config = std::fs::read_to_string(&path).unwrap();
+        let has = |key: &str| config.lines().any(|l| l.starts_with(key));
+        if !has("evictionHard:") {
+            self.append_config(
+                "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n",
+            );
+        }
+        if !has("imageGCHighThresholdPercent:") {
+            self.append_config(
+                "imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n",
+            );
+        }
+    }
+
     pub fn write_manifest(&self, file: &str, yaml: &str) {
         let tmp = self.dir.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, yaml).unwrap();
@@ -141,6 +161,7 @@ impl Kubelet {
     /// Starts (or restarts) the process.
     pub fn start(&mut self) {
         assert!(self.child.is_none(), "already running");
+        self.shield_from_host_disk();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -256,6 +277,15 @@ impl Kubelet {
 
 impl Drop for Kubelet {
     fn drop(&mut self) {
+        // A failing test shows why: the kubelet's own account of the last moments.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.log_file()).unwrap_or_default();
+            eprintln!(
+                "---- last lines of the kubelet log ({}) ----\n{}",
+                self.log_file().display(),
+                tail(&log, 200)
+            );
+        }
         // Leave no pods behind for the next test: removing the manifests lets the kubelet
         // tear everything down; the next test kubelet also kills orphans it finds.
         if self.child.is_some() {
