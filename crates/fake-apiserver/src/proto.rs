@@ -377,6 +377,60 @@ mod tests {
     }
 
     #[test]
+    fn decodes_a_csr_approval_as_kubectl_sends_it() {
+        let varint = |tag: u64, v: u64| [key(tag, 0), enc_varint(v)].concat();
+        let time = bytes(4, &[varint(1, 1_764_000_000), varint(2, 5)].concat());
+        let cond = [
+            bytes(1, b"Approved"),
+            bytes(6, b"True"),
+            bytes(2, b"KubectlApprove"),
+            bytes(3, b"ok"),
+            time,
+        ]
+        .concat();
+        let extra = [
+            bytes(1, b"k"),
+            bytes(2, &[bytes(1, b"a"), bytes(1, b"b")].concat()),
+        ]
+        .concat();
+        let spec = [
+            bytes(1, b"PEM"),
+            bytes(7, b"kubernetes.io/kubelet-serving"),
+            varint(8, 3600),
+            bytes(5, b"server auth"),
+            bytes(2, b"system:node:n1"),
+            bytes(4, b"system:nodes"),
+            bytes(6, &extra),
+        ]
+        .concat();
+        let raw = [
+            bytes(1, &[bytes(1, b"csr-1"), bytes(6, b"42")].concat()),
+            bytes(2, &spec),
+            bytes(3, &[bytes(1, &cond), bytes(2, b"")].concat()),
+        ]
+        .concat();
+        let type_meta = [
+            bytes(1, b"certificates.k8s.io/v1"),
+            bytes(2, b"CertificateSigningRequest"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), bytes(1, &type_meta), bytes(2, &raw)].concat();
+        let obj = decode_envelope(&body).expect("decode");
+        assert_eq!(
+            obj,
+            json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                "metadata": {"name": "csr-1", "resourceVersion": "42"},
+                "spec": {"request": "UEVN", "signerName": "kubernetes.io/kubelet-serving",
+                    "expirationSeconds": 3600, "usages": ["server auth"],
+                    "username": "system:node:n1", "groups": ["system:nodes"],
+                    "extra": {"k": ["a", "b"]}},
+                "status": {"conditions": [{"type": "Approved", "status": "True",
+                    "reason": "KubectlApprove", "message": "ok",
+                    "lastUpdateTime": "2025-11-24T16:00:00Z"}]}})
+        );
+    }
+
+    #[test]
     fn decodes_a_configmap_envelope() {
         let meta = [
             bytes(1, b"cm"),

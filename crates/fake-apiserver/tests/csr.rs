@@ -108,6 +108,25 @@ async fn call(
     )
 }
 
+async fn patch(s: &FakeApiServer, path: &str, ct: &str, body: Value) -> (u16, Value) {
+    let mut conn = connect(s, &Auth::None).await;
+    let req = http::Request::builder()
+        .method("PATCH")
+        .uri(path)
+        .header("host", "localhost")
+        .header("authorization", format!("Bearer {}", s.token))
+        .header("content-type", ct)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("request");
+    let resp = conn.send_request(req).await.expect("response");
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
 /// A CSR object and its private key (PEM), as the kubelet builds them: ECDSA P-256.
 fn kubelet_csr(
     name: &str,
@@ -482,6 +501,55 @@ async fn approval_and_status_subresources_change_only_their_part() {
         "kubernetes.io/kube-apiserver-client-kubelet"
     );
     assert_eq!(out["metadata"]["labels"]["k"], "v");
+    // PATCH works on both subresources too (merge patch; JSON patch).
+    let (code, out) = patch(
+        &s,
+        &format!("{CSRS}/c2/status"),
+        "application/merge-patch+json",
+        json!({"status": {"conditions": [{"type": "Failed", "status": "True",
+            "reason": "ExternalSigner", "message": "no"}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    let c2 = s.csr("c2").expect("c2");
+    assert_eq!(c2["status"]["conditions"][0]["type"], "Failed");
+    let (code, out) = patch(
+        &s,
+        &format!("{CSRS}/c2/approval"),
+        "application/json-patch+json",
+        json!([{"op": "add", "path": "/status/conditions/-", "value":
+            {"type": "Denied", "status": "True", "reason": "Patched"}}]),
+    )
+    .await;
+    assert_eq!(code, 200, "{out}");
+    let c2 = s.csr("c2").expect("c2");
+    assert_eq!(c2["status"]["conditions"][1]["reason"], "Patched");
+    assert_eq!(
+        c2["status"]["conditions"][0]["type"], "Failed",
+        "approval keeps the other conditions it was sent"
+    );
+    // Field selector on spec.signerName, as upstream.
+    let (code, list) = call(
+        &s,
+        &admin,
+        "GET",
+        &format!(
+            "{CSRS}?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkube-apiserver-client-kubelet"
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
+    let (_, none) = call(
+        &s,
+        &admin,
+        "GET",
+        &format!("{CSRS}?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkubelet-serving"),
+        None,
+    )
+    .await;
+    assert_eq!(none["items"].as_array().map(Vec::len), Some(0));
     // Validation on create names the field.
     let (mut bad, _) = client_csr("c3", "n1");
     bad["spec"]["request"] = json!("bm90IGEgY3Ny");

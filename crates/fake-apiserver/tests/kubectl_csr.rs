@@ -9,7 +9,10 @@ use common::{kubectl, kubectl_with, ok, ok_stdin, start};
 use fake_apiserver::{BootstrapToken, KubeconfigAuth, Options};
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
 use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
+use tokio::process::Command;
 
 fn client_csr(name: &str, node: &str) -> (String, String) {
     let key = KeyPair::generate().expect("key");
@@ -203,4 +206,99 @@ async fn kubectl_with_a_bootstrap_token_kubeconfig() {
         "{}",
         out.stderr
     );
+}
+
+/// The binary's certificate flags: a bootstrap token Secret and kubeconfig, the auto-approver
+/// and the signing duration, checked with kubectl alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_bootstraps_a_node_client_certificate_with_its_flags() {
+    assert!(Path::new(common::KUBECTL).exists(), "kubectl is required");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kc = dir.path().join("admin.conf");
+    let boot = dir.path().join("bootstrap-kubelet.conf");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-apiserver"))
+        .args(["--port", "0", "--csr-auto-approve"])
+        .args(["--cluster-signing-duration", "45s"])
+        .args(["--bootstrap-token", "07401b.f395accd246ae52d"])
+        .arg("--write-bootstrap-kubeconfig")
+        .arg(&boot)
+        .arg("--write-kubeconfig")
+        .arg(&kc)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn fake-apiserver");
+    let ready = async {
+        while !kc.exists() || !boot.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), ready)
+        .await
+        .expect("kubeconfigs written");
+    let run = |cfg: &Path, args: &[&str], stdin: Option<String>| {
+        let mut cmd = Command::new(common::KUBECTL);
+        cmd.arg("--kubeconfig")
+            .arg(cfg)
+            .args(args)
+            .env("HOME", dir.path())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        async move {
+            let mut child = cmd.spawn().expect("kubectl");
+            if let Some(input) = stdin {
+                use tokio::io::AsyncWriteExt;
+                let mut si = child.stdin.take().expect("stdin");
+                si.write_all(input.as_bytes()).await.expect("write");
+            }
+            tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+                .await
+                .expect("kubectl in time")
+                .expect("kubectl output")
+        }
+    };
+    let (csr, _) = client_csr("node-csr-bin", "worker-9");
+    let out = run(&boot, &["create", "-f", "-"], Some(csr)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut cert = None;
+    for _ in 0..100 {
+        let out = run(&kc, &["get", "csr", "node-csr-bin", "-o", "json"], None).await;
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if let Some(c) = cert_of(&v) {
+            assert_eq!(v["spec"]["username"], "system:bootstrap:07401b");
+            cert = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cert = cert.expect("issued by the auto-approver and signer");
+    let (_, block) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).expect("pem");
+    let x = block.parse_x509().expect("x509");
+    let life = x.validity().not_after.timestamp() - x.validity().not_before.timestamp();
+    assert!(
+        (45..=50).contains(&life),
+        "--cluster-signing-duration 45s: {life} s"
+    );
+    let pid = child.id().expect("pid").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("wait");
+    assert!(status.success(), "{status:?}");
 }
