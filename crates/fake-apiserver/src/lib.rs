@@ -468,12 +468,10 @@ async fn serve(
             match tls {
                 Some((acc, verifier)) => match acc.accept(stream).await {
                     Ok(conn) => {
-                        let user = conn
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|chain| verifier.authenticate(chain));
-                        serve_conn(TokioIo::new(conn), api, user, streams).await;
+                        let peer = conn.get_ref().1.peer_certificates().map(|chain| {
+                            Arc::new(tls::PeerCertificates::new(chain, verifier.clone()))
+                        });
+                        serve_conn(TokioIo::new(conn), api, peer, streams).await;
                     }
                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
                 },
@@ -486,19 +484,22 @@ async fn serve(
     streams.shutdown().await;
 }
 
-/// Serves one connection (HTTP/1.1 with upgrades: exec, attach, port-forward) for the user
-/// of its verified client certificate, if any; upgraded streams are spliced on `streams`.
+/// Serves one connection (HTTP/1.1 with upgrades: exec, attach, port-forward); its client
+/// certificate chain, if any, is verified on every request (so one that expires mid-connection
+/// stops authenticating, as kube-apiserver's x509 authenticator); upgraded streams are spliced
+/// on `streams`.
 async fn serve_conn<I>(
     io: I,
     api: Arc<server::Api>,
-    cert_user: Option<UserInfo>,
+    peer: Option<Arc<tls::PeerCertificates>>,
     streams: streaming::StreamTasks,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(streams.clone());
-        api.clone().handle(req, cert_user.clone())
+        let cert_user = peer.as_ref().and_then(|p| p.user());
+        api.clone().handle(req, cert_user)
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, svc)

@@ -224,6 +224,28 @@ impl ClientCertAuthenticator {
     }
 }
 
+/// The client certificate chain a connection presented, judged per request.
+#[derive(Debug)]
+pub struct PeerCertificates {
+    chain: Vec<CertificateDer<'static>>,
+    verifier: ClientCertAuthenticator,
+}
+
+impl PeerCertificates {
+    /// Keeps `chain` (leaf first) for verification by `verifier`.
+    pub fn new(chain: &[CertificateDer<'_>], verifier: ClientCertAuthenticator) -> Self {
+        PeerCertificates {
+            chain: chain.iter().map(|c| c.clone().into_owned()).collect(),
+            verifier,
+        }
+    }
+
+    /// The user, if the chain verifies now.
+    pub fn user(&self) -> Option<crate::authn::UserInfo> {
+        self.verifier.authenticate(&self.chain)
+    }
+}
+
 /// Accepts any client certificate in the handshake (signatures over the handshake are still
 /// checked); the chain itself is judged per request by [`ClientCertAuthenticator`].
 #[derive(Debug)]

@@ -673,15 +673,33 @@ async fn expired_or_foreign_client_certificates_get_401_not_a_tls_error() {
     );
     let cert = certificate(&issued(&s, "short").await).expect("cert");
     let me = Auth::Cert(&cert, &key);
-    assert_eq!(
-        call(&s, &me, "POST", whoami, Some(review.clone())).await.0,
-        201
-    );
+    // One keep-alive connection: the certificate is judged on every request, not once at the
+    // handshake.
+    let mut conn = connect(&s, &me).await;
+    let whoami_req = || {
+        http::Request::builder()
+            .method("POST")
+            .uri(whoami)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(review.to_string())))
+            .expect("request")
+    };
+    let resp = conn.send_request(whoami_req()).await.expect("response");
+    assert_eq!(resp.status(), 201);
+    resp.into_body().collect().await.expect("body");
     let expiry = s.issued_certificates()[0].not_after;
     let wait = (expiry - chrono::Utc::now()).num_milliseconds().max(0) as u64 + 1100;
     tokio::time::sleep(Duration::from_millis(wait)).await;
+    let resp = conn.send_request(whoami_req()).await.expect("response");
+    assert_eq!(
+        resp.status(),
+        401,
+        "expired certificate on an open connection"
+    );
+    resp.into_body().collect().await.expect("body");
     let (code, out) = call(&s, &me, "POST", whoami, Some(review.clone())).await;
-    assert_eq!(code, 401, "expired certificate: {out}");
+    assert_eq!(code, 401, "expired certificate on a new connection: {out}");
     // A certificate from another CA, even with a masters subject.
     let key = KeyPair::generate().expect("key");
     let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
