@@ -54,9 +54,9 @@ impl CertificateControllers {
             .clone()
     }
 
-    /// The maximum certificate lifetime.
-    pub fn max_lifetime(&self) -> std::time::Duration {
-        self.signer.max_lifetime()
+    /// The signer (lifetime, minting test certificates).
+    pub fn signer(&self) -> &Signer {
+        &self.signer
     }
 
     /// Runs until `cancel`: every CSR change (and every CSR at start) is synced.

@@ -294,6 +294,26 @@ impl FakeApiServer {
         self.controllers.issued()
     }
 
+    /// Changes the maximum lifetime of certificates signed from now on (see
+    /// [`Options::csr_cert_lifetime`]).
+    pub fn set_csr_cert_lifetime(&self, d: Duration) {
+        self.controllers.signer().set_max_lifetime(d);
+    }
+
+    /// A client certificate for `cn` / `org` signed by the server's CA with exactly this
+    /// validity (it may be already expired or not yet valid): (certificate PEM, key PEM).
+    pub fn mint_client_certificate(
+        &self,
+        cn: &str,
+        org: Option<&str>,
+        not_before: chrono::DateTime<chrono::Utc>,
+        not_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(String, String), signer::SignError> {
+        self.controllers
+            .signer()
+            .mint_client_certificate(cn, org, not_before, not_after)
+    }
+
     /// Turns the kubelet client CSR auto-approver on or off at run time.
     pub fn set_csr_auto_approve(&self, on: bool) {
         self.controllers.set_auto_approve(on);

@@ -12,6 +12,7 @@ use rcgen::{
     SanType, SerialNumber, SubjectPublicKeyInfo,
 };
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upstream's `--cluster-signing-duration` default (one year).
@@ -49,7 +50,8 @@ pub struct IssuedCertificate {
 /// The signer: the CA issuer plus the maximum lifetime.
 pub struct Signer {
     issuer: Issuer<'static, KeyPair>,
-    max_lifetime: Duration,
+    /// Maximum lifetime in milliseconds (changeable while running).
+    max_lifetime_ms: AtomicU64,
 }
 
 /// Whether the signer handles `signer_name`, and if so whether the request is valid for it
@@ -151,6 +153,10 @@ fn dn_type(oid: &str) -> DnType {
     }
 }
 
+fn to_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn to_chrono(t: time::OffsetDateTime) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond()).unwrap_or_default()
 }
@@ -160,13 +166,49 @@ impl Signer {
     pub fn new(issuer: Issuer<'static, KeyPair>, max_lifetime: Duration) -> Self {
         Signer {
             issuer,
-            max_lifetime,
+            max_lifetime_ms: AtomicU64::new(to_ms(max_lifetime)),
         }
     }
 
     /// The maximum lifetime.
     pub fn max_lifetime(&self) -> Duration {
-        self.max_lifetime
+        Duration::from_millis(self.max_lifetime_ms.load(Ordering::Relaxed))
+    }
+
+    /// Changes the maximum lifetime for certificates signed from now on.
+    pub fn set_max_lifetime(&self, d: Duration) {
+        self.max_lifetime_ms.store(to_ms(d), Ordering::Relaxed);
+    }
+
+    /// A client certificate for `cn` / `org` with a fresh ECDSA P-256 key, signed by the CA with
+    /// exactly the given validity (which may lie in the past): for tests of expired or
+    /// soon-expiring credentials. Returns (certificate PEM, key PEM).
+    pub fn mint_client_certificate(
+        &self,
+        cn: &str,
+        org: Option<&str>,
+        not_before: chrono::DateTime<chrono::Utc>,
+        not_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(String, String), SignError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        if let Some(o) = org {
+            params.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.use_authority_key_identifier_extension = true;
+        let to_time = |t: chrono::DateTime<chrono::Utc>| {
+            time::OffsetDateTime::from_unix_timestamp(t.timestamp())
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+        };
+        params.not_before = to_time(not_before);
+        params.not_after = to_time(not_after);
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
     }
 
     /// The certificate template for a request (upstream `PermissiveSigningPolicy`), or why it
@@ -240,7 +282,7 @@ impl Signer {
         usages: &[String],
         expiration_seconds: Option<i64>,
     ) -> Result<Result<IssuedCertificate, String>, SignError> {
-        let ttl = lifetime(self.max_lifetime, expiration_seconds);
+        let ttl = lifetime(self.max_lifetime(), expiration_seconds);
         let now = time::OffsetDateTime::now_utc();
         let params = match self.template(csr, usages, ttl, now) {
             Ok(p) => p,

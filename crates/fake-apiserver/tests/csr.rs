@@ -720,3 +720,67 @@ async fn expired_or_foreign_client_certificates_get_401_not_a_tls_error() {
     assert_eq!(code, 401);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minted_certificates_and_a_lifetime_changed_at_run_time() {
+    let (s, _d) = server(Options {
+        csr_auto_approve: true,
+        ..Options::default()
+    })
+    .await;
+    let whoami = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let now = chrono::Utc::now();
+    let hour = chrono::Duration::hours(1);
+    let (cert, key) = s
+        .mint_client_certificate(
+            "system:node:n7",
+            Some("system:nodes"),
+            now - hour,
+            now + hour,
+        )
+        .expect("mint");
+    let (code, who) = call(
+        &s,
+        &Auth::Cert(&cert, &key),
+        "POST",
+        whoami,
+        Some(review.clone()),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(who["status"]["userInfo"]["username"], "system:node:n7");
+    for (from, to, what) in [
+        (now - hour - hour, now - hour, "expired"),
+        (now + hour, now + hour + hour, "not yet valid"),
+    ] {
+        let (cert, key) = s
+            .mint_client_certificate("system:node:n7", Some("system:nodes"), from, to)
+            .expect("mint");
+        let (code, _) = call(
+            &s,
+            &Auth::Cert(&cert, &key),
+            "POST",
+            whoami,
+            Some(review.clone()),
+        )
+        .await;
+        assert_eq!(code, 401, "{what}");
+    }
+    s.set_csr_cert_lifetime(Duration::from_secs(20));
+    let (csr, _) = client_csr("after-change", "n7");
+    assert_eq!(
+        call(&s, &Auth::Bearer(TOKEN), "POST", CSRS, Some(csr))
+            .await
+            .0,
+        201
+    );
+    issued(&s, "after-change").await;
+    let c = &s.issued_certificates()[0];
+    assert_eq!(
+        (c.not_after - c.not_before).num_seconds(),
+        22,
+        "20 s + 2 s backdate"
+    );
+    s.shutdown().await;
+}
