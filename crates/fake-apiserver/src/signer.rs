@@ -394,6 +394,32 @@ mod tests {
         );
     }
 
+    #[test]
+    fn repeated_subject_attributes_fail_instead_of_losing_a_group() {
+        use rcgen::DistinguishedName;
+        let ca = crate::tls::TlsMaterial::generate().expect("ca");
+        let signer = Signer::new(ca.ca_issuer().expect("issuer"), DEFAULT_MAX_LIFETIME);
+        let key = KeyPair::generate().expect("key");
+        let mut p = CertificateParams::default();
+        p.distinguished_name = DistinguishedName::new();
+        p.distinguished_name.push(DnType::CommonName, "alice");
+        p.distinguished_name.push(DnType::OrganizationName, "devs");
+        // Same OID under another key: rcgen writes both, as a real two-group CSR would be.
+        p.distinguished_name
+            .push(DnType::CustomDnType(vec![2, 5, 4, 10]), "ops");
+        let pem = p.serialize_request(&key).expect("csr").pem().expect("pem");
+        let req = crate::certificates::parse_pem(pem.as_bytes()).expect("parse");
+        assert_eq!(req.organizations, vec!["devs", "ops"]);
+        let usages = vec!["client auth".to_owned()];
+        let out = signer
+            .sign("c", SIGNER_APISERVER_CLIENT, &req, &usages, None)
+            .expect("sign call");
+        assert_eq!(
+            out.expect_err("refused"),
+            "fake-apiserver cannot sign subjects with the attribute 2.5.4.10 repeated"
+        );
+    }
+
     fn pem_der(pem: &str) -> Vec<u8> {
         x509_parser::pem::parse_x509_pem(pem.as_bytes())
             .expect("pem")
