@@ -291,6 +291,28 @@ async fn bootstrap_token_to_auto_approved_client_certificate_that_authenticates(
         who["status"]["userInfo"],
         json!({"username": "system:node:n1", "groups": ["system:nodes", "system:authenticated"]})
     );
+    // A bootstrapper asking for more than a node client certificate gets nothing approved.
+    let (masters, _) = kubelet_csr(
+        "escalate-1",
+        "admin",
+        "system:masters",
+        &[],
+        "kubernetes.io/kube-apiserver-client",
+        &["client auth"],
+    );
+    assert_eq!(call(&s, &boot, "POST", CSRS, Some(masters)).await.0, 201);
+    let (node_masters, _) = kubelet_csr(
+        "escalate-2",
+        "system:node:n1",
+        "system:masters",
+        &[],
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &["digital signature", "client auth"],
+    );
+    assert_eq!(
+        call(&s, &boot, "POST", CSRS, Some(node_masters)).await.0,
+        201
+    );
     // Renewal with the node's own certificate: selfnodeclient.
     let (renew, _) = client_csr("node-csr-2", "n1");
     let (code, created) = call(&s, &me, "POST", CSRS, Some(renew)).await;
@@ -301,6 +323,11 @@ async fn bootstrap_token_to_auto_approved_client_certificate_that_authenticates(
         renewed["status"]["conditions"][0]["message"],
         "Auto approving self kubelet client certificate after SubjectAccessReview."
     );
+    // The controllers went past the escalation attempts (created earlier) without approving.
+    for name in ["escalate-1", "escalate-2"] {
+        let c = s.csr(name).expect("csr");
+        assert!(c["status"]["conditions"].is_null(), "{name}: {c}");
+    }
     // A node may do more than a bootstrapper (no node authorizer here).
     let (code, _) = call(
         &s,
