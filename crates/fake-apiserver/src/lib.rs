@@ -405,10 +405,24 @@ impl FakeApiServer {
             .store(code.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Simulates an outage: closes the listener and every open connection (watches end) but
-    /// keeps the store, credentials and port for [`FakeApiServer::resume`].
+    /// Simulates an outage: closes the listener and every open connection (watches end) and
+    /// stops the certificate controllers, but keeps the store, credentials and port for
+    /// [`FakeApiServer::resume`].
     pub async fn pause(&mut self) {
         self.stop().await;
+    }
+
+    /// Starts the certificate controllers (kube-controller-manager's CSR approver and signer)
+    /// if they are not running; they resync every CSR on start.
+    fn start_controllers(&mut self) {
+        if self.controllers_task.is_none() {
+            self.controllers_cancel = tokio_util::sync::CancellationToken::new();
+            let run = self
+                .controllers
+                .clone()
+                .run(self.controllers_cancel.clone());
+            self.controllers_task = Some(tokio::spawn(run));
+        }
     }
 
     /// Serves again on the same address with the same state after [`FakeApiServer::pause`].
@@ -428,6 +442,7 @@ impl FakeApiServer {
             rx,
         )));
         self.shutdown = Some(tx);
+        self.start_controllers();
         Ok(())
     }
 
@@ -435,13 +450,15 @@ impl FakeApiServer {
     /// controllers.
     pub async fn shutdown(mut self) {
         self.stop().await;
+    }
+
+    /// Stops serving and the certificate controllers (which, like kube-controller-manager,
+    /// make no progress while the API server is down).
+    async fn stop(&mut self) {
         self.controllers_cancel.cancel();
         if let Some(t) = self.controllers_task.take() {
             let _ = t.await;
         }
-    }
-
-    async fn stop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

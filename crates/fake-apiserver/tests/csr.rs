@@ -811,3 +811,26 @@ async fn minted_certificates_and_a_lifetime_changed_at_run_time() {
     );
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signer_makes_no_progress_during_an_outage() {
+    let (mut s, _d) = server(Options::default()).await;
+    let (csr, _) = client_csr("during-outage", "n1");
+    let token = s.token.clone();
+    assert_eq!(
+        call(&s, &Auth::Bearer(&token), "POST", CSRS, Some(csr))
+            .await
+            .0,
+        201
+    );
+    s.pause().await;
+    s.approve_csr("during-outage")
+        .expect("approve in the store");
+    // Without the controllers stopped this is signed within milliseconds.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.issued_certificates().is_empty());
+    assert!(certificate(&s.csr("during-outage").expect("csr")).is_none());
+    s.resume().await.expect("resume");
+    issued(&s, "during-outage").await;
+    s.shutdown().await;
+}
