@@ -257,11 +257,14 @@ impl Api {
         if cert_user.is_some() {
             return cert_user;
         }
+        // Upstream's bearer token authenticator: scheme case-insensitive, then the token.
         let token = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))?
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))?
+            .1
             .trim();
         if let Some(u) = self.store.token_user(token) {
             return Some(u);

@@ -617,6 +617,18 @@ async fn bootstrap_tokens_are_checked_as_upstream_and_only_reach_csrs() {
 
     let boot = Auth::Bearer(TOKEN);
     assert_eq!(call(&s, &boot, "GET", CSRS, None).await.0, 200);
+    // The scheme is case-insensitive, as upstream's bearer token authenticator.
+    let mut conn = connect(&s, &Auth::None).await;
+    let req = http::Request::builder()
+        .uri(CSRS)
+        .header("host", "localhost")
+        .header("authorization", format!("bearer {TOKEN}"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    assert_eq!(
+        conn.send_request(req).await.expect("response").status(),
+        200
+    );
     assert_eq!(
         call(&s, &boot, "GET", "/apis/certificates.k8s.io/v1", None)
             .await
