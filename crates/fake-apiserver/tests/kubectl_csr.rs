@@ -117,6 +117,15 @@ async fn kubectl_get_approve_and_deny_csrs() {
         refused.stderr
     );
 
+    // Metadata patches (kubectl label: strategic merge) and delete work on the main resource.
+    ok(&s, &["label", "csr", "csr-two", "team=nodes"]).await;
+    let two = s.csr("csr-two").expect("csr-two");
+    assert_eq!(two["metadata"]["labels"]["team"], "nodes");
+    assert_eq!(two["status"]["conditions"][0]["type"], "Denied");
+    let out = ok(&s, &["delete", "csr", "csr-two"]).await;
+    assert!(out.stdout.contains("deleted"), "{}", out.stdout);
+    assert!(s.csr("csr-two").is_none());
+
     // The issued certificate is a working kubeconfig credential.
     let cert = cert_of(&issued).expect("cert");
     let kc = fake_apiserver::tls::kubeconfig(
