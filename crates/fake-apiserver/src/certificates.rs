@@ -365,6 +365,8 @@ pub fn prepare_update(
     mut new: Value,
     sub: Subresource,
 ) -> Result<Value, ApiError> {
+    let name = old["metadata"]["name"].as_str().unwrap_or_default();
+    shape_check(&new, name)?;
     let old_spec = old.get("spec").cloned();
     match sub {
         Subresource::Approval => {
@@ -391,7 +393,40 @@ pub fn prepare_update(
 
 /// Create-time validation (upstream `ValidateCertificateSigningRequestCreate`).
 pub fn validate_create(obj: &Value) -> Result<(), ApiError> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    shape_check(obj, name)?;
     validate(obj, None, Subresource::Main)
+}
+
+/// What JSON decoding into the Go types would refuse: `spec`/`status` not objects,
+/// `status.conditions` not a list of objects, `status.certificate` not a string.
+fn shape_check(obj: &Value, name: &str) -> Result<(), ApiError> {
+    let bad = |field: &str, what: &str| {
+        Err(ApiError::bad_request(format!(
+            "CertificateSigningRequest {name:?}: {field} must be {what}"
+        )))
+    };
+    for field in ["spec", "status"] {
+        if obj
+            .get(field)
+            .is_some_and(|v| !v.is_object() && !v.is_null())
+        {
+            return bad(field, "an object");
+        }
+    }
+    let conds = &obj["status"]["conditions"];
+    if !conds.is_null()
+        && !conds
+            .as_array()
+            .is_some_and(|a| a.iter().all(Value::is_object))
+    {
+        return bad("status.conditions", "a list of objects");
+    }
+    let cert = &obj["status"]["certificate"];
+    if !cert.is_null() && !cert.is_string() {
+        return bad("status.certificate", "a base64 string");
+    }
+    Ok(())
 }
 
 /// Names: upstream does not care what CSRs are called, beyond being a path segment.

@@ -322,3 +322,28 @@ fn printer_columns() {
         "Denied"
     );
 }
+
+#[test]
+fn hostile_shapes_are_refused_not_crashed() {
+    let old = stored();
+    for status in [
+        json!("x"),
+        json!({"conditions": "Approved"}),
+        json!({"conditions": ["Approved"]}),
+        json!({"certificate": 42}),
+    ] {
+        for sub in [
+            Subresource::Status,
+            Subresource::Approval,
+            Subresource::Main,
+        ] {
+            let mut next = old.clone();
+            next["status"] = status.clone();
+            let e = prepare_update(info(), &old, next, sub).expect_err("refused");
+            assert_eq!(e.code, 400, "{status} via {sub:?}: {e}");
+        }
+    }
+    let mut create = client_csr();
+    create["spec"] = json!(["not", "an", "object"]);
+    assert_eq!(validate_create(&create).map_err(|e| e.code), Err(400));
+}
