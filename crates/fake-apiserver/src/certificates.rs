@@ -299,7 +299,11 @@ fn now_rfc3339() -> String {
 fn populate_condition_timestamps(new: &mut Value, old: &Value) {
     let now = now_rfc3339();
     let old_conds: Vec<Value> = conditions(old).into_iter().cloned().collect();
-    if let Some(conds) = new["status"]["conditions"].as_array_mut() {
+    let conds = new
+        .get_mut("status")
+        .and_then(|st| st.get_mut("conditions"))
+        .and_then(Value::as_array_mut);
+    if let Some(conds) = conds {
         for c in conds {
             if !c.is_object() {
                 continue;
@@ -371,7 +375,11 @@ pub fn prepare_update(
     match sub {
         Subresource::Approval => {
             populate_condition_timestamps(&mut new, old);
-            let conds = new["status"].get("conditions").cloned();
+            let conds = new
+                .get("status")
+                .and_then(|st| st.get("conditions"))
+                .filter(|c| !c.is_null())
+                .cloned();
             set_or_remove(&mut new, "status", old.get("status").cloned());
             if !new["status"].is_object() {
                 new["status"] = json!({});

@@ -343,6 +343,15 @@ fn hostile_shapes_are_refused_not_crashed() {
             assert_eq!(e.code, 400, "{status} via {sub:?}: {e}");
         }
     }
+    // A write without status leaves no `conditions: null` behind.
+    let mut bare = old.clone();
+    if let Some(m) = bare.as_object_mut() {
+        m.remove("status");
+    }
+    for sub in [Subresource::Status, Subresource::Approval] {
+        let out = prepare_update(info(), &old, bare.clone(), sub).expect("no-op");
+        assert!(out["status"].get("conditions").is_none(), "{sub:?}: {out}");
+    }
     let mut create = client_csr();
     create["spec"] = json!(["not", "an", "object"]);
     assert_eq!(validate_create(&create).map_err(|e| e.code), Err(400));
