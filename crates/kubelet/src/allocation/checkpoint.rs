@@ -33,6 +33,12 @@ pub enum CheckpointError {
     },
     #[error("checkpoint {path} is corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
+    /// The Go kubelet's file (its `data` is a JSON string, summed with go-spew and FNV-32a),
+    /// left behind when rkubelet replaced it on the node. Not read: the pods' specs rebuild it.
+    #[error(
+        "checkpoint {path} was written by the Go kubelet (\"data\" is a JSON string), a format rkubelet does not read"
+    )]
+    GoKubelet { path: PathBuf },
     #[error("writing checkpoint {path}: {source}")]
     Write {
         path: PathBuf,
@@ -52,6 +58,12 @@ fn checksum(data: &Allocations) -> Result<u64, serde_json::Error> {
     Ok(bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     }))
+}
+
+/// Upstream's `allocation/state` checkpoint: `{"data": "<JSON text>", "checksum": N}`.
+fn is_go_kubelet_file(blob: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(blob)
+        .is_ok_and(|v| v.get("data").is_some_and(serde_json::Value::is_string))
 }
 
 /// One checkpoint file.
@@ -96,6 +108,11 @@ impl Checkpoint {
             )));
         }
         let blob = std::fs::read(&self.path).map_err(read_err)?;
+        if is_go_kubelet_file(&blob) {
+            return Err(CheckpointError::GoKubelet {
+                path: self.path.clone(),
+            });
+        }
         let file: File = serde_json::from_slice(&blob)
             .map_err(|e| corrupt(format!("expected a JSON object {{data, checksum}}: {e}")))?;
         let want = checksum(&file.data).map_err(|e| corrupt(e.to_string()))?;
@@ -191,6 +208,24 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec![ALLOCATED_FILE.to_owned()]);
+    }
+
+    #[test]
+    fn a_go_kubelet_file_is_recognised_not_called_corrupt() {
+        let d = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(d.path(), ALLOCATED_FILE);
+        // What the Go kubelet 1.33 leaves: the entries as a JSON string in `data`.
+        std::fs::write(
+            cp.path(),
+            r#"{"data":"{\"entries\":{}}","checksum":1057365947}"#,
+        )
+        .unwrap();
+        let e = cp.load().unwrap_err();
+        assert!(matches!(e, CheckpointError::GoKubelet { .. }), "{e}");
+        assert!(e.to_string().contains("written by the Go kubelet"), "{e}");
+        // rkubelet's own file is not mistaken for it.
+        cp.store(&sample()).unwrap();
+        assert_eq!(cp.load().unwrap(), sample());
     }
 
     #[test]
