@@ -38,8 +38,9 @@ const IMAGE: &str = "docker.io/library/busybox:latest";
 
 /// A container command that exits 3 the first time it runs in a pod (marker in the pod's
 /// emptyDir) and runs until SIGTERM afterwards: the same spec gives an exited instance 0 and a
-/// running instance 1, as a crash and a kubelet restart leave them.
-const CRASH_ONCE: &str = "if [ -f /data/crashed-once ]; then trap 'exit 0' TERM; while true; do sleep 1; done; else touch /data/crashed-once; exit 3; fi";
+/// running instance 1, as a crash and a kubelet restart leave them. The crash leaves a
+/// termination message in the file the Go kubelet mounted.
+const CRASH_ONCE: &str = "if [ -f /data/crashed-once ]; then trap 'exit 0' TERM; while true; do sleep 1; done; else touch /data/crashed-once; echo -n crashed under go > /dev/termination-log; exit 3; fi";
 const RUN: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 
 // ---------------------------------------------------------------------------------------------
@@ -962,6 +963,10 @@ async fn go_kubelet_api_pods_are_adopted_without_restarts() {
         app["lastState"]["terminated"]["containerID"],
         cid(&app0),
         "{app}"
+    );
+    assert_eq!(
+        app["lastState"]["terminated"]["message"], "crashed under go",
+        "the termination message is read through the Go kubelet's mount: {app}"
     );
     let s = cstatus(&two_seen, "containerStatuses", "side");
     assert_eq!(s["containerID"], cid(&side), "{s}");
