@@ -1075,7 +1075,6 @@ async fn go_kubelet_static_pod_is_replaced_exactly_once() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ctrl\n  namespace: kube-system\n  labels:\n    component: ctrl\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, \"{RUN}\"]\n"
     );
     k.write_manifest("ctrl.yaml", &manifest);
-    let manifest_path = k.manifests().join("ctrl.yaml");
     // The Go kubelet's static pod: applyDefaults renames it `<name>-<node>` (generatePodName),
     // sets the UID (an md5, 32 hex digits) and the config annotations; the defaults of the
     // API (terminationMessagePath, policy) are applied by the decoder.
@@ -1102,7 +1101,6 @@ async fn go_kubelet_static_pod_is_replaced_exactly_once() {
         },
     }))
     .unwrap();
-    let _ = manifest_path;
     let go_sb = go_run_sandbox(&rt, &node, &pod).await;
     let go_c = go_start_container(&rt, &node, &pod, &go_sb, "c", 0, "6b7c8d9e").await;
 
@@ -1127,6 +1125,22 @@ async fn go_kubelet_static_pod_is_replaced_exactly_once() {
         assert!(
             Instant::now() < deadline,
             "the Go kubelet's sandbox is still there\n{}",
+            tail(&k.log_text(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its pod dir and log dir are cleaned up like any removed pod's.
+    let old_dir = k.root().join("pods").join(go_uid);
+    let old_logs = go_pod_log_dir(&node, &pod);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while old_dir.exists() || old_logs.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: pod dir {} {}, log dir {} {}\n{}",
+            old_dir.display(),
+            old_dir.exists(),
+            old_logs.display(),
+            old_logs.exists(),
             tail(&k.log_text(), 60)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
