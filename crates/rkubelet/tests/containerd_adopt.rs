@@ -329,14 +329,13 @@ fn go_container_config(
     let pod_dir = node.root.join("pods").join(uid);
     let mut mounts = Vec::new();
     for vm in c.volume_mounts.iter().flatten() {
-        // The emptyDir plugin's path (pkg/volume/emptydir): volumes/kubernetes.io~empty-dir/<name>.
+        // The volume plugins' paths (pkg/volume/emptydir, projected):
+        // volumes/kubernetes.io~<plugin>/<name>; projected volumes are mounted read-only.
+        let v = go_volume(pod, &vm.name);
         mounts.push(Mount {
             container_path: vm.mount_path.clone(),
-            host_path: pod_dir
-                .join("volumes/kubernetes.io~empty-dir")
-                .join(&vm.name)
-                .display()
-                .to_string(),
+            host_path: go_volume_dir(&pod_dir, v).display().to_string(),
+            readonly: v.projected.is_some(),
             ..Default::default()
         });
     }
@@ -411,6 +410,50 @@ fn go_container_config(
     }
 }
 
+fn go_volume<'a>(pod: &'a Pod, name: &str) -> &'a k8s_openapi::api::core::v1::Volume {
+    let volumes = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap();
+    let v = volumes.iter().find(|v| v.name == name).unwrap();
+    assert!(
+        v.empty_dir.is_some() || v.projected.is_some(),
+        "only emptyDir and projected volumes here"
+    );
+    v
+}
+
+fn go_volume_dir(pod_dir: &Path, v: &k8s_openapi::api::core::v1::Volume) -> PathBuf {
+    let plugin = if v.projected.is_some() {
+        "kubernetes.io~projected"
+    } else {
+        "kubernetes.io~empty-dir"
+    };
+    pod_dir.join("volumes").join(plugin).join(&v.name)
+}
+
+/// A projected (service account token) volume as the Go kubelet sets it up: a tmpfs (the
+/// wrapped memory-backed emptyDir, pkg/volume/emptydir `setupTmpfs`) holding the payload in
+/// the AtomicWriter layout (pkg/volume/util/atomic_writer.go): a `..<UTC timestamp>.<random>`
+/// directory, `..data` pointing at it, and each file as a symlink through `..data`.
+fn go_projected_volume(dir: &Path) {
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(dir)
+        .status()
+        .expect("run mount")
+        .success();
+    assert!(ok, "mount a tmpfs on {}", dir.display());
+    let ts = dir.join("..2026_11_26_08_00_00.1234567890");
+    std::fs::create_dir(&ts).unwrap();
+    std::fs::write(ts.join("token"), "go-kubelet-token").unwrap();
+    std::fs::write(ts.join("namespace"), "default").unwrap();
+    for f in ["token", "namespace"] {
+        set_mode(&ts.join(f), 0o644);
+    }
+    std::os::unix::fs::symlink("..2026_11_26_08_00_00.1234567890", dir.join("..data")).unwrap();
+    for f in ["token", "namespace"] {
+        std::os::unix::fs::symlink(format!("..data/{f}"), dir.join(f)).unwrap();
+    }
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -426,12 +469,13 @@ async fn go_run_sandbox(rt: &RemoteRuntime, node: &GoNode, pod: &Pod) -> String 
         std::fs::create_dir_all(pod_dir.join(sub)).unwrap();
     }
     for v in pod.spec.as_ref().unwrap().volumes.iter().flatten() {
-        assert!(v.empty_dir.is_some(), "only emptyDir volumes here");
-        let dir = pod_dir
-            .join("volumes/kubernetes.io~empty-dir")
-            .join(&v.name);
+        let dir = go_volume_dir(&pod_dir, v);
         std::fs::create_dir_all(&dir).unwrap();
-        set_mode(&dir, 0o777);
+        if v.projected.is_some() {
+            go_projected_volume(&dir);
+        } else {
+            set_mode(&dir, 0o777);
+        }
     }
     // ensureHostsFile (kubelet_pods.go): the managed hosts file (the pod IP is not known
     // before the sandbox exists; the test does not depend on it), or the node's for a
@@ -725,7 +769,15 @@ fn two_containers_pod() -> Value {
         "two",
         json!({
             "terminationGracePeriodSeconds": 5,
-            "volumes": [{"name": "data", "emptyDir": {}}],
+            "serviceAccountName": "default",
+            "volumes": [
+                {"name": "data", "emptyDir": {}},
+                // What the ServiceAccount admission plugin adds (trimmed to two sources).
+                {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                ]}},
+            ],
             "containers": [
                 {
                     "name": "app",
@@ -739,6 +791,11 @@ fn two_containers_pod() -> Value {
                     "name": "side",
                     "command": ["sh", "-c", RUN],
                     "resources": {"requests": {"cpu": "20m"}},
+                    "volumeMounts": [{
+                        "name": "kube-api-access-x7k2p",
+                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                        "readOnly": true,
+                    }],
                 },
             ],
         }),
@@ -803,6 +860,13 @@ fn cid(id: &str) -> String {
 async fn go_kubelet_api_pods_are_adopted_without_restarts() {
     let mut k = Kubelet::new();
     let (server, client) = fixture(k.dir.path()).await;
+    server
+        .create(
+            "serviceaccounts",
+            "default",
+            json!({"metadata": {"name": "default"}}),
+        )
+        .unwrap();
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
     let rt = cri().await;
     let node = go_node(&k, ensure_image(&rt).await);
@@ -1002,6 +1066,46 @@ async fn go_kubelet_api_pods_are_adopted_without_restarts() {
     .await;
     assert_eq!(api_app["restartCount"], 1, "{api_app}");
     assert_eq!(api_app["containerID"], cid(&app1), "{api_app}");
+
+    // The service account token volume stays live: rkubelet writes its token onto the Go
+    // kubelet's tmpfs (the one the container's bind mount shows), without mounting another.
+    let projected = k
+        .root()
+        .join("pods")
+        .join(&two_uid)
+        .join("volumes/kubernetes.io~projected/kube-api-access-x7k2p");
+    let token = wait_for(
+        &k,
+        Duration::from_secs(30),
+        "rkubelet's token in the container",
+        || {
+            let side = side.clone();
+            async move {
+                let (code, out, _) = common::exec_in(
+                    &side,
+                    &["cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"],
+                )
+                .await;
+                (code == 0 && out != "go-kubelet-token").then_some(out)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        token.split('.').count(),
+        3,
+        "a JWT from TokenRequest: {token}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = projected.display().to_string();
+    assert_eq!(
+        mounts
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+            .count(),
+        1,
+        "one tmpfs on {want}"
+    );
 
     // Two sync periods (syncFrequency 10s) later nothing was restarted, recreated or re-run:
     // the same sandboxes and containers, in the same states.
