@@ -29,7 +29,7 @@ use rkubelet_cri::api::{
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListPodSandboxRequest, Mount,
     NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxFilter, PodSandboxMetadata,
     PodSandboxState, PortMapping, Protocol, PullImageRequest, RunPodSandboxRequest,
-    SecurityProfile, StartContainerRequest, security_profile::ProfileType,
+    SecurityProfile, StartContainerRequest, StopContainerRequest, security_profile::ProfileType,
 };
 use rkubelet_cri::{ImageService, RemoteRuntime, RuntimeService};
 use serde_json::{Value, json};
@@ -1149,6 +1149,57 @@ async fn go_kubelet_api_pods_are_adopted_without_restarts() {
     assert!(go_pod_log_dir(&node, two).join("app/1.log").is_file());
     assert!(go_pod_log_dir(&node, two).join("app/0.log").is_file());
     assert_go_checkpoints_kept(&k.root(), &checkpoints);
+
+    // A later restart continues the Go kubelet's numbering: app's instance 1 exits, rkubelet
+    // starts instance 2 (metadata attempt, restartCount annotation, log file 2.log).
+    rt.stop_container(StopContainerRequest {
+        container_id: app1.clone(),
+        timeout: 10,
+    })
+    .await
+    .expect("StopContainer");
+    let app2 = wait_for(
+        &k,
+        Duration::from_secs(60),
+        "app restarted by rkubelet",
+        || async {
+            pod_containers(&rt, &two_uid).await.into_iter().find(|c| {
+                c.metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name == "app" && m.attempt == 2)
+                    && c.state == ContainerState::ContainerRunning as i32
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        app2.annotations["io.kubernetes.container.restartCount"], "2",
+        "{app2:?}"
+    );
+    let log_path = rt
+        .container_status(ContainerStatusRequest {
+            container_id: app2.id.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus")
+        .status
+        .unwrap()
+        .log_path;
+    assert_eq!(
+        Path::new(&log_path),
+        go_pod_log_dir(&node, two).join("app/2.log")
+    );
+    wait_for(
+        &k,
+        Duration::from_secs(30),
+        "RESTARTS 2 in the API",
+        || async {
+            let p = server.get("pods", "default", "two")?;
+            (cstatus(&p, "containerStatuses", "app")["restartCount"] == 2).then_some(())
+        },
+    )
+    .await;
 
     // Clean up: delete the pods through the API; rkubelet stops them.
     for name in ["two", "inited", "hostnet"] {
