@@ -648,22 +648,49 @@ fn go_fnv32a(s: &str) -> u32 {
 
 /// Checkpoint files a 1.33 Go kubelet leaves in its root dir with the default configuration
 /// (cpuManagerPolicy none, memoryManagerPolicy None, InPlacePodVerticalScaling on), as
-/// `(file, contents)`.
+/// `(file, contents)`, for `pods` (every container's resources, as admitted and as started).
 ///
 /// `cpu_manager_state` is byte-exact: pkg/kubelet/cm/cpumanager/state/checkpoint.go
 /// `MarshalCheckpoint` sums the go-spew dump of the checkpoint (Entries an empty map, checksum
 /// 0) and writes `policyName`, `defaultCpuSet`, `checksum` (entries omitted when empty).
-/// rkubelet reads it. The others belong to managers rkubelet does not implement (memory
-/// manager, DRA, device plugins) or to the allocation checkpoint, whose Go format (a JSON
-/// string in `data`) rkubelet does not read: their checksums are not asserted to be
-/// upstream's. rkubelet must start with them present and leave the first three untouched.
-fn go_checkpoints(root: &Path) -> Vec<(&'static str, String)> {
+/// `allocated_pods_state` / `actuated_pods_state` are byte-exact too (allocation/state
+/// `NewCheckpoint`: the JSON of `PodResourceCheckpointInfo` as a string in `data`, summed by
+/// `checksum.New(data)` = FNV-32a over `(string)<data>`); rkubelet reads them. The others
+/// belong to managers rkubelet does not implement (memory manager, DRA, device plugins); their
+/// checksums are not asserted to be upstream's: rkubelet must start with them present and
+/// leave them untouched.
+fn go_checkpoints(root: &Path, pods: &[&Pod]) -> Vec<(&'static str, String)> {
     let cpu_sum = go_fnv32a(
         "(*state.CPUManagerCheckpoint){PolicyName:(string)none DefaultCPUSet:(string) Entries:(map[string]map[string]string)map[] Checksum:(checksum.Checksum)0}",
     );
     // The value found on every kubeadm node with the default CPU manager policy.
     assert_eq!(cpu_sum, 1_353_318_690);
-    let allocations = r#"{"entries":{}}"#;
+    // encoding/json: map keys sorted, ResourceRequirements with omitempty fields.
+    let entries: serde_json::Map<String, Value> = pods
+        .iter()
+        .map(|pod| {
+            let spec = pod.spec.as_ref().unwrap();
+            let resources: serde_json::Map<String, Value> = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .map(|c| {
+                    let r = c.resources.clone().unwrap_or_default();
+                    (c.name.clone(), serde_json::to_value(r).unwrap())
+                })
+                .collect();
+            (
+                meta(pod).2.to_owned(),
+                json!({ "ContainerResources": resources }),
+            )
+        })
+        .collect();
+    let allocations = if entries.is_empty() {
+        "{}".to_owned()
+    } else {
+        serde_json::to_string(&json!({ "entries": entries })).unwrap()
+    };
     let files = vec![
         (
             "cpu_manager_state",
@@ -685,7 +712,7 @@ fn go_checkpoints(root: &Path) -> Vec<(&'static str, String)> {
             "allocated_pods_state",
             format!(
                 r#"{{"data":{},"checksum":{}}}"#,
-                serde_json::to_string(allocations).unwrap(),
+                serde_json::to_string(&allocations).unwrap(),
                 go_fnv32a(&format!("(string){allocations}"))
             ),
         ),
@@ -693,7 +720,7 @@ fn go_checkpoints(root: &Path) -> Vec<(&'static str, String)> {
             "actuated_pods_state",
             format!(
                 r#"{{"data":{},"checksum":{}}}"#,
-                serde_json::to_string(allocations).unwrap(),
+                serde_json::to_string(&allocations).unwrap(),
                 go_fnv32a(&format!("(string){allocations}"))
             ),
         ),
@@ -870,7 +897,6 @@ async fn go_kubelet_api_pods_are_adopted_without_restarts() {
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
     let rt = cri().await;
     let node = go_node(&k, ensure_image(&rt).await);
-    let checkpoints = go_checkpoints(&k.root());
 
     // The API pods, as the scheduler bound them to this node.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -883,6 +909,7 @@ async fn go_kubelet_api_pods_are_adopted_without_restarts() {
     let two = &created["two"];
     let inited = &created["inited"];
     let hostnet = &created["hostnet"];
+    let checkpoints = go_checkpoints(&k.root(), &[two, inited, hostnet]);
 
     // What the Go kubelet did on this node. Pod "two": app crashed once (instance 0 exited 3,
     // instance 1 running), side running.
@@ -1225,7 +1252,6 @@ async fn go_kubelet_static_pod_is_replaced_exactly_once() {
     let mut k = Kubelet::new();
     let rt = cri().await;
     let node = go_node(&k, ensure_image(&rt).await);
-    go_checkpoints(&k.root());
     let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ctrl\n  namespace: kube-system\n  labels:\n    component: ctrl\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, \"{RUN}\"]\n"
     );
@@ -1256,6 +1282,7 @@ async fn go_kubelet_static_pod_is_replaced_exactly_once() {
         },
     }))
     .unwrap();
+    let checkpoints = go_checkpoints(&k.root(), &[&pod]);
     let go_sb = go_run_sandbox(&rt, &node, &pod).await;
     let go_c = go_start_container(&rt, &node, &pod, &go_sb, "c", 0, "6b7c8d9e").await;
 
@@ -1300,6 +1327,7 @@ async fn go_kubelet_static_pod_is_replaced_exactly_once() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    assert_go_checkpoints_kept(&k.root(), &checkpoints);
     // Exactly once: the new instance stays.
     let new = containers(&rt, &uid).await;
     let until = Instant::now() + Duration::from_secs(15);

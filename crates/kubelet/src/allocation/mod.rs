@@ -54,11 +54,6 @@ impl Store {
             None => Allocations::new(),
             Some(cp) => match cp.load() {
                 Ok(d) => d,
-                Err(e @ CheckpointError::GoKubelet { .. }) => {
-                    // A node that ran the Go kubelet: expected, and harmless.
-                    warn!(error = %e, "rebuilding the pod resource checkpoint from the pods' specs");
-                    Allocations::new()
-                }
                 Err(e) => {
                     error!(error = %e, path = %cp.path().display(), "pod resource checkpoint unreadable; starting empty and rebuilding it from the pods' specs");
                     Allocations::new()
