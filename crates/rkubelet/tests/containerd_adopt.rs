@@ -72,6 +72,19 @@ fn go_hash_container(c: &Container) -> u64 {
     u64::from(h)
 }
 
+/// The test's hash against upstream's own vector (pkg/kubelet/container/helpers_test.go
+/// `TestHashContainer`: name "test_container", image "foo/image:v1").
+#[test]
+fn go_hash_matches_the_upstream_vector() {
+    let c = Container {
+        name: "test_container".into(),
+        image: Some("foo/image:v1".into()),
+        command: Some(vec!["/bin/testcmd".into()]),
+        ..Default::default()
+    };
+    assert_eq!(go_hash_container(&c), 0x8e45_cbd0);
+}
+
 /// What the Go kubelet knows about the node while it creates the objects.
 struct GoNode {
     root: PathBuf,
