@@ -148,7 +148,7 @@ fn go_cpu_shares(c: &Container) -> i64 {
 }
 
 /// `generatePodSandboxConfig` + `generatePodSandboxLinuxConfig`
-/// (pkg/kubelet/kuberuntime/kuberuntime_sandbox.go, kuberuntime_sandbox_linux.go).
+/// (pkg/kubelet/kuberuntime/kuberuntime_sandbox.go).
 fn go_sandbox_config(node: &GoNode, pod: &Pod, attempt: u32) -> PodSandboxConfig {
     let (name, ns, uid) = meta(pod);
     let spec = pod.spec.as_ref().unwrap();
