@@ -475,9 +475,6 @@ impl SyncLoop {
         let known = self.workers.known_uids();
         let keep: HashSet<String> = desired.union(&known).cloned().collect();
         self.status.remove_orphaned_statuses(&keep);
-        if let Some(v) = &self.volumes {
-            v.cleanup_orphaned_pod_dirs(&keep).await;
-        }
 
         // Desired pods without a worker (restarted after being re-added) get one again.
         for uid in desired.difference(&known) {
@@ -495,19 +492,24 @@ impl SyncLoop {
         }
 
         let mut possibly_running = keep;
-        match list_pods(self.runtime.as_ref(), false).await {
-            Ok(running) => {
-                possibly_running.extend(running.iter().map(|rp| rp.uid.clone()));
-                for rp in running {
-                    if !known.contains(&rp.uid) && !desired.contains(&rp.uid) {
-                        info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "killing orphaned runtime pod");
-                        self.workers.update_pod(PodWork::kill_orphan(rp));
-                    }
-                }
-            }
+        let running = match list_pods(self.runtime.as_ref(), false).await {
+            Ok(running) => running,
             Err(e) => {
                 warn!(error = %e, "housekeeping: listing runtime pods failed");
                 return;
+            }
+        };
+        possibly_running.extend(running.iter().map(|rp| rp.uid.clone()));
+        // Upstream `cleanupOrphanedPodDirs(allPods, runningRuntimePods)`: the directory (and
+        // volume mounts) of a pod still running in the runtime stays until it is killed, e.g.
+        // an orphan another kubelet started, whose containers still use its files.
+        if let Some(v) = &self.volumes {
+            v.cleanup_orphaned_pod_dirs(&possibly_running).await;
+        }
+        for rp in running {
+            if !known.contains(&rp.uid) && !desired.contains(&rp.uid) {
+                info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "killing orphaned runtime pod");
+                self.workers.update_pod(PodWork::kill_orphan(rp));
             }
         }
         if let Some((cm, root_dir)) = &self.cgroups {

@@ -275,6 +275,50 @@ async fn restart_adopts_running_containers_and_kills_orphans() {
     agent.shutdown().await;
 }
 
+/// Upstream `cleanupOrphanedPodDirs(allPods, runningRuntimePods)`: the directory of a pod no
+/// source has (e.g. a static pod the Go kubelet started under another UID) stays while its
+/// containers still run, because they use its files (hosts file, termination-message file,
+/// volumes); it goes once the orphan is killed.
+#[tokio::test(start_paused = true)]
+async fn an_orphans_pod_dir_stays_until_its_containers_are_gone() {
+    let h = Harness::new();
+    let gone = pod("gone", "Always", 30);
+    let agent = h.start().await;
+    set(&agent, vec![gone.clone()]).await;
+    wait_until("running", Duration::from_secs(30), || {
+        all_running(&agent, &gone)
+    })
+    .await;
+    agent.shutdown().await;
+    let pod_dir = h.root.join("kubelet/pods").join(common::agent::uid(&gone));
+    assert!(pod_dir.join("etc-hosts").is_file());
+
+    // The next kubelet has no source for it; stopping its container takes a while.
+    h.fake.set_latency("StopContainer", Duration::from_secs(20));
+    let agent = h.start().await;
+    set(&agent, vec![]).await;
+    wait_until("the orphan being killed", Duration::from_secs(30), || {
+        h.fake.call_count("StopContainer") > 0
+    })
+    .await;
+    // Several housekeeping passes (every 2 s) while the container still runs.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(h.fake.containers().len(), 1, "still stopping");
+    assert!(
+        pod_dir.join("etc-hosts").is_file(),
+        "the pod dir of a running orphan was removed"
+    );
+    wait_until("orphan gone", Duration::from_secs(60), || {
+        h.fake.containers().is_empty()
+    })
+    .await;
+    wait_until("pod dir removed", Duration::from_secs(60), || {
+        !pod_dir.exists()
+    })
+    .await;
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn restart_policy_never_success_is_terminal() {
     let h = Harness::new();

@@ -1,9 +1,10 @@
 //! allocation::checkpoint — the on-disk record of per-container resources (upstream
 //! `allocation/state` checkpoints `allocated_pods_state` and `actuated_pods_state` in the root
 //! dir). Receives the whole map of pod UID → container name → `ResourceRequirements`; emits it
-//! back on start. Writes are atomic (temp file, fsync, rename, directory fsync) and checksummed;
-//! a missing file is an empty record, a truncated or tampered one is an error the caller logs
-//! and recovers from (the pods' specs rebuild it).
+//! back on start (a file the Go kubelet 1.33 left is read too). Writes are atomic (temp file,
+//! fsync, rename, directory fsync) and checksummed; a missing file is an empty record, a
+//! truncated or tampered one is an error the caller logs and recovers from (the pods' specs
+//! rebuild it).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::{Deserialize, Serialize};
+use tracing::info;
 
 /// Container name → resources.
 pub type PodResources = BTreeMap<String, ResourceRequirements>;
@@ -52,6 +54,65 @@ fn checksum(data: &Allocations) -> Result<u64, serde_json::Error> {
     Ok(bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     }))
+}
+
+/// The Go kubelet's file (upstream `allocation/state` `Checkpoint`, 1.33): the payload as JSON
+/// text in `data`, summed by `checksum.New(data)` — FNV-32a over go-spew's `%#v` of a string,
+/// `(string)<text>`.
+#[derive(Deserialize)]
+struct GoFile {
+    data: String,
+    checksum: u64,
+}
+
+/// Upstream `PodResourceCheckpointInfo` (the JSON inside `data`).
+#[derive(Deserialize)]
+struct GoPayload {
+    #[serde(default)]
+    entries: BTreeMap<String, GoPodResources>,
+}
+
+/// Upstream `PodResourceInfo` (no JSON tags: Go field names as keys). Pod-level resources
+/// and emptyDir limits, which later releases add, have no place in rkubelet's record.
+#[derive(Deserialize)]
+struct GoPodResources {
+    #[serde(rename = "ContainerResources", default)]
+    container_resources: PodResources,
+}
+
+fn go_checksum(data: &str) -> u64 {
+    let hash = b"(string)"
+        .iter()
+        .chain(data.as_bytes())
+        .fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+        });
+    u64::from(hash)
+}
+
+/// Decodes a checkpoint the Go kubelet wrote; `None` when the blob is not in that format
+/// (`data` not a string), an error when it is but is damaged.
+fn decode_go_file(blob: &[u8]) -> Option<Result<Allocations, String>> {
+    let file: GoFile = serde_json::from_slice(blob).ok()?;
+    let want = go_checksum(&file.data);
+    if want != file.checksum {
+        return Some(Err(format!(
+            "the Go kubelet's checksum does not match: stored {}, computed {want}",
+            file.checksum
+        )));
+    }
+    Some(
+        serde_json::from_str::<GoPayload>(&file.data)
+            .map(|p| {
+                p.entries
+                    .into_iter()
+                    .map(|(uid, pod)| (uid, pod.container_resources))
+                    .collect()
+            })
+            .map_err(|e| {
+                format!("the Go kubelet's payload in \"data\" is not {{\"entries\": …}}: {e}")
+            }),
+    )
 }
 
 /// One checkpoint file.
@@ -96,6 +157,11 @@ impl Checkpoint {
             )));
         }
         let blob = std::fs::read(&self.path).map_err(read_err)?;
+        if let Some(go) = decode_go_file(&blob) {
+            let data = go.map_err(corrupt)?;
+            info!(path = %self.path.display(), pods = data.len(), "read the pod resource checkpoint the Go kubelet wrote; it is rewritten in rkubelet's format on the next change");
+            return Ok(data);
+        }
         let file: File = serde_json::from_slice(&blob)
             .map_err(|e| corrupt(format!("expected a JSON object {{data, checksum}}: {e}")))?;
         let want = checksum(&file.data).map_err(|e| corrupt(e.to_string()))?;
@@ -191,6 +257,59 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec![ALLOCATED_FILE.to_owned()]);
+    }
+
+    /// Upstream's test vector (allocation/state `Test_stateCheckpoint_formatUpgraded`).
+    const GO_FILE: &str = r#"{"data":"{\"entries\":{\"pod1\":{\"ContainerResources\":{\"container1\":{\"requests\":{\"cpu\":\"1Ki\",\"memory\":\"1Ki\"}}}}}}","checksum":1178570812}"#;
+
+    #[test]
+    fn a_go_kubelet_file_is_read() {
+        let d = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(d.path(), ALLOCATED_FILE);
+        std::fs::write(cp.path(), GO_FILE).unwrap();
+        let rr = ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("1Ki".into())),
+                ("memory".to_owned(), Quantity("1Ki".into())),
+            ])),
+            ..Default::default()
+        };
+        assert_eq!(
+            cp.load().unwrap(),
+            BTreeMap::from([(
+                "pod1".to_owned(),
+                BTreeMap::from([("container1".to_owned(), rr)])
+            )])
+        );
+        // Empty entries (omitted by Go's `omitempty`) and later releases' extra fields.
+        let data = r#"{"entries":{"p":{"ContainerResources":{},"PodLevelResources":null}}}"#;
+        let file = serde_json::json!({"data": data, "checksum": go_checksum(data)});
+        std::fs::write(cp.path(), file.to_string()).unwrap();
+        assert_eq!(cp.load().unwrap()["p"], PodResources::new());
+        let data = "{}";
+        let file = serde_json::json!({"data": data, "checksum": go_checksum(data)});
+        std::fs::write(cp.path(), file.to_string()).unwrap();
+        assert!(cp.load().unwrap().is_empty());
+        // rkubelet's own file is not mistaken for it.
+        cp.store(&sample()).unwrap();
+        assert_eq!(cp.load().unwrap(), sample());
+    }
+
+    #[test]
+    fn a_damaged_go_kubelet_file_is_an_error_naming_what_is_wrong() {
+        let d = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(d.path(), ALLOCATED_FILE);
+        std::fs::write(cp.path(), GO_FILE.replace("1Ki", "9Ki")).unwrap();
+        let e = cp.load().unwrap_err().to_string();
+        assert!(
+            e.contains("is corrupt") && e.contains("checksum does not match"),
+            "{e}"
+        );
+        let data = r#"{"entries":["not","a","map"]}"#;
+        let file = serde_json::json!({"data": data, "checksum": go_checksum(data)});
+        std::fs::write(cp.path(), file.to_string()).unwrap();
+        let e = cp.load().unwrap_err().to_string();
+        assert!(e.contains("payload in \"data\""), "{e}");
     }
 
     #[test]
