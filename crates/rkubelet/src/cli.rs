@@ -14,7 +14,11 @@ use kubelet::config::{
     ConfigError, Duration, KubeletConfiguration, apply_gated_defaults, load_config_upstream,
     parse_go_duration, support, validate,
 };
+use k8s_openapi::api::core::v1::Taint;
 use kubelet::kuberuntime::gc::ContainerGcPolicy;
+use kubelet::version::KUBERNETES_VERSION;
+
+use crate::logging::LogFormat;
 
 const DEPRECATED: &str = "This parameter should be set via the config file specified by the Kubelet's --config flag. See https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/ for more information.";
 
@@ -52,7 +56,9 @@ is checked every 20 seconds (also configurable with a flag).";
 /// Command-line flags. Config-backed flags are `Option`s: `None` means "not given", so the
 /// config file value stands.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "rkubelet", version, about = ABOUT, long_about = LONG_ABOUT, allow_negative_numbers = true)]
+// `args_override_self`: a flag given twice takes its last value, as pflag does (the kubeadm
+// drop-in appends `$KUBELET_EXTRA_ARGS` after `$KUBELET_KUBEADM_ARGS` to override it).
+#[command(name = "rkubelet", about = ABOUT, long_about = LONG_ABOUT, allow_negative_numbers = true, args_override_self = true, disable_version_flag = true)]
 pub struct Flags {
     #[arg(
         long,
@@ -109,6 +115,35 @@ pub struct Flags {
 
     #[arg(long = "feature-gates", value_name = "mapStringBool", value_parser = parse_gates, help = feature_gates_help())]
     pub feature_gates: Vec<BTreeMap<String, bool>>,
+    #[arg(
+        long = "version",
+        value_name = "version",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_version_flag,
+        help = "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version"
+    )]
+    pub version: Option<VersionFlag>,
+    #[arg(
+        long = "cloud-provider",
+        value_name = "string",
+        help = "The provider for cloud services. Set to empty string for running with no cloud provider. Set to 'external' for running with an external cloud provider. If set, the cloud provider determines the name of the node (consult cloud provider documentation to determine if and how the hostname is used)."
+    )]
+    pub cloud_provider: Option<String>,
+    /// Config-backed, but not deprecated upstream.
+    #[arg(
+        long = "provider-id",
+        value_name = "string",
+        help = "Unique identifier for identifying the node in a machine database, i.e cloudprovider"
+    )]
+    pub provider_id: Option<String>,
+    #[arg(long = "register-with-taints", value_name = "[]api.Taint", value_parser = parse_taints, help = deprecated!("Register the node with the given list of taints (comma separated \"<key>=<value>:<effect>\"). No-op if register-node is false."))]
+    pub register_with_taints: Option<Taints>,
+    #[arg(long = "logging-format", value_name = "string", help = deprecated!("Sets the log format. Permitted formats: \"json\" (gated by LoggingBetaOptions), \"text\"."))]
+    pub logging_format: Option<String>,
+    #[arg(long = "node-status-update-frequency", value_name = "duration", value_parser = parse_duration, help = deprecated!("Specifies how often kubelet posts node status to master. Note: be cautious when changing the constant, it must work with nodeMonitorGracePeriod in nodecontroller. (default 10s)"))]
+    pub node_status_update_frequency: Option<Duration>,
 
     #[arg(long = "pod-manifest-path", value_name = "string", help = deprecated!("Path to the directory containing static pod files to run, or the path to a single static pod file. Files starting with dots will be ignored."))]
     pub pod_manifest_path: Option<String>,
@@ -190,6 +225,23 @@ pub struct Flags {
     pub pod_infra_container_image: Option<String>,
 }
 
+/// `--version`: upstream's `verflag` values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionFlag {
+    /// `--version=false`: run.
+    False,
+    /// `--version`: print `Kubernetes vX.Y.Z` and quit.
+    True,
+    /// `--version=raw`: print the version structure and quit.
+    Raw,
+    /// `--version=vX.Y.Z-extra`: run, reporting this version.
+    Set(String),
+}
+
+/// `--register-with-taints`: the whole list (a later occurrence replaces an earlier one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taints(pub Vec<Taint>);
+
 /// One `--manifest-url-header` occurrence: `key:value` pairs in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderPairs(pub Vec<(String, String)>);
@@ -222,7 +274,16 @@ pub struct NodeOptions {
     /// `--image-credential-provider-bin-dir`.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: PathBuf,
+    /// `logging.format` (`--logging-format`).
+    pub log_format: LogFormat,
+    /// `--cloud-provider=external`.
+    pub external_cloud_provider: bool,
+    /// The version the Node reports: [`KUBERNETES_VERSION`] or `--version=vX.Y.Z...`.
+    pub kubelet_version: String,
 }
+
+/// Upstream's deprecation note of `--pod-infra-container-image`.
+const POD_INFRA_DEPRECATION: &str = "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.";
 
 /// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
 pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
@@ -282,6 +343,156 @@ fn feature_gates_help() -> String {
     }
     out.push_str(&format!(" (DEPRECATED: {DEPRECATED})"));
     out
+}
+
+/// Upstream's message for a command line pflag refuses (`unknown flag: --x`, `invalid
+/// argument "v" for "--x" flag: why`, `flag needs an argument: --x`), prefixed as the kubelet
+/// prefixes it; `None` for `--help`, which is not an error.
+pub fn flag_error(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    // clap names an argument as `--name <value_name>`; pflag as `--name` (`-v, --v` with a
+    // shorthand).
+    let flag_name = |arg: &str| {
+        let name = arg.split([' ', '=']).next().unwrap_or(arg).to_owned();
+        if name == "--v" { "-v, --v".to_owned() } else { name }
+    };
+    let message = match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => return None,
+        ErrorKind::UnknownArgument => {
+            let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+            match arg.strip_prefix('-') {
+                Some(short) if !short.starts_with('-') => {
+                    let c = short.chars().next().unwrap_or('-');
+                    format!("unknown shorthand flag: '{c}' in {arg}")
+                }
+                _ => format!("unknown flag: {}", arg.split('=').next().unwrap_or(&arg)),
+            }
+        }
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let arg = flag_name(&context(ContextKind::InvalidArg).unwrap_or_default());
+            let value = context(ContextKind::InvalidValue).unwrap_or_default();
+            match std::error::Error::source(e) {
+                Some(why) => format!("invalid argument {value:?} for {arg:?} flag: {why}"),
+                None if value.is_empty() => format!("flag needs an argument: {arg}"),
+                None => format!("invalid argument {value:?} for {arg:?} flag"),
+            }
+        }
+        _ => e
+            .render()
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned(),
+    };
+    Some(format!("failed to parse kubelet flag: {message}"))
+}
+
+/// What `--version` prints, if it asks for printing (upstream `PrintAndExitIfRequested`).
+pub fn version_output(flag: Option<&VersionFlag>) -> Option<String> {
+    match flag? {
+        VersionFlag::True => Some(format!("Kubernetes {KUBERNETES_VERSION}")),
+        VersionFlag::Raw => {
+            let (major, minor) = kubelet::version::major_minor();
+            let arch = match std::env::consts::ARCH {
+                "x86_64" => "amd64",
+                "aarch64" => "arm64",
+                other => other,
+            };
+            Some(format!(
+                "version.Info{{Major:\"{major}\", Minor:\"{minor}\", EmulationMajor:\"\", EmulationMinor:\"\", MinCompatibilityMajor:\"\", MinCompatibilityMinor:\"\", GitVersion:\"{KUBERNETES_VERSION}\", GitCommit:\"\", GitTreeState:\"\", BuildDate:\"\", GoVersion:\"\", Compiler:\"rustc\", Platform:\"{}/{arch}\"}}",
+                std::env::consts::OS
+            ))
+        }
+        VersionFlag::False | VersionFlag::Set(_) => None,
+    }
+}
+
+/// `true`/`false` (Go booleans), `raw`, or a version that keeps [`KUBERNETES_VERSION`]'s
+/// major, minor and patch numbers (upstream refuses to report another release).
+fn parse_version_flag(s: &str) -> Result<VersionFlag, String> {
+    if s == "raw" {
+        return Ok(VersionFlag::Raw);
+    }
+    if s.starts_with('v') {
+        let rest = s.strip_prefix(KUBERNETES_VERSION).ok_or_else(|| {
+            format!("{s:?} must keep the major, minor and patch version of {KUBERNETES_VERSION}")
+        })?;
+        if !(rest.is_empty() || rest.starts_with(['-', '+'])) {
+            return Err(format!(
+                "{s:?} must keep the major, minor and patch version of {KUBERNETES_VERSION}"
+            ));
+        }
+        return Ok(VersionFlag::Set(s.to_owned()));
+    }
+    Ok(if parse_bool(s)? {
+        VersionFlag::True
+    } else {
+        VersionFlag::False
+    })
+}
+
+/// Upstream `ParseTaints` for `--register-with-taints`: comma-separated `key[=value]:effect`
+/// (or a bare key); an empty value clears the list.
+fn parse_taints(s: &str) -> Result<Taints, String> {
+    if s.is_empty() {
+        return Ok(Taints(Vec::new()));
+    }
+    let mut taints: Vec<Taint> = Vec::new();
+    for spec in s.split(',') {
+        let invalid = |why: Vec<String>| {
+            if why.is_empty() {
+                format!("invalid taint spec: {spec}")
+            } else {
+                format!("invalid taint spec: {spec}, {}", why.join("; "))
+            }
+        };
+        let parts: Vec<&str> = spec.split(':').collect();
+        let (key, value, effect) = match parts.as_slice() {
+            [key] => ((*key).to_owned(), None, String::new()),
+            [kv, effect] => {
+                if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(effect) {
+                    return Err(format!(
+                        "invalid taint effect: {effect}, unsupported taint effect"
+                    ));
+                }
+                let kv: Vec<&str> = kv.split('=').collect();
+                match kv.as_slice() {
+                    [key] => ((*key).to_owned(), None, (*effect).to_owned()),
+                    [key, value] => {
+                        let errs = kubelet::sources::names::is_valid_label_value(value);
+                        if !errs.is_empty() {
+                            return Err(invalid(errs));
+                        }
+                        ((*key).to_owned(), Some((*value).to_owned()), (*effect).to_owned())
+                    }
+                    _ => return Err(invalid(Vec::new())),
+                }
+            }
+            _ => return Err(invalid(Vec::new())),
+        };
+        let errs = kubelet::sources::names::is_qualified_name(&key);
+        if !errs.is_empty() {
+            return Err(invalid(errs));
+        }
+        if taints.iter().any(|t| t.key == key && t.effect == effect) {
+            return Err(format!(
+                "duplicated taints with the same key and effect: {key}:{effect}"
+            ));
+        }
+        taints.push(Taint {
+            key,
+            value: value.filter(|v| !v.is_empty()),
+            effect,
+            ..Default::default()
+        });
+    }
+    Ok(Taints(taints))
 }
 
 fn parse_gates(s: &str) -> Result<BTreeMap<String, bool>, String> {
@@ -410,6 +621,20 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
     set!(flags.system_cgroups, "system-cgroups", c.system_cgroups);
     set!(flags.fail_swap_on, "fail-swap-on", c.fail_swap_on);
     set!(flags.register_node, "register-node", c.register_node);
+    set!(
+        flags.node_status_update_frequency,
+        "node-status-update-frequency",
+        c.node_status_update_frequency
+    );
+    set!(flags.logging_format, "logging-format", c.logging.format);
+    if let Some(taints) = &flags.register_with_taints {
+        c.register_with_taints = taints.0.clone();
+        used.push("register-with-taints");
+    }
+    // Config-backed like the others, but not deprecated upstream.
+    if let Some(id) = &flags.provider_id {
+        c.provider_id = id.clone();
+    }
     // The first occurrence replaces the configured headers; later ones append per key.
     if !flags.manifest_url_header.is_empty() {
         let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -576,6 +801,24 @@ fn resolve_with(
     }
     let hostname_override = non_empty(&flags.hostname_override);
     let container_gc = container_gc_policy(flags, &mut warnings);
+    if flags.pod_infra_container_image.is_some() {
+        warnings.push(format!("Flag --pod-infra-container-image has been deprecated, {POD_INFRA_DEPRECATION}"));
+    }
+    let log_format = LogFormat::parse(&config.logging.format).map_err(|e| ConfigError::Invalid(vec![e]))?;
+    let external_cloud_provider = match flags.cloud_provider.as_deref().unwrap_or("") {
+        "" => false,
+        "external" => true,
+        other => {
+            return Err(ConfigError::Flag {
+                flag: "cloud-provider".into(),
+                message: format!("cloud provider {other:?} was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"),
+            });
+        }
+    };
+    let kubelet_version = match &flags.version {
+        Some(VersionFlag::Set(v)) => v.clone(),
+        _ => KUBERNETES_VERSION.to_owned(),
+    };
     let node = NodeOptions {
         root_dir: flags.root_dir.clone(),
         cert_dir: flags
@@ -604,6 +847,9 @@ fn resolve_with(
             .image_credential_provider_bin_dir
             .clone()
             .unwrap_or_default(),
+        log_format,
+        external_cloud_provider,
+        kubelet_version,
     };
     Ok((config, node))
 }
@@ -714,6 +960,214 @@ mod tests {
             3
         );
         assert!(parse_err(&["--maximum-dead-containers", "x"]).contains("is not a 32-bit integer"));
+    }
+
+    #[test]
+    fn kubeadm_and_distribution_flags() {
+        let f = parse(&[
+            "--cloud-provider=external",
+            "--provider-id=aws:///eu-west-1a/i-0123",
+            "--register-with-taints=dedicated=gpu:NoSchedule,node-role.kubernetes.io/control-plane:NoSchedule",
+            "--node-status-update-frequency=4s",
+            "--logging-format=json",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+        ]);
+        let (c, n) = resolve_ok(&f);
+        assert!(n.external_cloud_provider);
+        assert_eq!(c.provider_id, "aws:///eu-west-1a/i-0123");
+        let taints: Vec<(&str, Option<&str>, &str)> = c
+            .register_with_taints
+            .iter()
+            .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+            .collect();
+        assert_eq!(
+            taints,
+            [
+                ("dedicated", Some("gpu"), "NoSchedule"),
+                ("node-role.kubernetes.io/control-plane", None, "NoSchedule")
+            ]
+        );
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(4));
+        assert_eq!((c.logging.format.as_str(), n.log_format), ("json", LogFormat::Json));
+        let deprecated: Vec<&str> = n
+            .warnings
+            .iter()
+            .filter_map(|w| w.strip_prefix("Flag --"))
+            .filter_map(|w| w.split_once(" has been deprecated, "))
+            .map(|(flag, _)| flag)
+            .collect();
+        assert_eq!(
+            deprecated,
+            [
+                "node-status-update-frequency",
+                "logging-format",
+                "register-with-taints",
+                "pod-infra-container-image"
+            ],
+            "--provider-id and --cloud-provider are not deprecated upstream"
+        );
+        assert!(n.warnings.contains(&"Flag --pod-infra-container-image has been deprecated, will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.".to_owned()));
+        let (_, n) = resolve_ok(&parse(&["--cloud-provider="]));
+        assert!(!n.external_cloud_provider);
+
+        let err = resolve(&parse(&["--cloud-provider=aws"])).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid value for --cloud-provider: cloud provider \"aws\" was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"
+        );
+        let err = resolve(&parse(&["--logging-format=xml"])).unwrap_err().to_string();
+        assert!(
+            err.contains("logging.format: Invalid value: \"xml\": Unsupported log format"),
+            "{err}"
+        );
+        for (arg, want) in [
+            ("a=b:Sometimes", "invalid taint effect: Sometimes, unsupported taint effect"),
+            ("a=b=c:NoSchedule", "invalid taint spec: a=b=c:NoSchedule"),
+            ("a:b:NoSchedule", "invalid taint spec: a:b:NoSchedule"),
+            ("-bad:NoSchedule", "invalid taint spec: -bad:NoSchedule, "),
+            ("a=b c:NoSchedule", "invalid taint spec: a=b c:NoSchedule, "),
+            ("a:NoSchedule,a=x:NoSchedule", "duplicated taints with the same key and effect: a:NoSchedule"),
+        ] {
+            let err = parse_err(&[&format!("--register-with-taints={arg}")]);
+            assert!(err.contains(want), "{arg}: {err}");
+        }
+        // The last occurrence wins, as with pflag: later flags override (KUBELET_EXTRA_ARGS).
+        let f = parse(&[
+            "--container-runtime-endpoint=unix:///a.sock",
+            "--register-with-taints=a:NoSchedule",
+            "--container-runtime-endpoint=unix:///b.sock",
+            "--register-with-taints=",
+        ]);
+        assert_eq!(f.container_runtime_endpoint.as_deref(), Some("unix:///b.sock"));
+        assert_eq!(f.register_with_taints, Some(Taints(Vec::new())));
+        assert_eq!(parse(&["--cluster-dns=a", "--cluster-dns=b"]).cluster_dns, ["a", "b"]);
+    }
+
+    fn flag_err(args: &[&str]) -> Option<String> {
+        let e = Flags::try_parse_from(std::iter::once("rkubelet").chain(args.iter().copied()))
+            .unwrap_err();
+        flag_error(&e)
+    }
+
+    /// kubeadm's `config.yaml` and each `kubeadm-flags.env` variant (packaging/kubeadm):
+    /// the zero values kubeadm writes get upstream's defaults and draw no warning.
+    #[test]
+    fn kubeadm_fixture_files_resolve_with_upstream_defaults() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubeadm");
+        let read = |f: &str| std::fs::read_to_string(fixtures.join(f)).unwrap();
+        // kubeadm's `cgroupDriver: systemd` belongs to another part of this work.
+        let config = read("config.yaml").replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
+        let dir = Scratch::new("kubeadm");
+        let cfg = dir.write("config.yaml", &config);
+        let zero_fields: Vec<&str> = config
+            .lines()
+            .filter_map(|l| l.trim().split_once(": "))
+            .filter(|(_, v)| ["0s", "0", "\"0\"", "{}", "\"\""].contains(v))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(zero_fields.len(), 24, "{zero_fields:?}");
+        for (file, node_name, external) in [
+            ("kubeadm-flags.env", "test-host", false),
+            ("kubeadm-flags-node-ip.env", "worker-1", false),
+            ("kubeadm-flags-cloud.env", "test-host", true),
+        ] {
+            let env = read(file);
+            let args = env
+                .trim()
+                .strip_prefix("KUBELET_KUBEADM_ARGS=\"")
+                .and_then(|a| a.strip_suffix('"'))
+                .unwrap();
+            let mut argv = vec!["--config", cfg.to_str().unwrap()];
+            argv.extend(args.split_whitespace());
+            let (c, n) = resolve_ok(&parse(&argv));
+            assert_eq!((n.node_name.as_str(), n.external_cloud_provider), (node_name, external), "{file}");
+            assert_eq!(c.container_runtime_endpoint, "unix:///var/run/containerd/containerd.sock");
+            assert_eq!(n.pod_infra_container_image, "registry.k8s.io/pause:3.10");
+            for w in &n.warnings {
+                for field in &zero_fields {
+                    assert!(!w.contains(field), "{file}: warning about {field}: {w}");
+                }
+            }
+            // Upstream's defaults replaced every zero.
+            let d = |s: u64| Duration::from_secs(s);
+            assert_eq!(c.sync_frequency, d(60));
+            assert_eq!((c.file_check_frequency, c.http_check_frequency), (d(20), d(20)));
+            assert_eq!(c.node_status_update_frequency, d(10));
+            assert_eq!(c.node_status_report_frequency, d(300));
+            assert_eq!(c.streaming_connection_idle_timeout, d(4 * 3600));
+            assert_eq!((c.image_minimum_gc_age, c.image_maximum_gc_age), (d(120), d(0)));
+            assert_eq!(c.eviction_pressure_transition_period, d(300));
+            assert_eq!(c.cpu_manager_reconcile_period, d(10));
+            assert_eq!(c.runtime_request_timeout, d(120));
+            assert_eq!(c.volume_stats_agg_period, d(60));
+            assert_eq!(c.shutdown_grace_period, d(0));
+            assert_eq!(c.shutdown_grace_period_critical_pods, d(0));
+            assert_eq!(c.authentication.webhook.cache_ttl, d(120));
+            assert!(c.authentication.webhook.enabled && !c.authentication.anonymous.enabled);
+            assert_eq!(c.authentication.x509.client_ca_file, "/etc/kubernetes/pki/ca.crt");
+            assert_eq!(c.authorization.mode, "Webhook");
+            assert_eq!(c.authorization.webhook.cache_authorized_ttl, d(300));
+            assert_eq!(c.authorization.webhook.cache_unauthorized_ttl, d(30));
+            assert_eq!((c.healthz_bind_address.as_str(), c.healthz_port), ("127.0.0.1", 10248));
+            assert_eq!(c.read_only_port, 0);
+            assert_eq!((c.cluster_dns.as_slice(), c.cluster_domain.as_str()), (&["10.96.0.10".to_owned()][..], "cluster.local"));
+            assert_eq!(c.static_pod_path, "/etc/kubernetes/manifests");
+            assert_eq!((n.log_format, n.verbosity), (LogFormat::Text, 0));
+        }
+    }
+
+    #[test]
+    fn flag_errors_read_like_upstreams() {
+        assert_eq!(
+            flag_err(&["--container-runtime=remote"]).unwrap(),
+            "failed to parse kubelet flag: unknown flag: --container-runtime"
+        );
+        assert_eq!(
+            flag_err(&["--v=2", "--no-such-flag", "x"]).unwrap(),
+            "failed to parse kubelet flag: unknown flag: --no-such-flag"
+        );
+        assert_eq!(
+            flag_err(&["-x"]).unwrap(),
+            "failed to parse kubelet flag: unknown shorthand flag: 'x' in -x"
+        );
+        let e = flag_err(&["--sync-frequency=banana"]).unwrap();
+        assert!(
+            e.starts_with("failed to parse kubelet flag: invalid argument \"banana\" for \"--sync-frequency\" flag: \"banana\" is not a duration"),
+            "{e}"
+        );
+        let e = flag_err(&["--v=loud"]).unwrap();
+        assert!(e.contains("for \"-v, --v\" flag: \"loud\" is not a log level"), "{e}");
+        assert_eq!(
+            flag_err(&["--config"]).unwrap(),
+            "failed to parse kubelet flag: flag needs an argument: --config"
+        );
+        assert_eq!(flag_err(&["--help"]), None);
+    }
+
+    #[test]
+    fn version_flag_prints_or_sets_the_reported_version() {
+        let out = |args: &[&str]| version_output(parse(args).version.as_ref());
+        assert_eq!(out(&["--version"]).as_deref(), Some("Kubernetes v1.33.0"));
+        assert_eq!(out(&["--version=true"]).as_deref(), Some("Kubernetes v1.33.0"));
+        let raw = out(&["--version=raw"]).unwrap();
+        assert!(
+            raw.starts_with("version.Info{Major:\"1\", Minor:\"33\", ")
+                && raw.contains("GitVersion:\"v1.33.0\"")
+                && raw.ends_with("\"}"),
+            "{raw}"
+        );
+        assert_eq!(out(&["--version=false"]), None);
+        assert_eq!(out(&[]), None);
+        let (_, n) = resolve_ok(&parse(&[]));
+        assert_eq!(n.kubelet_version, "v1.33.0");
+        assert_eq!(out(&["--version=v1.33.0-rk.1"]), None, "setting it does not quit");
+        let (_, n) = resolve_ok(&parse(&["--version=v1.33.0-rk.1"]));
+        assert_eq!(n.kubelet_version, "v1.33.0-rk.1");
+        for bad in ["v1.34.0", "v1.33.01", "maybe"] {
+            let err = parse_err(&[&format!("--version={bad}")]);
+            assert!(err.contains("--version"), "{bad}: {err}");
+        }
+        assert!(parse_err(&["--version=v1.34.0"]).contains("must keep the major, minor and patch version of v1.33.0"));
     }
 
     #[test]
