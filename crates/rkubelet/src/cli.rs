@@ -1017,7 +1017,7 @@ mod tests {
         );
         let err = resolve(&parse(&["--logging-format=xml"])).unwrap_err().to_string();
         assert!(
-            err.contains("logging.format: Invalid value: \"xml\": Unsupported log format"),
+            err.contains("logging.format: Unsupported value: \"xml\""),
             "{err}"
         );
         for (arg, want) in [
@@ -1089,7 +1089,7 @@ mod tests {
                 }
             }
             // Upstream's defaults replaced every zero.
-            let d = |s: u64| Duration::from_secs(s);
+            let d = |s: i64| Duration::from_secs(s);
             assert_eq!(c.sync_frequency, d(60));
             assert_eq!((c.file_check_frequency, c.http_check_frequency), (d(20), d(20)));
             assert_eq!(c.node_status_update_frequency, d(10));

@@ -25,13 +25,14 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
-    /// Upstream's registry of formats; the error is component-base's validation message.
+    /// Upstream's registry of formats (the configuration's validation refuses others first,
+    /// with the same message).
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "" | "text" => Ok(Self::Text),
             "json" => Ok(Self::Json),
             other => Err(format!(
-                "logging.format: Invalid value: {}: Unsupported log format",
+                "logging.format: Unsupported value: {}: supported values: \"text\", \"json\"",
                 go_quote(other)
             )),
         }
@@ -331,7 +332,7 @@ fn is_printable(c: char) -> bool {
     if c == ' ' {
         return true;
     }
-    let format_char = matches!(c as u32, 0xad | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x2064 | 0xfeff);
+    let format_char = matches!(c as u32, 0xad | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x2064 | 0xfeff | 0xe0000..=0xe007f);
     !c.is_control() && !c.is_whitespace() && !format_char
 }
 
@@ -495,7 +496,7 @@ mod tests {
         assert_eq!(LogFormat::parse("json"), Ok(LogFormat::Json));
         assert_eq!(
             LogFormat::parse("xml").unwrap_err(),
-            "logging.format: Invalid value: \"xml\": Unsupported log format"
+            "logging.format: Unsupported value: \"xml\": supported values: \"text\", \"json\""
         );
     }
 
