@@ -9,12 +9,12 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use k8s_openapi::api::core::v1::Taint;
 use kubelet::config::features::{GATES, PreRelease, parse_feature_gates_flag};
 use kubelet::config::{
     ConfigError, Duration, KubeletConfiguration, apply_gated_defaults, load_config_upstream,
     parse_go_duration, support, validate,
 };
-use k8s_openapi::api::core::v1::Taint;
 use kubelet::kuberuntime::gc::ContainerGcPolicy;
 use kubelet::version::KUBERNETES_VERSION;
 
@@ -283,7 +283,8 @@ pub struct NodeOptions {
 }
 
 /// Upstream's deprecation note of `--pod-infra-container-image`.
-const POD_INFRA_DEPRECATION: &str = "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.";
+const POD_INFRA_DEPRECATION: &str =
+    "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.";
 
 /// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
 pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
@@ -358,7 +359,11 @@ pub fn flag_error(e: &clap::Error) -> Option<String> {
     // shorthand).
     let flag_name = |arg: &str| {
         let name = arg.split([' ', '=']).next().unwrap_or(arg).to_owned();
-        if name == "--v" { "-v, --v".to_owned() } else { name }
+        if name == "--v" {
+            "-v, --v".to_owned()
+        } else {
+            name
+        }
     };
     let message = match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => return None,
@@ -469,7 +474,11 @@ fn parse_taints(s: &str) -> Result<Taints, String> {
                         if !errs.is_empty() {
                             return Err(invalid(errs));
                         }
-                        ((*key).to_owned(), Some((*value).to_owned()), (*effect).to_owned())
+                        (
+                            (*key).to_owned(),
+                            Some((*value).to_owned()),
+                            (*effect).to_owned(),
+                        )
                     }
                     _ => return Err(invalid(Vec::new())),
                 }
@@ -802,16 +811,21 @@ fn resolve_with(
     let hostname_override = non_empty(&flags.hostname_override);
     let container_gc = container_gc_policy(flags, &mut warnings);
     if flags.pod_infra_container_image.is_some() {
-        warnings.push(format!("Flag --pod-infra-container-image has been deprecated, {POD_INFRA_DEPRECATION}"));
+        warnings.push(format!(
+            "Flag --pod-infra-container-image has been deprecated, {POD_INFRA_DEPRECATION}"
+        ));
     }
-    let log_format = LogFormat::parse(&config.logging.format).map_err(|e| ConfigError::Invalid(vec![e]))?;
+    let log_format =
+        LogFormat::parse(&config.logging.format).map_err(|e| ConfigError::Invalid(vec![e]))?;
     let external_cloud_provider = match flags.cloud_provider.as_deref().unwrap_or("") {
         "" => false,
         "external" => true,
         other => {
             return Err(ConfigError::Flag {
                 flag: "cloud-provider".into(),
-                message: format!("cloud provider {other:?} was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"),
+                message: format!(
+                    "cloud provider {other:?} was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"
+                ),
             });
         }
     };
@@ -988,7 +1002,10 @@ mod tests {
             ]
         );
         assert_eq!(c.node_status_update_frequency, Duration::from_secs(4));
-        assert_eq!((c.logging.format.as_str(), n.log_format), ("json", LogFormat::Json));
+        assert_eq!(
+            (c.logging.format.as_str(), n.log_format),
+            ("json", LogFormat::Json)
+        );
         let deprecated: Vec<&str> = n
             .warnings
             .iter()
@@ -1010,23 +1027,33 @@ mod tests {
         let (_, n) = resolve_ok(&parse(&["--cloud-provider="]));
         assert!(!n.external_cloud_provider);
 
-        let err = resolve(&parse(&["--cloud-provider=aws"])).unwrap_err().to_string();
+        let err = resolve(&parse(&["--cloud-provider=aws"]))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "invalid value for --cloud-provider: cloud provider \"aws\" was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"
         );
-        let err = resolve(&parse(&["--logging-format=xml"])).unwrap_err().to_string();
+        let err = resolve(&parse(&["--logging-format=xml"]))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("logging.format: Unsupported value: \"xml\""),
             "{err}"
         );
         for (arg, want) in [
-            ("a=b:Sometimes", "invalid taint effect: Sometimes, unsupported taint effect"),
+            (
+                "a=b:Sometimes",
+                "invalid taint effect: Sometimes, unsupported taint effect",
+            ),
             ("a=b=c:NoSchedule", "invalid taint spec: a=b=c:NoSchedule"),
             ("a:b:NoSchedule", "invalid taint spec: a:b:NoSchedule"),
             ("-bad:NoSchedule", "invalid taint spec: -bad:NoSchedule, "),
             ("a=b c:NoSchedule", "invalid taint spec: a=b c:NoSchedule, "),
-            ("a:NoSchedule,a=x:NoSchedule", "duplicated taints with the same key and effect: a:NoSchedule"),
+            (
+                "a:NoSchedule,a=x:NoSchedule",
+                "duplicated taints with the same key and effect: a:NoSchedule",
+            ),
         ] {
             let err = parse_err(&[&format!("--register-with-taints={arg}")]);
             assert!(err.contains(want), "{arg}: {err}");
@@ -1038,9 +1065,15 @@ mod tests {
             "--container-runtime-endpoint=unix:///b.sock",
             "--register-with-taints=",
         ]);
-        assert_eq!(f.container_runtime_endpoint.as_deref(), Some("unix:///b.sock"));
+        assert_eq!(
+            f.container_runtime_endpoint.as_deref(),
+            Some("unix:///b.sock")
+        );
         assert_eq!(f.register_with_taints, Some(Taints(Vec::new())));
-        assert_eq!(parse(&["--cluster-dns=a", "--cluster-dns=b"]).cluster_dns, ["a", "b"]);
+        assert_eq!(
+            parse(&["--cluster-dns=a", "--cluster-dns=b"]).cluster_dns,
+            ["a", "b"]
+        );
     }
 
     fn flag_err(args: &[&str]) -> Option<String> {
@@ -1080,8 +1113,15 @@ mod tests {
             let mut argv = vec!["--config", cfg.to_str().unwrap()];
             argv.extend(args.split_whitespace());
             let (c, n) = resolve_ok(&parse(&argv));
-            assert_eq!((n.node_name.as_str(), n.external_cloud_provider), (node_name, external), "{file}");
-            assert_eq!(c.container_runtime_endpoint, "unix:///var/run/containerd/containerd.sock");
+            assert_eq!(
+                (n.node_name.as_str(), n.external_cloud_provider),
+                (node_name, external),
+                "{file}"
+            );
+            assert_eq!(
+                c.container_runtime_endpoint,
+                "unix:///var/run/containerd/containerd.sock"
+            );
             assert_eq!(n.pod_infra_container_image, "registry.k8s.io/pause:3.10");
             for w in &n.warnings {
                 for field in &zero_fields {
@@ -1091,11 +1131,17 @@ mod tests {
             // Upstream's defaults replaced every zero.
             let d = |s: i64| Duration::from_secs(s);
             assert_eq!(c.sync_frequency, d(60));
-            assert_eq!((c.file_check_frequency, c.http_check_frequency), (d(20), d(20)));
+            assert_eq!(
+                (c.file_check_frequency, c.http_check_frequency),
+                (d(20), d(20))
+            );
             assert_eq!(c.node_status_update_frequency, d(10));
             assert_eq!(c.node_status_report_frequency, d(300));
             assert_eq!(c.streaming_connection_idle_timeout, d(4 * 3600));
-            assert_eq!((c.image_minimum_gc_age, c.image_maximum_gc_age), (d(120), d(0)));
+            assert_eq!(
+                (c.image_minimum_gc_age, c.image_maximum_gc_age),
+                (d(120), d(0))
+            );
             assert_eq!(c.eviction_pressure_transition_period, d(300));
             assert_eq!(c.cpu_manager_reconcile_period, d(10));
             assert_eq!(c.runtime_request_timeout, d(120));
@@ -1104,13 +1150,22 @@ mod tests {
             assert_eq!(c.shutdown_grace_period_critical_pods, d(0));
             assert_eq!(c.authentication.webhook.cache_ttl, d(120));
             assert!(c.authentication.webhook.enabled && !c.authentication.anonymous.enabled);
-            assert_eq!(c.authentication.x509.client_ca_file, "/etc/kubernetes/pki/ca.crt");
+            assert_eq!(
+                c.authentication.x509.client_ca_file,
+                "/etc/kubernetes/pki/ca.crt"
+            );
             assert_eq!(c.authorization.mode, "Webhook");
             assert_eq!(c.authorization.webhook.cache_authorized_ttl, d(300));
             assert_eq!(c.authorization.webhook.cache_unauthorized_ttl, d(30));
-            assert_eq!((c.healthz_bind_address.as_str(), c.healthz_port), ("127.0.0.1", 10248));
+            assert_eq!(
+                (c.healthz_bind_address.as_str(), c.healthz_port),
+                ("127.0.0.1", 10248)
+            );
             assert_eq!(c.read_only_port, 0);
-            assert_eq!((c.cluster_dns.as_slice(), c.cluster_domain.as_str()), (&["10.96.0.10".to_owned()][..], "cluster.local"));
+            assert_eq!(
+                (c.cluster_dns.as_slice(), c.cluster_domain.as_str()),
+                (&["10.96.0.10".to_owned()][..], "cluster.local")
+            );
             assert_eq!(c.static_pod_path, "/etc/kubernetes/manifests");
             assert_eq!((n.log_format, n.verbosity), (LogFormat::Text, 0));
         }
@@ -1136,7 +1191,10 @@ mod tests {
             "{e}"
         );
         let e = flag_err(&["--v=loud"]).unwrap();
-        assert!(e.contains("for \"-v, --v\" flag: \"loud\" is not a log level"), "{e}");
+        assert!(
+            e.contains("for \"-v, --v\" flag: \"loud\" is not a log level"),
+            "{e}"
+        );
         assert_eq!(
             flag_err(&["--config"]).unwrap(),
             "failed to parse kubelet flag: flag needs an argument: --config"
@@ -1148,7 +1206,10 @@ mod tests {
     fn version_flag_prints_or_sets_the_reported_version() {
         let out = |args: &[&str]| version_output(parse(args).version.as_ref());
         assert_eq!(out(&["--version"]).as_deref(), Some("Kubernetes v1.33.0"));
-        assert_eq!(out(&["--version=true"]).as_deref(), Some("Kubernetes v1.33.0"));
+        assert_eq!(
+            out(&["--version=true"]).as_deref(),
+            Some("Kubernetes v1.33.0")
+        );
         let raw = out(&["--version=raw"]).unwrap();
         assert!(
             raw.starts_with("version.Info{Major:\"1\", Minor:\"33\", ")
@@ -1160,14 +1221,21 @@ mod tests {
         assert_eq!(out(&[]), None);
         let (_, n) = resolve_ok(&parse(&[]));
         assert_eq!(n.kubelet_version, "v1.33.0");
-        assert_eq!(out(&["--version=v1.33.0-rk.1"]), None, "setting it does not quit");
+        assert_eq!(
+            out(&["--version=v1.33.0-rk.1"]),
+            None,
+            "setting it does not quit"
+        );
         let (_, n) = resolve_ok(&parse(&["--version=v1.33.0-rk.1"]));
         assert_eq!(n.kubelet_version, "v1.33.0-rk.1");
         for bad in ["v1.34.0", "v1.33.01", "maybe"] {
             let err = parse_err(&[&format!("--version={bad}")]);
             assert!(err.contains("--version"), "{bad}: {err}");
         }
-        assert!(parse_err(&["--version=v1.34.0"]).contains("must keep the major, minor and patch version of v1.33.0"));
+        assert!(
+            parse_err(&["--version=v1.34.0"])
+                .contains("must keep the major, minor and patch version of v1.33.0")
+        );
     }
 
     #[test]

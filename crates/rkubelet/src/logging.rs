@@ -415,7 +415,14 @@ mod tests {
             ],
         );
         assert_eq!(
-            text_line(&t, 1234, &Level::INFO, "crates/kubelet/src/status/manager.rs", 123, &r),
+            text_line(
+                &t,
+                1234,
+                &Level::INFO,
+                "crates/kubelet/src/status/manager.rs",
+                123,
+                &r
+            ),
             "I1126 00:37:00.123456    1234 manager.rs:123] \"Pod status updated\" pod=\"kube-system/etcd-node\" status=101 ready=true delta=-3 q=\"say \\\"hi\\\"\\tnow\"\n"
         );
         let r = record("boom", &[("err", Value::Text("no such file".into()))]);
@@ -426,13 +433,21 @@ mod tests {
         assert!(text_line(&t, 7, &Level::WARN, "a.rs", 1, &r).starts_with("W1126 "));
         assert!(text_line(&t, 7, &Level::DEBUG, "a.rs", 1, &r).starts_with("I1126 "));
         // A pid wider than the column is not cut.
-        assert!(text_line(&t, 12_345_678, &Level::INFO, "a.rs", 1, &r).contains(" 12345678 a.rs:1] "));
+        assert!(
+            text_line(&t, 12_345_678, &Level::INFO, "a.rs", 1, &r).contains(" 12345678 a.rs:1] ")
+        );
     }
 
     #[test]
     fn multi_line_values_use_klogs_block_form() {
         let t = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
-        let r = record("m", &[("out", Value::Str("a\nb".into())), ("x", Value::Str("c\n".into()))]);
+        let r = record(
+            "m",
+            &[
+                ("out", Value::Str("a\nb".into())),
+                ("x", Value::Str("c\n".into())),
+            ],
+        );
         assert_eq!(
             text_line(&t, 1, &Level::INFO, "f.rs", 2, &r),
             "I0102 03:04:05.000000       1 f.rs:2] \"m\" out=<\n\ta\n\tb\n > x=<\n\tc\n >\n"
@@ -451,7 +466,13 @@ mod tests {
             ],
         );
         let nanos = 1_764_117_420_123_456_789_i128;
-        let line = json_line(nanos, &Level::DEBUG, "crates/kubelet/src/status/manager.rs", 42, &r);
+        let line = json_line(
+            nanos,
+            &Level::DEBUG,
+            "crates/kubelet/src/status/manager.rs",
+            42,
+            &r,
+        );
         assert!(line.ends_with("}\n"));
         assert_eq!(
             line,
@@ -470,7 +491,10 @@ mod tests {
         );
         let v: serde_json::Value =
             serde_json::from_str(&json_line(0, &Level::WARN, "a/b/c.rs", 1, &r)).unwrap();
-        assert_eq!((v["v"].as_u64(), v["caller"].as_str()), (Some(0), Some("b/c.rs:1")));
+        assert_eq!(
+            (v["v"].as_u64(), v["caller"].as_str()),
+            (Some(0), Some("b/c.rs:1"))
+        );
     }
 
     #[test]
@@ -502,7 +526,10 @@ mod tests {
 
     #[test]
     fn verbosity_maps_to_levels() {
-        assert_eq!(default_filter(0), "warn,rkubelet=info,kubelet=info,rkubelet_cri=info");
+        assert_eq!(
+            default_filter(0),
+            "warn,rkubelet=info,kubelet=info,rkubelet_cri=info"
+        );
         assert!(default_filter(3).contains("kubelet=info"));
         assert!(default_filter(4).contains("kubelet=debug"));
         assert!(default_filter(6).contains("kubelet=trace"));

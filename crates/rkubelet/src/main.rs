@@ -256,7 +256,10 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         register_node: c.register_node,
         provider_id: non_empty(&c.provider_id),
         external_cloud_provider: node.external_cloud_provider,
-        provided_node_ip: node.node_ip.clone().filter(|_| node.external_cloud_provider),
+        provided_node_ip: node
+            .node_ip
+            .clone()
+            .filter(|_| node.external_cloud_provider),
         kubelet_version: node.kubelet_version.clone(),
         max_pods: i64::from(c.max_pods),
         pods_per_core: i64::from(c.pods_per_core),

@@ -95,7 +95,8 @@ mod tests {
         let gone = dir.path().join("gone.sock");
         let err = notify_to(gone.to_str().unwrap(), "READY=1").unwrap_err();
         assert!(
-            err.to_string().starts_with("sending \"READY=1\" to NOTIFY_SOCKET"),
+            err.to_string()
+                .starts_with("sending \"READY=1\" to NOTIFY_SOCKET"),
             "{err}"
         );
     }

@@ -140,7 +140,10 @@ fn logging_formats_are_klogs_text_and_component_bases_json() {
     let (header, rest) = starting.split_once("] ").unwrap();
     let fields: Vec<&str> = header.split_whitespace().collect();
     assert_eq!(fields.len(), 4, "{starting}");
-    assert!(fields[0].starts_with('I') && fields[0].len() == 5, "{starting}");
+    assert!(
+        fields[0].starts_with('I') && fields[0].len() == 5,
+        "{starting}"
+    );
     assert_eq!(fields[1].len(), 15, "hh:mm:ss.uuuuuu: {starting}");
     assert!(fields[2].parse::<u32>().is_ok(), "pid: {starting}");
     assert!(fields[3].starts_with("main.rs:"), "{starting}");
@@ -169,15 +172,30 @@ fn logging_formats_are_klogs_text_and_component_bases_json() {
             .iter()
             .find(|v| v["msg"] == "starting rkubelet")
             .unwrap_or_else(|| panic!("{err}"));
-        assert!(start["ts"].as_f64().unwrap() > 1.0e12, "milliseconds: {start}");
-        assert!(start["caller"].as_str().unwrap().starts_with("src/main.rs:"), "{start}");
+        assert!(
+            start["ts"].as_f64().unwrap() > 1.0e12,
+            "milliseconds: {start}"
+        );
+        assert!(
+            start["caller"]
+                .as_str()
+                .unwrap()
+                .starts_with("src/main.rs:"),
+            "{start}"
+        );
         assert_eq!(start["v"], 0);
         assert!(start["endpoint"].as_str().unwrap().starts_with("unix://"));
         let failed = lines
             .iter()
             .find(|v| v.get("v").is_none())
             .unwrap_or_else(|| panic!("an error line: {err}"));
-        assert!(failed["msg"].as_str().unwrap().contains("container runtime"), "{failed}");
+        assert!(
+            failed["msg"]
+                .as_str()
+                .unwrap()
+                .contains("container runtime"),
+            "{failed}"
+        );
     }
     let (code, err) = run_with_config_and("", &["--logging-format=xml"]);
     assert_ne!(code, 0);
@@ -216,5 +234,8 @@ fn version_prints_the_kubernetes_version() {
     assert_eq!((code, out.as_str()), (0, "Kubernetes v1.33.0\n"));
     let (code, out, _) = run(&["--version=raw"]);
     assert_eq!(code, 0);
-    assert!(out.starts_with("version.Info{Major:\"1\", Minor:\"33\""), "{out}");
+    assert!(
+        out.starts_with("version.Info{Major:\"1\", Minor:\"33\""),
+        "{out}"
+    );
 }

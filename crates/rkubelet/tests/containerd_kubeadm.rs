@@ -125,7 +125,10 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
     std::fs::create_dir_all(etc.join("manifests")).unwrap();
     std::fs::create_dir_all(etc.join("kubelet.conf.d")).unwrap();
     std::fs::create_dir_all(var_lib.join("pki")).unwrap();
-    let ca = server.ca_pem.clone().expect("the fake API server serves HTTPS");
+    let ca = server
+        .ca_pem
+        .clone()
+        .expect("the fake API server serves HTTPS");
     let (cert, key) = server.client_cert.clone().expect("a client certificate");
     std::fs::write(etc.join("pki/ca.crt"), &ca).unwrap();
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -147,7 +150,10 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
     let flags_env = std::fs::read_to_string(packaging("kubeadm/kubeadm-flags.env")).unwrap();
     std::fs::write(var_lib.join("config.yaml"), &config).unwrap();
     std::fs::write(var_lib.join("kubeadm-flags.env"), &flags_env).unwrap();
-    assert!(config.contains("cgroupDriver: systemd\n"), "kubeadm's default");
+    assert!(
+        config.contains("cgroupDriver: systemd\n"),
+        "kubeadm's default"
+    );
 
     // The operator's additions (see the module doc).
     std::fs::write(
@@ -224,14 +230,19 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
     k.start_command(cmd);
 
     // The node registers and reports the version kubeadm reads.
-    let registered = wait_for(&k, Duration::from_secs(60), "the Node to be Ready", || async {
-        let n = server.get("nodes", "", &node)?;
-        let ready = n["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        ready.then_some(n)
-    })
+    let registered = wait_for(
+        &k,
+        Duration::from_secs(60),
+        "the Node to be Ready",
+        || async {
+            let n = server.get("nodes", "", &node)?;
+            let ready = n["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(n)
+        },
+    )
     .await;
     assert_eq!(
         registered["status"]["nodeInfo"]["kubeletVersion"],
@@ -250,10 +261,15 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
 
     // The static pod from /etc/kubernetes/manifests runs and is mirrored in the API.
     let mirror = format!("web-{node}");
-    wait_for(&k, Duration::from_secs(90), "the static pod's mirror to run", || async {
-        let p = server.get("pods", "kube-system", &mirror)?;
-        (p["status"]["phase"] == "Running").then_some(())
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(90),
+        "the static pod's mirror to run",
+        || async {
+            let p = server.get("pods", "kube-system", &mirror)?;
+            (p["status"]["phase"] == "Running").then_some(())
+        },
+    )
     .await;
     assert!(
         k.root().join("pods").is_dir(),
@@ -271,10 +287,17 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
         assert!(is_klog_line(line), "not a klog line: {line:?}");
     }
     let zeros = zero_fields(&config);
-    for want in ["syncFrequency", "flushFrequency", "volumeStatsAggPeriod", "memorySwap"] {
+    for want in [
+        "syncFrequency",
+        "flushFrequency",
+        "volumeStatsAggPeriod",
+        "memorySwap",
+    ] {
         assert!(zeros.iter().any(|z| z == want), "{want} in {zeros:?}");
     }
-    for line in lines.iter().filter(|l| l.starts_with(['W', 'E'])) {
+    let warnings: Vec<&&str> = lines.iter().filter(|l| l.starts_with(['W', 'E'])).collect();
+    eprintln!("warnings and errors logged:\n{}", itertools_join(&warnings));
+    for line in warnings {
         for field in &zeros {
             assert!(
                 !line.contains(field.as_str()),
@@ -284,10 +307,15 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
     }
 }
 
+fn itertools_join(lines: &[&&str]) -> String {
+    lines.iter().map(|l| **l).collect::<Vec<_>>().join("\n")
+}
+
 /// `Lmmdd hh:mm:ss.uuuuuu PID file:line] "msg"...`
 fn is_klog_line(line: &str) -> bool {
     let b = line.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
     b.len() > 30
         && matches!(b[0], b'I' | b'W' | b'E')
         && digits(1..5)
