@@ -4,6 +4,7 @@
 //! Stopping the kubelet never stops pods; the next start adopts them.
 
 mod cli;
+mod flagvalues;
 mod logging;
 mod sdnotify;
 
@@ -37,7 +38,7 @@ use tracing::{info, warn};
 fn main() -> ExitCode {
     let flags = match cli::Flags::try_parse() {
         Ok(flags) => flags,
-        Err(e) => match cli::flag_error(&e) {
+        Err(e) => match flagvalues::flag_error(&e) {
             None => {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
             }
         },
     };
-    if let Some(text) = cli::version_output(flags.version.as_ref()) {
+    if let Some(text) = flagvalues::version_output(flags.version.as_ref()) {
         println!("{text}");
         return ExitCode::SUCCESS;
     }

@@ -296,7 +296,7 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
         assert!(zeros.iter().any(|z| z == want), "{want} in {zeros:?}");
     }
     let warnings: Vec<&&str> = lines.iter().filter(|l| l.starts_with(['W', 'E'])).collect();
-    eprintln!("warnings and errors logged:\n{}", itertools_join(&warnings));
+    eprintln!("warnings and errors logged:\n{}", join_lines(&warnings));
     for line in warnings {
         for field in &zeros {
             assert!(
@@ -307,7 +307,7 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
     }
 }
 
-fn itertools_join(lines: &[&&str]) -> String {
+fn join_lines(lines: &[&&str]) -> String {
     lines.iter().map(|l| **l).collect::<Vec<_>>().join("\n")
 }
 
