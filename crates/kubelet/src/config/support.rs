@@ -273,7 +273,7 @@ pub const FLAGS: &[(&str, FlagTarget)] = &[
     ("maximum-dead-containers-per-container", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
     ("maximum-dead-containers", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
     ("pod-infra-container-image", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
-    ("cloud-provider", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/nodestatus/tests.rs::external_cloud_provider_taints_annotates_and_keeps_cloud_addresses" })),
+    ("cloud-provider", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/tests/api_node.rs::external_cloud_provider_registers_tainted_and_keeps_cloud_addresses" })),
     ("provider-id", FlagTarget::Field("providerID")),
     ("register-with-taints", FlagTarget::Field("registerWithTaints")),
     ("logging-format", FlagTarget::Field("logging.format")),
