@@ -454,6 +454,25 @@ mod tests {
         );
     }
 
+    /// Attack: a pod-controlled string (a container message, a file name) cannot forge a log
+    /// line: messages are quoted, multi-line values indented, JSON escaped.
+    #[test]
+    fn hostile_values_cannot_forge_log_lines() {
+        let forged = "x\nE1126 00:00:00.000000       1 forged.rs:1] \"pwned\"\r\n";
+        let t = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        let r = record(forged, &[("msg", Value::Text(forged.into()))]);
+        let text = text_line(&t, 1, &Level::INFO, "f.rs", 2, &r);
+        let mut lines = text.lines();
+        assert!(lines.next().unwrap().starts_with("I0102 03:04:05.000000 "));
+        for line in lines {
+            assert!(line.starts_with('\t') || line.starts_with(" >"), "{line:?}");
+        }
+        let json = json_line(0, &Level::INFO, "f.rs", 2, &r);
+        assert_eq!(json.lines().count(), 1);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["msg"], forged);
+    }
+
     #[test]
     fn json_line_uses_component_bases_field_names() {
         let r = record(
