@@ -39,4 +39,5 @@ pub mod status;
 pub mod supervisor;
 pub mod sync_loop;
 pub mod types;
+pub mod version;
 pub mod volumes;

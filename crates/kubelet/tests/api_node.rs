@@ -498,3 +498,53 @@ async fn status_and_lease_converge_after_an_api_outage() {
     );
     run.stop().await;
 }
+
+/// `--cloud-provider=external`: the Node registers with upstream's uninitialized taint and the
+/// provided-node-ip annotation; addresses the cloud controller manager sets survive the
+/// kubelet's later status updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_cloud_provider_registers_tainted_and_keeps_cloud_addresses() {
+    use kube::api::{Api, Patch, PatchParams};
+    let f = fixture().await;
+    let mut s = settings("node-cloud");
+    s.external_cloud_provider = true;
+    s.provided_node_ip = Some("10.0.0.5".into());
+    s.report_frequency = Duration::from_secs(1);
+    let run = start(&f, s, false);
+    let n = eventually("node registered", || node(&f, "node-cloud")).await;
+    assert_eq!(
+        n["spec"]["taints"],
+        json!([{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}])
+    );
+    assert_eq!(
+        n["metadata"]["annotations"]["alpha.kubernetes.io/provided-node-ip"],
+        "10.0.0.5"
+    );
+    eventually("the kubelet's own addresses", || {
+        let n = node(&f, "node-cloud")?;
+        (n["status"]["addresses"][0]["address"] == "10.0.0.5").then_some(())
+    })
+    .await;
+
+    // The cloud controller manager sets the addresses.
+    let cloud = json!([{"type": "ExternalIP", "address": "203.0.113.7"}]);
+    Api::<Node>::all(f.client.clone())
+        .patch_status(
+            "node-cloud",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addresses": cloud}})),
+        )
+        .await
+        .unwrap();
+    let patched = count(&f, "PATCH nodes/status");
+    // The kubelet's next status patch (at the latest after the report frequency) keeps them.
+    eventually("a later status patch by the kubelet", || {
+        (count(&f, "PATCH nodes/status") > patched).then_some(())
+    })
+    .await;
+    assert_eq!(
+        node(&f, "node-cloud").unwrap()["status"]["addresses"],
+        cloud
+    );
+    run.stop().await;
+}

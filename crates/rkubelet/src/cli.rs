@@ -15,6 +15,10 @@ use kubelet::config::{
     parse_go_duration, support, validate,
 };
 use kubelet::kuberuntime::gc::ContainerGcPolicy;
+use kubelet::version::KUBERNETES_VERSION;
+
+use crate::flagvalues::{Taints, VersionFlag, parse_taints, parse_version_flag};
+use crate::logging::LogFormat;
 
 const DEPRECATED: &str = "This parameter should be set via the config file specified by the Kubelet's --config flag. See https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/ for more information.";
 
@@ -52,7 +56,9 @@ is checked every 20 seconds (also configurable with a flag).";
 /// Command-line flags. Config-backed flags are `Option`s: `None` means "not given", so the
 /// config file value stands.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "rkubelet", version, about = ABOUT, long_about = LONG_ABOUT, allow_negative_numbers = true)]
+// `args_override_self`: a flag given twice takes its last value, as pflag does (the kubeadm
+// drop-in appends `$KUBELET_EXTRA_ARGS` after `$KUBELET_KUBEADM_ARGS` to override it).
+#[command(name = "rkubelet", about = ABOUT, long_about = LONG_ABOUT, allow_negative_numbers = true, args_override_self = true, disable_version_flag = true)]
 pub struct Flags {
     #[arg(
         long,
@@ -109,6 +115,35 @@ pub struct Flags {
 
     #[arg(long = "feature-gates", value_name = "mapStringBool", value_parser = parse_gates, help = feature_gates_help())]
     pub feature_gates: Vec<BTreeMap<String, bool>>,
+    #[arg(
+        long = "version",
+        value_name = "version",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_version_flag,
+        help = "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version"
+    )]
+    pub version: Option<VersionFlag>,
+    #[arg(
+        long = "cloud-provider",
+        value_name = "string",
+        help = "The provider for cloud services. Set to empty string for running with no cloud provider. Set to 'external' for running with an external cloud provider. If set, the cloud provider determines the name of the node (consult cloud provider documentation to determine if and how the hostname is used)."
+    )]
+    pub cloud_provider: Option<String>,
+    /// Config-backed, but not deprecated upstream.
+    #[arg(
+        long = "provider-id",
+        value_name = "string",
+        help = "Unique identifier for identifying the node in a machine database, i.e cloudprovider"
+    )]
+    pub provider_id: Option<String>,
+    #[arg(long = "register-with-taints", value_name = "[]api.Taint", value_parser = parse_taints, help = deprecated!("Register the node with the given list of taints (comma separated \"<key>=<value>:<effect>\"). No-op if register-node is false."))]
+    pub register_with_taints: Option<Taints>,
+    #[arg(long = "logging-format", value_name = "string", help = deprecated!("Sets the log format. Permitted formats: \"json\" (gated by LoggingBetaOptions), \"text\"."))]
+    pub logging_format: Option<String>,
+    #[arg(long = "node-status-update-frequency", value_name = "duration", value_parser = parse_duration, help = deprecated!("Specifies how often kubelet posts node status to master. Note: be cautious when changing the constant, it must work with nodeMonitorGracePeriod in nodecontroller. (default 10s)"))]
+    pub node_status_update_frequency: Option<Duration>,
 
     #[arg(long = "pod-manifest-path", value_name = "string", help = deprecated!("Path to the directory containing static pod files to run, or the path to a single static pod file. Files starting with dots will be ignored."))]
     pub pod_manifest_path: Option<String>,
@@ -222,7 +257,17 @@ pub struct NodeOptions {
     /// `--image-credential-provider-bin-dir`.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: PathBuf,
+    /// `logging.format` (`--logging-format`).
+    pub log_format: LogFormat,
+    /// `--cloud-provider=external`.
+    pub external_cloud_provider: bool,
+    /// The version the Node reports: [`KUBERNETES_VERSION`] or `--version=vX.Y.Z...`.
+    pub kubelet_version: String,
 }
+
+/// Upstream's deprecation note of `--pod-infra-container-image`.
+const POD_INFRA_DEPRECATION: &str =
+    "will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.";
 
 /// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
 pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
@@ -324,7 +369,7 @@ fn parse_int32(s: &str) -> Result<i32, String> {
 }
 
 /// Go `strconv.ParseBool`.
-fn parse_bool(s: &str) -> Result<bool, String> {
+pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
     match s {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
@@ -410,6 +455,20 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
     set!(flags.system_cgroups, "system-cgroups", c.system_cgroups);
     set!(flags.fail_swap_on, "fail-swap-on", c.fail_swap_on);
     set!(flags.register_node, "register-node", c.register_node);
+    set!(
+        flags.node_status_update_frequency,
+        "node-status-update-frequency",
+        c.node_status_update_frequency
+    );
+    set!(flags.logging_format, "logging-format", c.logging.format);
+    if let Some(taints) = &flags.register_with_taints {
+        c.register_with_taints = taints.0.clone();
+        used.push("register-with-taints");
+    }
+    // Config-backed like the others, but not deprecated upstream.
+    if let Some(id) = &flags.provider_id {
+        c.provider_id = id.clone();
+    }
     // The first occurrence replaces the configured headers; later ones append per key.
     if !flags.manifest_url_header.is_empty() {
         let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -576,6 +635,29 @@ fn resolve_with(
     }
     let hostname_override = non_empty(&flags.hostname_override);
     let container_gc = container_gc_policy(flags, &mut warnings);
+    if flags.pod_infra_container_image.is_some() {
+        warnings.push(format!(
+            "Flag --pod-infra-container-image has been deprecated, {POD_INFRA_DEPRECATION}"
+        ));
+    }
+    let log_format =
+        LogFormat::parse(&config.logging.format).map_err(|e| ConfigError::Invalid(vec![e]))?;
+    let external_cloud_provider = match flags.cloud_provider.as_deref().unwrap_or("") {
+        "" => false,
+        "external" => true,
+        other => {
+            return Err(ConfigError::Flag {
+                flag: "cloud-provider".into(),
+                message: format!(
+                    "cloud provider {other:?} was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"
+                ),
+            });
+        }
+    };
+    let kubelet_version = match &flags.version {
+        Some(VersionFlag::Set(v)) => v.clone(),
+        _ => KUBERNETES_VERSION.to_owned(),
+    };
     let node = NodeOptions {
         root_dir: flags.root_dir.clone(),
         cert_dir: flags
@@ -604,6 +686,9 @@ fn resolve_with(
             .image_credential_provider_bin_dir
             .clone()
             .unwrap_or_default(),
+        log_format,
+        external_cloud_provider,
+        kubelet_version,
     };
     Ok((config, node))
 }
@@ -714,6 +799,199 @@ mod tests {
             3
         );
         assert!(parse_err(&["--maximum-dead-containers", "x"]).contains("is not a 32-bit integer"));
+    }
+
+    #[test]
+    fn kubeadm_and_distribution_flags() {
+        let f = parse(&[
+            "--cloud-provider=external",
+            "--provider-id=aws:///eu-west-1a/i-0123",
+            "--register-with-taints=dedicated=gpu:NoSchedule,node-role.kubernetes.io/control-plane:NoSchedule",
+            "--node-status-update-frequency=4s",
+            "--logging-format=json",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+        ]);
+        let (c, n) = resolve_ok(&f);
+        assert!(n.external_cloud_provider);
+        assert_eq!(c.provider_id, "aws:///eu-west-1a/i-0123");
+        let taints: Vec<(&str, Option<&str>, &str)> = c
+            .register_with_taints
+            .iter()
+            .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+            .collect();
+        assert_eq!(
+            taints,
+            [
+                ("dedicated", Some("gpu"), "NoSchedule"),
+                ("node-role.kubernetes.io/control-plane", None, "NoSchedule")
+            ]
+        );
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(4));
+        assert_eq!(
+            (c.logging.format.as_str(), n.log_format),
+            ("json", LogFormat::Json)
+        );
+        let deprecated: Vec<&str> = n
+            .warnings
+            .iter()
+            .filter_map(|w| w.strip_prefix("Flag --"))
+            .filter_map(|w| w.split_once(" has been deprecated, "))
+            .map(|(flag, _)| flag)
+            .collect();
+        assert_eq!(
+            deprecated,
+            [
+                "node-status-update-frequency",
+                "logging-format",
+                "register-with-taints",
+                "pod-infra-container-image"
+            ],
+            "--provider-id and --cloud-provider are not deprecated upstream"
+        );
+        assert!(n.warnings.contains(&"Flag --pod-infra-container-image has been deprecated, will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.".to_owned()));
+        let (_, n) = resolve_ok(&parse(&["--cloud-provider="]));
+        assert!(!n.external_cloud_provider);
+        // The version the Node reports: ours, or the one `--version=v1.33.0-...` sets.
+        assert_eq!(n.kubelet_version, "v1.33.0");
+        let (_, n) = resolve_ok(&parse(&["--version=v1.33.0-rk.1"]));
+        assert_eq!(n.kubelet_version, "v1.33.0-rk.1");
+
+        let err = resolve(&parse(&["--cloud-provider=aws"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid value for --cloud-provider: cloud provider \"aws\" was specified, but built-in cloud providers are disabled. Please set --cloud-provider=external and migrate to an external cloud provider"
+        );
+        let err = resolve(&parse(&["--logging-format=xml"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("logging.format: Unsupported value: \"xml\""),
+            "{err}"
+        );
+        for (arg, want) in [
+            (
+                "a=b:Sometimes",
+                "invalid taint effect: Sometimes, unsupported taint effect",
+            ),
+            ("a=b=c:NoSchedule", "invalid taint spec: a=b=c:NoSchedule"),
+            ("a:b:NoSchedule", "invalid taint spec: a:b:NoSchedule"),
+            ("-bad:NoSchedule", "invalid taint spec: -bad:NoSchedule, "),
+            ("a=b c:NoSchedule", "invalid taint spec: a=b c:NoSchedule, "),
+            (
+                "a:NoSchedule,a=x:NoSchedule",
+                "duplicated taints with the same key and effect: a:NoSchedule",
+            ),
+        ] {
+            let err = parse_err(&[&format!("--register-with-taints={arg}")]);
+            assert!(err.contains(want), "{arg}: {err}");
+        }
+        // The last occurrence wins, as with pflag: later flags override (KUBELET_EXTRA_ARGS).
+        let f = parse(&[
+            "--container-runtime-endpoint=unix:///a.sock",
+            "--register-with-taints=a:NoSchedule",
+            "--container-runtime-endpoint=unix:///b.sock",
+            "--register-with-taints=",
+        ]);
+        assert_eq!(
+            f.container_runtime_endpoint.as_deref(),
+            Some("unix:///b.sock")
+        );
+        assert_eq!(f.register_with_taints, Some(Taints(Vec::new())));
+        assert_eq!(
+            parse(&["--cluster-dns=a", "--cluster-dns=b"]).cluster_dns,
+            ["a", "b"]
+        );
+    }
+
+    /// kubeadm's `config.yaml` and each `kubeadm-flags.env` variant (packaging/kubeadm):
+    /// the zero values kubeadm writes get upstream's defaults and draw no warning.
+    #[test]
+    fn kubeadm_fixture_files_resolve_with_upstream_defaults() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubeadm");
+        let read = |f: &str| std::fs::read_to_string(fixtures.join(f)).unwrap();
+        // kubeadm's `cgroupDriver: systemd` belongs to another part of this work.
+        let config = read("config.yaml").replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
+        let dir = Scratch::new("kubeadm");
+        let cfg = dir.write("config.yaml", &config);
+        let zero_fields: Vec<&str> = config
+            .lines()
+            .filter_map(|l| l.trim().split_once(": "))
+            .filter(|(_, v)| ["0s", "0", "\"0\"", "{}", "\"\""].contains(v))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(zero_fields.len(), 24, "{zero_fields:?}");
+        for (file, node_name, external) in [
+            ("kubeadm-flags.env", "test-host", false),
+            ("kubeadm-flags-node-ip.env", "worker-1", false),
+            ("kubeadm-flags-cloud.env", "test-host", true),
+        ] {
+            let env = read(file);
+            let args = env
+                .trim()
+                .strip_prefix("KUBELET_KUBEADM_ARGS=\"")
+                .and_then(|a| a.strip_suffix('"'))
+                .unwrap();
+            let mut argv = vec!["--config", cfg.to_str().unwrap()];
+            argv.extend(args.split_whitespace());
+            let (c, n) = resolve_ok(&parse(&argv));
+            assert_eq!(
+                (n.node_name.as_str(), n.external_cloud_provider),
+                (node_name, external),
+                "{file}"
+            );
+            assert_eq!(
+                c.container_runtime_endpoint,
+                "unix:///var/run/containerd/containerd.sock"
+            );
+            assert_eq!(n.pod_infra_container_image, "registry.k8s.io/pause:3.10");
+            for w in &n.warnings {
+                for field in &zero_fields {
+                    assert!(!w.contains(field), "{file}: warning about {field}: {w}");
+                }
+            }
+            // Upstream's defaults replaced every zero.
+            let d = |s: i64| Duration::from_secs(s);
+            assert_eq!(c.sync_frequency, d(60));
+            assert_eq!(
+                (c.file_check_frequency, c.http_check_frequency),
+                (d(20), d(20))
+            );
+            assert_eq!(c.node_status_update_frequency, d(10));
+            assert_eq!(c.node_status_report_frequency, d(300));
+            assert_eq!(c.streaming_connection_idle_timeout, d(4 * 3600));
+            assert_eq!(
+                (c.image_minimum_gc_age, c.image_maximum_gc_age),
+                (d(120), d(0))
+            );
+            assert_eq!(c.eviction_pressure_transition_period, d(300));
+            assert_eq!(c.cpu_manager_reconcile_period, d(10));
+            assert_eq!(c.runtime_request_timeout, d(120));
+            assert_eq!(c.volume_stats_agg_period, d(60));
+            assert_eq!(c.shutdown_grace_period, d(0));
+            assert_eq!(c.shutdown_grace_period_critical_pods, d(0));
+            assert_eq!(c.authentication.webhook.cache_ttl, d(120));
+            assert!(c.authentication.webhook.enabled && !c.authentication.anonymous.enabled);
+            assert_eq!(
+                c.authentication.x509.client_ca_file,
+                "/etc/kubernetes/pki/ca.crt"
+            );
+            assert_eq!(c.authorization.mode, "Webhook");
+            assert_eq!(c.authorization.webhook.cache_authorized_ttl, d(300));
+            assert_eq!(c.authorization.webhook.cache_unauthorized_ttl, d(30));
+            assert_eq!(
+                (c.healthz_bind_address.as_str(), c.healthz_port),
+                ("127.0.0.1", 10248)
+            );
+            assert_eq!(c.read_only_port, 0);
+            assert_eq!(
+                (c.cluster_dns.as_slice(), c.cluster_domain.as_str()),
+                (&["10.96.0.10".to_owned()][..], "cluster.local")
+            );
+            assert_eq!(c.static_pod_path, "/etc/kubernetes/manifests");
+            assert_eq!((n.log_format, n.verbosity), (LogFormat::Text, 0));
+        }
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! Stopping the kubelet never stops pods; the next start adopts them.
 
 mod cli;
+mod flagvalues;
+mod logging;
+mod sdnotify;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -33,7 +36,25 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 fn main() -> ExitCode {
-    let flags = cli::Flags::parse();
+    let flags = match cli::Flags::try_parse() {
+        Ok(flags) => flags,
+        Err(e) => match flagvalues::flag_error(&e) {
+            None => {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // As upstream: a klog error line, exit 1.
+            Some(message) => {
+                logging::init(logging::LogFormat::Text, 0);
+                tracing::error!(err = %message, "command failed");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    if let Some(text) = flagvalues::version_output(flags.version.as_ref()) {
+        println!("{text}");
+        return ExitCode::SUCCESS;
+    }
     let (config, node) = match cli::resolve(&flags) {
         Ok(r) => r,
         Err(e) => {
@@ -41,7 +62,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_logging(node.verbosity);
+    logging::init(node.log_format, u32::from(node.verbosity));
     for w in &node.warnings {
         warn!("{w}");
     }
@@ -64,24 +85,6 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// `--v` maps to tracing levels as klog's verbosity does to log volume: 0–1 info, 2–3 info with
-/// more modules, 4–5 debug, 6+ trace. `RUST_LOG` overrides.
-fn init_logging(verbosity: u8) {
-    let level = match verbosity {
-        0..=3 => "info",
-        4..=5 => "debug",
-        _ => "trace",
-    };
-    let default = format!("warn,rkubelet={level},kubelet={level},rkubelet_cri={level}");
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 /// Host checks and process settings upstream makes before it starts: swap, kernel tunables,
@@ -173,6 +176,12 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
     )
     .await
     .context("starting the kubelet")?;
+    // Upstream tells systemd it is ready once its servers run (for `Type=notify` units).
+    match sdnotify::notify("READY=1") {
+        Ok(true) => info!("notified systemd: READY=1"),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "cannot notify systemd of readiness"),
+    }
 
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
@@ -247,6 +256,12 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         register_with_taints: c.register_with_taints.clone(),
         register_node: c.register_node,
         provider_id: non_empty(&c.provider_id),
+        external_cloud_provider: node.external_cloud_provider,
+        provided_node_ip: node
+            .node_ip
+            .clone()
+            .filter(|_| node.external_cloud_provider),
+        kubelet_version: node.kubelet_version.clone(),
         max_pods: i64::from(c.max_pods),
         pods_per_core: i64::from(c.pods_per_core),
         port: c.port,
@@ -565,6 +580,9 @@ mod tests {
             runtime_cgroups: String::new(),
             image_credential_provider_config: None,
             image_credential_provider_bin_dir: PathBuf::new(),
+            log_format: logging::LogFormat::Text,
+            external_cloud_provider: false,
+            kubelet_version: kubelet::version::KUBERNETES_VERSION.to_owned(),
         }
     }
 

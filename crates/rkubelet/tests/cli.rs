@@ -6,6 +6,10 @@
 use std::process::Command;
 
 fn run_with_config(body: &str) -> (i32, String) {
+    run_with_config_and(body, &[])
+}
+
+fn run_with_config_and(body: &str, args: &[&str]) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("config.yaml");
     std::fs::write(
@@ -20,6 +24,8 @@ fn run_with_config(body: &str) -> (i32, String) {
         .arg(dir.path().join("root"))
         .arg("--container-runtime-endpoint")
         .arg(format!("unix://{}", dir.path().join("none.sock").display()))
+        .args(args)
+        .env_remove("RUST_LOG")
         .output()
         .unwrap();
     (
@@ -45,9 +51,12 @@ fn unknown_field_warns_and_wrong_type_is_an_error() {
     // only at the missing runtime), having warned about the field.
     let (code, err) = run_with_config("maxPod: 3\n");
     assert_ne!(code, 0);
+    // The warning is a log line: its message is quoted in klog's format, so only words are
+    // matched.
     assert!(
         err.contains("using lenient decoding as strict decoding failed")
-            && err.contains("unknown field \"maxPod\""),
+            && err.contains("unknown field")
+            && err.contains("maxPod"),
         "{err}"
     );
     assert!(err.contains("container runtime"), "{err}");
@@ -101,5 +110,132 @@ fn cgroup_settings_are_validated_with_the_field_named() {
     assert!(
         err.contains("enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS"),
         "{err}"
+    );
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The log lines of a run that stops at the missing runtime: klog's text format by default,
+/// component-base's JSON with `--logging-format=json` or `logging.format: json`.
+#[test]
+fn logging_formats_are_klogs_text_and_component_bases_json() {
+    let (code, err) = run_with_config("");
+    assert_ne!(code, 0);
+    let starting = err
+        .lines()
+        .find(|l| l.contains("starting rkubelet"))
+        .unwrap_or_else(|| panic!("{err}"));
+    // I1126 00:37:00.123456    1234 main.rs:123] "starting rkubelet" endpoint="unix://..."
+    let (header, rest) = starting.split_once("] ").unwrap();
+    let fields: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(fields.len(), 4, "{starting}");
+    assert!(
+        fields[0].starts_with('I') && fields[0].len() == 5,
+        "{starting}"
+    );
+    assert_eq!(fields[1].len(), 15, "hh:mm:ss.uuuuuu: {starting}");
+    assert!(fields[2].parse::<u32>().is_ok(), "pid: {starting}");
+    assert!(fields[3].starts_with("main.rs:"), "{starting}");
+    assert!(
+        rest.starts_with("\"starting rkubelet\" endpoint=\"unix://"),
+        "{starting}"
+    );
+    let error = err
+        .lines()
+        .find(|l| l.starts_with('E'))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(error.contains("container runtime"), "{error}");
+
+    for (body, args) in [
+        ("", &["--logging-format=json"][..]),
+        ("logging:\n  format: json\n", &[][..]),
+    ] {
+        let (code, err) = run_with_config_and(body, args);
+        assert_ne!(code, 0);
+        let lines: Vec<serde_json::Value> = err
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let start = lines
+            .iter()
+            .find(|v| v["msg"] == "starting rkubelet")
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            start["ts"].as_f64().unwrap() > 1.0e12,
+            "milliseconds: {start}"
+        );
+        assert!(
+            start["caller"]
+                .as_str()
+                .unwrap()
+                .starts_with("src/main.rs:"),
+            "{start}"
+        );
+        assert_eq!(start["v"], 0);
+        assert!(start["endpoint"].as_str().unwrap().starts_with("unix://"));
+        let failed = lines
+            .iter()
+            .find(|v| v.get("v").is_none())
+            .unwrap_or_else(|| panic!("an error line: {err}"));
+        assert!(
+            failed["msg"]
+                .as_str()
+                .unwrap()
+                .contains("container runtime"),
+            "{failed}"
+        );
+    }
+    let (code, err) = run_with_config_and("", &["--logging-format=xml"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("logging.format: Unsupported value: \"xml\""),
+        "{err}"
+    );
+}
+
+/// Removed and unknown flags stop the kubelet as upstream's does: exit 1 and a klog error
+/// `"command failed" err="failed to parse kubelet flag: unknown flag: --..."`.
+#[test]
+fn unknown_and_removed_flags_exit_with_upstreams_message() {
+    for (flag, name) in [
+        ("--container-runtime=remote", "--container-runtime"),
+        ("--no-such-flag", "--no-such-flag"),
+    ] {
+        let (code, out, err) = run(&[flag]);
+        assert_eq!(code, 1, "{err}");
+        assert!(out.is_empty());
+        let line = err.lines().next().unwrap_or_default();
+        assert!(line.starts_with('E'), "{err}");
+        assert!(
+            line.ends_with(&format!(
+                "] \"command failed\" err=\"failed to parse kubelet flag: unknown flag: {name}\""
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// `--version` in upstream's form, which kubeadm parses (`Kubernetes vX.Y.Z`).
+#[test]
+fn version_prints_the_kubernetes_version() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!((code, out.as_str()), (0, "Kubernetes v1.33.0\n"));
+    let (code, out, _) = run(&["--version=raw"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("version.Info{Major:\"1\", Minor:\"33\""),
+        "{out}"
     );
 }

@@ -193,7 +193,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("volumePluginDir", REJECTED, "FlexVolume plugins are not supported"),
     f("providerID", honoured("crates/kubelet/tests/api_node.rs::registers_node_with_capacity_allocatable_node_info_conditions_and_labels"), ""),
     f("kernelMemcgNotification", REJECTED, "memory thresholds are polled, not notified by the kernel"),
-    f("logging.format", WARNED, "only text; json output is not implemented yet (join issue)"),
+    f("logging.format", honoured("crates/rkubelet/tests/cli.rs::logging_formats_are_klogs_text_and_component_bases_json"), "text (klog) and json (component-base field names)"),
     f("logging.flushFrequency", WARNED, "log lines are written unbuffered"),
     f("logging.verbosity", honoured("crates/rkubelet/src/cli.rs::precedence_flags_over_drop_ins_over_file_over_defaults"), ""),
     f("logging.vmodule", REJECTED, "per-file verbosity is not implemented (RUST_LOG filters by module)"),
@@ -273,6 +273,11 @@ pub const FLAGS: &[(&str, FlagTarget)] = &[
     ("maximum-dead-containers-per-container", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
     ("maximum-dead-containers", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
     ("pod-infra-container-image", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
+    ("cloud-provider", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/tests/api_node.rs::external_cloud_provider_registers_tainted_and_keeps_cloud_addresses" })),
+    ("provider-id", FlagTarget::Field("providerID")),
+    ("register-with-taints", FlagTarget::Field("registerWithTaints")),
+    ("logging-format", FlagTarget::Field("logging.format")),
+    ("node-status-update-frequency", FlagTarget::Field("nodeStatusUpdateFrequency")),
 ];
 
 /// The table row of `path`.

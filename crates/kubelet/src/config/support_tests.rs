@@ -344,14 +344,13 @@ volumeStatsAggPeriod: 0s
     );
     assert_eq!(w.len(), 4, "{w:?}");
     let w = check(&config(
-        "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nserverTLSBootstrap: true\nlogging: {format: json}\nfeatureGates: {EventedPLEG: true}\n",
+        "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nserverTLSBootstrap: true\nfeatureGates: {EventedPLEG: true}\n",
     ))
     .unwrap();
     for want in [
         "shutdownGracePeriod is set to \"30s\"",
         "shutdownGracePeriodCriticalPods is set to \"10s\"",
         "serverTLSBootstrap is set to true",
-        "logging.format is set to \"json\"",
         "feature gate EventedPLEG=true is not implemented by rkubelet",
     ] {
         assert!(w.iter().any(|w| w.starts_with(want)), "{want}: {w:?}");
@@ -431,7 +430,6 @@ fn sample(path: &str) -> Option<serde_json::Value> {
         "configMapAndSecretChangeDetectionStrategy" => json!("Cache"),
         "showHiddenMetricsForVersion" => json!("1.32"),
         "volumePluginDir" => json!("/opt/flex"),
-        "logging.format" => json!("json"),
         "logging.flushFrequency" => json!("1s"),
         "logging.vmodule" => json!([{"filePattern": "x", "verbosity": 2}]),
         "logging.options" => json!({"text": {"splitStream": true}}),

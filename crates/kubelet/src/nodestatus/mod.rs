@@ -28,8 +28,15 @@ pub use resources::Reservations;
 pub use setters::{NodeEvent, NodePressure, StatusInputs};
 
 /// The version this kubelet reports as `kubeletVersion` / `kubeProxyVersion` by default: the
-/// upstream release whose behaviour it follows.
-pub const DEFAULT_KUBELET_VERSION: &str = "v1.33.0";
+/// Kubernetes release rkubelet follows ([`crate::version::KUBERNETES_VERSION`]).
+pub const DEFAULT_KUBELET_VERSION: &str = crate::version::KUBERNETES_VERSION;
+
+/// The taint a node registered with `--cloud-provider=external` carries until the cloud
+/// controller manager has initialised it (upstream `TaintExternalCloudProvider`).
+pub const TAINT_EXTERNAL_CLOUD_PROVIDER: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The annotation carrying `--node-ip` for the cloud controller manager (upstream
+/// `AnnotationAlphaProvidedIPAddr`).
+pub const ANNOTATION_PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
 
 /// Everything node registration and status need from the configuration (see the field docs
 /// for the KubeletConfiguration field / flag each one comes from).
@@ -52,6 +59,12 @@ pub struct NodeStatusSettings {
     pub register_schedulable: bool,
     /// `providerID`.
     pub provider_id: Option<String>,
+    /// `--cloud-provider=external`: register with [`TAINT_EXTERNAL_CLOUD_PROVIDER`] and leave
+    /// the addresses the cloud controller manager set.
+    pub external_cloud_provider: bool,
+    /// `--node-ip` as given, announced in [`ANNOTATION_PROVIDED_NODE_IP`] with an external
+    /// cloud provider.
+    pub provided_node_ip: Option<String>,
     /// `maxPods`.
     pub max_pods: i64,
     /// `podsPerCore` (0 = no per-core limit).
@@ -88,6 +101,8 @@ impl NodeStatusSettings {
             register_node: true,
             register_schedulable: true,
             provider_id: None,
+            external_cloud_provider: false,
+            provided_node_ip: None,
             max_pods: 110,
             pods_per_core: 0,
             port: 10250,

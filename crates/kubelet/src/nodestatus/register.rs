@@ -101,14 +101,27 @@ pub(crate) fn initial_node_with_events(
             ..Default::default()
         });
     }
+    let mut annotations = BTreeMap::from([(
+        ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH.to_owned(),
+        "true".to_owned(),
+    )]);
+    if settings.external_cloud_provider {
+        // Upstream: the cloud controller manager removes the taint once it initialised the node.
+        taints.push(Taint {
+            key: super::TAINT_EXTERNAL_CLOUD_PROVIDER.to_owned(),
+            value: Some("true".to_owned()),
+            effect: "NoSchedule".to_owned(),
+            ..Default::default()
+        });
+        if let Some(ips) = &settings.provided_node_ip {
+            annotations.insert(super::ANNOTATION_PROVIDED_NODE_IP.to_owned(), ips.clone());
+        }
+    }
     let mut node = Node {
         metadata: ObjectMeta {
             name: Some(settings.node_name.clone()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH.to_owned(),
-                "true".to_owned(),
-            )])),
+            annotations: Some(annotations),
             ..Default::default()
         },
         spec: Some(NodeSpec {

@@ -388,7 +388,15 @@ pub fn set_node_status(
     now: &Time,
 ) -> Vec<NodeEvent> {
     let mut events = Vec::new();
-    if let Err(e) = set_addresses(node, &settings.node_ips, &settings.hostname) {
+    // With an external cloud provider, addresses it already set take precedence (upstream
+    // returns early from its NodeAddress setter).
+    let cloud_set = settings.external_cloud_provider
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .is_some_and(|a| !a.is_empty());
+    if !cloud_set && let Err(e) = set_addresses(node, &settings.node_ips, &settings.hostname) {
         warn!(node = %settings.node_name, error = %e, "node addresses not updated");
     }
     events.extend(resources::set_machine_info(node, settings, host));

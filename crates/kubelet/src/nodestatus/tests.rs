@@ -515,6 +515,51 @@ fn pressure_conditions_have_upstream_reasons_and_only_change_on_transitions() {
 }
 
 #[test]
+fn external_cloud_provider_taints_annotates_and_keeps_cloud_addresses() {
+    let mut s = settings();
+    s.external_cloud_provider = true;
+    s.provided_node_ip = Some("10.0.0.5".into());
+    let n = initial_node(&s, &host(), &inputs(), &t(0));
+    let taints = n.spec.clone().unwrap().taints.unwrap();
+    assert_eq!(
+        taints,
+        [Taint {
+            key: "node.cloudprovider.kubernetes.io/uninitialized".into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]
+    );
+    assert_eq!(
+        n.metadata.annotations.clone().unwrap()["alpha.kubernetes.io/provided-node-ip"],
+        "10.0.0.5"
+    );
+    // The kubelet still reports its own addresses until the cloud controller manager set some;
+    // then they stand.
+    assert_eq!(addresses(&n)[0], pair("InternalIP", "10.0.0.5"));
+    let mut cloud = n.clone();
+    status_mut(&mut cloud).addresses = Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+        type_: "ExternalIP".into(),
+        address: "203.0.113.7".into(),
+    }]);
+    set_node_status(&mut cloud, &s, &host(), &inputs(), &t(10));
+    assert_eq!(addresses(&cloud), [pair("ExternalIP", "203.0.113.7")]);
+    // Without the external provider: no taint, no annotation, our addresses win.
+    let mut plain = settings();
+    plain.provided_node_ip = Some("10.0.0.5".into());
+    let n = initial_node(&plain, &host(), &inputs(), &t(0));
+    assert_eq!(n.spec.unwrap().taints, None);
+    assert!(
+        !n.metadata
+            .annotations
+            .unwrap()
+            .contains_key("alpha.kubernetes.io/provided-node-ip")
+    );
+    set_node_status(&mut cloud, &plain, &host(), &inputs(), &t(20));
+    assert_eq!(addresses(&cloud)[0], pair("InternalIP", "10.0.0.5"));
+}
+
+#[test]
 fn initial_node_labels_taints_annotation_and_status() {
     let mut s = settings();
     s.node_labels = BTreeMap::from([

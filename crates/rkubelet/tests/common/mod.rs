@@ -188,6 +188,26 @@ impl Kubelet {
         self.child = Some(child);
     }
 
+    /// Starts `cmd` as this kubelet's process instead of the plain binary (a wrapper that
+    /// execs `CARGO_BIN_EXE_rkubelet`, e.g. inside a private mount namespace), logging to
+    /// `log_file`; `stop`, `kill9` and drop treat it as a `start`ed kubelet. The command
+    /// brings its own configuration (this kubelet's `config.yaml` is not used).
+    pub fn start_command(&mut self, mut cmd: Command) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_file())
+            .unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the kubelet command");
+        self.child = Some(child);
+    }
+
     fn signal(&mut self, sig: &str) {
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
