@@ -188,6 +188,16 @@ pub struct Flags {
         help = "Specified image will not be pruned by the image garbage collector. CRI implementations have their own configuration to set this image. (default \"registry.k8s.io/pause:3.10\") (DEPRECATED: will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.)"
     )]
     pub pod_infra_container_image: Option<String>,
+
+    // Client certificates: TLS bootstrap and rotation (kubelet::certificate).
+    #[arg(
+        long = "bootstrap-kubeconfig",
+        value_name = "string",
+        help = "Path to a kubeconfig file that will be used to get client certificate for kubelet. If the file specified by --kubeconfig does not exist, the bootstrap kubeconfig is used to request a client certificate from the API server. On success, a kubeconfig file referencing the generated client certificate and key is written to the path specified by --kubeconfig. The client certificate and key file will be stored in the directory pointed by --cert-dir."
+    )]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    #[arg(long = "rotate-certificates", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Auto rotate the kubelet client certificates by requesting new certificates from the kube-apiserver when the certificate expiration approaches."))]
+    pub rotate_certificates: Option<bool>,
 }
 
 /// One `--manifest-url-header` occurrence: `key:value` pairs in order.
@@ -222,6 +232,8 @@ pub struct NodeOptions {
     /// `--image-credential-provider-bin-dir`.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: PathBuf,
+    /// `--bootstrap-kubeconfig` (`None`: no TLS bootstrap).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
 }
 
 /// The pause image the Go kubelet 1.33 defaults `--pod-infra-container-image` to.
@@ -410,6 +422,11 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
     set!(flags.system_cgroups, "system-cgroups", c.system_cgroups);
     set!(flags.fail_swap_on, "fail-swap-on", c.fail_swap_on);
     set!(flags.register_node, "register-node", c.register_node);
+    set!(
+        flags.rotate_certificates,
+        "rotate-certificates",
+        c.rotate_certificates
+    );
     // The first occurrence replaces the configured headers; later ones append per key.
     if !flags.manifest_url_header.is_empty() {
         let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -604,6 +621,10 @@ fn resolve_with(
             .image_credential_provider_bin_dir
             .clone()
             .unwrap_or_default(),
+        bootstrap_kubeconfig: flags
+            .bootstrap_kubeconfig
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
     };
     Ok((config, node))
 }

@@ -17,7 +17,7 @@ use kubelet::agent::{
     Agent, AgentConfig, AgentDeps, ApiModeConfig, CgroupSettings, CmConfig, GcSettings,
 };
 use kubelet::apiclient::rate_limit::RateLimit;
-use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
+use kubelet::apiclient::ClientSettings;
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
 use kubelet::cm::resources::PodCgroupOptions;
@@ -139,27 +139,9 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
     info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");
     let (remote, images) = connect_cri(&config).await?;
 
-    let api = match &node.kubeconfig {
-        Some(path) => {
-            let settings = ClientSettings {
-                rate_limit: Some(RateLimit::from_config(
-                    config.kube_api_qps,
-                    config.kube_api_burst,
-                )),
-                ..ClientSettings::default()
-            };
-            let client = client_from_kubeconfig(path, &settings)
-                .await
-                .context("--kubeconfig")?;
-            info!(kubeconfig = %path.display(), "API server mode");
-            Some(client)
-        }
-        None => {
-            info!("no --kubeconfig: standalone mode, running static pods only");
-            None
-        }
-    };
-    let agent_cfg = agent_config(&config, &node)?;
+    let (api, client_certificates) = api_client(&config, &node).await?;
+    let mut agent_cfg = agent_config(&config, &node)?;
+    agent_cfg.client_certificates = client_certificates;
     let cancel = CancellationToken::new();
     let agent = Agent::start(
         agent_cfg,
@@ -200,6 +182,48 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
             Err(anyhow::Error::new(panic))
         }
     }
+}
+
+/// The API client of `--kubeconfig` (TLS bootstrap with `--bootstrap-kubeconfig`, rotation with
+/// `rotateCertificates`: `kubelet::certificate::bootstrap`) and the client certificate manager
+/// the agent runs; `None` standalone.
+async fn api_client(
+    config: &KubeletConfiguration,
+    node: &cli::NodeOptions,
+) -> Result<(
+    Option<kube::Client>,
+    Option<Arc<kubelet::certificate::manager::CertificateManager>>,
+)> {
+    use kubelet::certificate::bootstrap::{ClientOptions, api_client};
+    let Some(path) = &node.kubeconfig else {
+        if node.bootstrap_kubeconfig.is_some() {
+            anyhow::bail!(
+                "--bootstrap-kubeconfig needs --kubeconfig: the path where the kubeconfig it produces is written"
+            );
+        }
+        info!("no --kubeconfig: standalone mode, running static pods only");
+        return Ok((None, None));
+    };
+    let settings = ClientSettings {
+        rate_limit: Some(RateLimit::from_config(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        )),
+        ..ClientSettings::default()
+    };
+    let built = api_client(&ClientOptions {
+        kubeconfig: path.clone(),
+        bootstrap_kubeconfig: node.bootstrap_kubeconfig.clone(),
+        cert_dir: node.cert_dir.clone(),
+        node_name: node.node_name.clone(),
+        rotate: config.rotate_certificates,
+        settings,
+        timings: Default::default(),
+    })
+    .await
+    .context("--kubeconfig")?;
+    info!(kubeconfig = %path.display(), "API server mode");
+    Ok((Some(built.client), built.certificates))
 }
 
 /// How long the remaining tasks get to stop after a singleton panicked.
@@ -341,6 +365,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         cgroups: cgroup_settings(c),
         server: secure_config(c, node)?,
         credential_providers: credential_providers(node)?,
+        client_certificates: None,
     })
 }
 
@@ -516,6 +541,7 @@ fn secure_config(
             cipher_suites: c.tls_cipher_suites.clone(),
             curve_preferences: c.tls_curve_preferences.clone(),
             client_ca_file: path(&c.authentication.x509.client_ca_file),
+            server_tls_bootstrap: c.server_tls_bootstrap,
         },
         anonymous: c.authentication.anonymous.enabled,
         webhook_authn: c
@@ -565,6 +591,7 @@ mod tests {
             runtime_cgroups: String::new(),
             image_credential_provider_config: None,
             image_credential_provider_bin_dir: PathBuf::new(),
+            bootstrap_kubeconfig: None,
         }
     }
 
