@@ -362,6 +362,7 @@ pub fn write_kubeconfig_from_bootstrap(
                 },
                 ..Default::default()
             }),
+            other: Default::default(),
         }],
         auth_infos: vec![NamedAuthInfo {
             name: "default-auth".into(),
@@ -370,6 +371,7 @@ pub fn write_kubeconfig_from_bootstrap(
                 client_key: Some(pem_path.display().to_string()),
                 ..Default::default()
             }),
+            other: Default::default(),
         }],
         contexts: vec![NamedContext {
             name: "default-context".into(),
@@ -379,6 +381,7 @@ pub fn write_kubeconfig_from_bootstrap(
                 namespace: Some("default".into()),
                 ..Default::default()
             }),
+            other: Default::default(),
         }],
         current_context: Some("default-context".into()),
         api_version: Some("v1".into()),

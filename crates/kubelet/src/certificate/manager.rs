@@ -437,7 +437,17 @@ impl CertificateManager {
         let wait = if bootstrap {
             self.cfg.timings.bootstrap_wait
         } else {
-            self.cfg.timings.rotation_wait
+            // Beyond upstream: stop waiting once the current certificate expires, so the
+            // next try can fall back to the bootstrap credentials instead of waiting on a
+            // request nobody can approve in time.
+            let left = self
+                .current()
+                .and_then(|c| c.info.not_after.duration_since(self.now()).ok())
+                .map(|d| d + Duration::from_secs(1));
+            match (left, self.cfg.bootstrap.is_some()) {
+                (Some(left), true) => self.cfg.timings.rotation_wait.min(left),
+                _ => self.cfg.timings.rotation_wait,
+            }
         };
         let cert = signer.sign(&signing, wait).await?;
         Ok((issued_pair(&cert, &req.key_pem)?, bootstrap))
