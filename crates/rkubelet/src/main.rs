@@ -139,7 +139,10 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
     info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");
     let (remote, images) = connect_cri(&config).await?;
 
-    let (api, client_certificates) = api_client(&config, &node).await?;
+    let (api, client_certificates) = match api_client(&config, &node).await? {
+        Some(built) => (Some(built.client), built.certificates),
+        None => (None, None),
+    };
     let mut agent_cfg = agent_config(&config, &node)?;
     agent_cfg.client_certificates = client_certificates;
     let cancel = CancellationToken::new();
@@ -185,15 +188,12 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
 }
 
 /// The API client of `--kubeconfig` (TLS bootstrap with `--bootstrap-kubeconfig`, rotation with
-/// `rotateCertificates`: `kubelet::certificate::bootstrap`) and the client certificate manager
+/// `rotateCertificates`: `kubelet::certificate::bootstrap`) with the client certificate manager
 /// the agent runs; `None` standalone.
 async fn api_client(
     config: &KubeletConfiguration,
     node: &cli::NodeOptions,
-) -> Result<(
-    Option<kube::Client>,
-    Option<Arc<kubelet::certificate::manager::CertificateManager>>,
-)> {
+) -> Result<Option<kubelet::certificate::bootstrap::ApiClient>> {
     use kubelet::certificate::bootstrap::{ClientOptions, api_client};
     let Some(path) = &node.kubeconfig else {
         if node.bootstrap_kubeconfig.is_some() {
@@ -202,7 +202,7 @@ async fn api_client(
             );
         }
         info!("no --kubeconfig: standalone mode, running static pods only");
-        return Ok((None, None));
+        return Ok(None);
     };
     let settings = ClientSettings {
         rate_limit: Some(RateLimit::from_config(
@@ -223,7 +223,7 @@ async fn api_client(
     .await
     .context("--kubeconfig")?;
     info!(kubeconfig = %path.display(), "API server mode");
-    Ok((Some(built.client), built.certificates))
+    Ok(Some(built))
 }
 
 /// How long the remaining tasks get to stop after a singleton panicked.
