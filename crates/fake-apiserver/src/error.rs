@@ -133,6 +133,22 @@ impl ApiError {
         Self::new(401, "Unauthorized", "Unauthorized".to_string())
     }
 
+    /// 403 from the authorizer; `details` is (qualified resource, group, name) for resource
+    /// requests.
+    pub fn forbidden(details: Option<(&str, &str, &str)>, message: &str) -> Self {
+        let e = Self::new(403, "Forbidden", message.to_string());
+        match details {
+            Some((resource, group, name)) => {
+                let plural = match resource.strip_suffix(group) {
+                    Some(p) if !group.is_empty() => p.trim_end_matches('.'),
+                    _ => resource,
+                };
+                e.with_details(plural, name)
+            }
+            None => e,
+        }
+    }
+
     /// 405 for an unsupported verb.
     pub fn method_not_allowed(method: &str) -> Self {
         Self::new(

@@ -1,7 +1,12 @@
 //! In-memory Kubernetes API server test fixture: owns server start-up (listener, TLS, auth,
-//! kubeconfig) and exposes [`FakeApiServer`] with store inspection helpers for tests; the
-//! `fake-apiserver` binary wraps it.
+//! kubeconfig, the certificate controllers) and exposes [`FakeApiServer`] with store
+//! inspection helpers for tests; the `fake-apiserver` binary wraps it.
 
+pub mod approver;
+pub mod authn;
+pub mod authz;
+pub mod certificate_controller;
+pub mod certificates;
 pub mod ephemeral;
 pub mod error;
 pub mod events;
@@ -13,6 +18,7 @@ pub mod resources;
 pub mod reviews;
 pub mod selector;
 pub mod server;
+pub mod signer;
 pub mod smp;
 pub mod store;
 pub mod strategy;
@@ -33,7 +39,9 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use authn::{BootstrapToken, UserInfo};
 pub use error::ApiError;
+pub use signer::IssuedCertificate;
 pub use store::Store;
 pub use tls::KubeconfigAuth;
 
@@ -78,6 +86,13 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Number of changes kept for watches from an older resourceVersion.
     pub history_limit: usize,
+    /// Maximum lifetime of certificates the CSR signer issues (kube-controller-manager's
+    /// `--cluster-signing-duration`, default one year); a CSR's `expirationSeconds` can only
+    /// shorten it. Tests of rotation use seconds (e.g. 30 s).
+    pub csr_cert_lifetime: Duration,
+    /// Auto-approve kubelet client CSRs as kube-controller-manager's `csrapproving`
+    /// controller does (serving CSRs never are).
+    pub csr_auto_approve: bool,
 }
 
 impl Default for Options {
@@ -90,6 +105,8 @@ impl Default for Options {
             kubeconfig_path: None,
             bookmark_interval: Duration::from_secs(5),
             history_limit: 10_000,
+            csr_cert_lifetime: signer::DEFAULT_MAX_LIFETIME,
+            csr_auto_approve: false,
         }
     }
 }
@@ -109,10 +126,16 @@ pub struct FakeApiServer {
     /// Admin client certificate and key PEM (HTTPS only).
     pub client_cert: Option<(String, String)>,
     api: Arc<server::Api>,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<TlsServing>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    controllers: Arc<certificate_controller::CertificateControllers>,
+    controllers_cancel: tokio_util::sync::CancellationToken,
+    controllers_task: Option<JoinHandle<()>>,
 }
+
+/// The TLS acceptor and the verifier of client certificates presented to it.
+type TlsServing = (tokio_rustls::TlsAcceptor, tls::ClientCertAuthenticator);
 
 fn resource_by_plural(plural: &str) -> Option<&'static resources::ResourceInfo> {
     resources::RESOURCES
@@ -149,13 +172,24 @@ impl FakeApiServer {
         let token = hex::encode(&Sha256::digest(seed.as_bytes())[..16]);
         let generated = tls::TlsMaterial::generate()?;
         let kubelet_tls = generated.kubelet_client_config()?;
+        let ca_issuer = generated.ca_issuer()?;
         let material = opts.tls.then_some(generated);
-        let acceptor = match &material {
-            Some(m) => Some(tokio_rustls::TlsAcceptor::from(m.server_config()?)),
+        let tls_serving = match &material {
+            Some(m) => Some((
+                tokio_rustls::TlsAcceptor::from(m.server_config()?),
+                m.client_verifier()?,
+            )),
             None => None,
         };
         let store = Store::new(opts.history_limit);
-        store.add_token(token.clone());
+        store.add_token(token.clone(), UserInfo::admin());
+        let controllers = certificate_controller::CertificateControllers::new(
+            store.clone(),
+            signer::Signer::new(ca_issuer, opts.csr_cert_lifetime),
+            opts.csr_auto_approve,
+        );
+        let controllers_cancel = tokio_util::sync::CancellationToken::new();
+        let controllers_task = tokio::spawn(controllers.clone().run(controllers_cancel.clone()));
         let api = Arc::new(server::Api {
             store,
             require_auth: opts.require_auth,
@@ -195,7 +229,7 @@ impl FakeApiServer {
             source,
         })?;
         let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, acceptor.clone(), api.clone(), rx));
+        let task = tokio::spawn(serve(listener, tls_serving.clone(), api.clone(), rx));
         Ok(FakeApiServer {
             url,
             addr,
@@ -204,10 +238,119 @@ impl FakeApiServer {
             token,
             client_cert,
             api,
-            acceptor,
+            tls: tls_serving,
             shutdown: Some(tx),
             task: Some(task),
+            controllers,
+            controllers_cancel,
+            controllers_task: Some(controllers_task),
         })
+    }
+
+    /// A CertificateSigningRequest by name.
+    pub fn csr(&self, name: &str) -> Option<Value> {
+        self.get("certificatesigningrequests", "", name)
+    }
+
+    /// Approves a CSR as `kubectl certificate approve` does (an `Approved` condition through
+    /// the `approval` subresource; a Denied CSR is refused with 422). Already approved: no-op.
+    pub fn approve_csr(&self, name: &str) -> Result<Value, ApiError> {
+        self.add_approval_condition(name, "Approved", "FakeApiServerApprove")
+    }
+
+    /// Denies a CSR as `kubectl certificate deny` does.
+    pub fn deny_csr(&self, name: &str) -> Result<Value, ApiError> {
+        self.add_approval_condition(name, "Denied", "FakeApiServerDeny")
+    }
+
+    fn add_approval_condition(
+        &self,
+        name: &str,
+        ty: &str,
+        reason: &str,
+    ) -> Result<Value, ApiError> {
+        let info = resource_by_plural("certificatesigningrequests")
+            .ok_or_else(|| ApiError::path_not_found("certificatesigningrequests"))?;
+        let mut csr = self.api.store.get(info, "", name)?;
+        if certificates::has_condition(&csr, ty) {
+            return Ok(csr);
+        }
+        let cond = serde_json::json!({"type": ty, "status": "True", "reason": reason,
+            "message": format!("This CSR was {} by the fake API server's test helper.", ty.to_lowercase())});
+        if !csr["status"].is_object() {
+            csr["status"] = serde_json::json!({});
+        }
+        match csr["status"]["conditions"].as_array_mut() {
+            Some(a) => a.push(cond),
+            None => csr["status"]["conditions"] = serde_json::json!([cond]),
+        }
+        self.api
+            .store
+            .update_subresource(info, "", name, csr, strategy::Subresource::Approval)
+    }
+
+    /// Every certificate the CSR signer issued so far, oldest first.
+    pub fn issued_certificates(&self) -> Vec<IssuedCertificate> {
+        self.controllers.issued()
+    }
+
+    /// Changes the maximum lifetime of certificates signed from now on (see
+    /// [`Options::csr_cert_lifetime`]).
+    pub fn set_csr_cert_lifetime(&self, d: Duration) {
+        self.controllers.signer().set_max_lifetime(d);
+    }
+
+    /// A client certificate for `cn` / `org` signed by the server's CA with exactly this
+    /// validity (it may be already expired or not yet valid): (certificate PEM, key PEM).
+    pub fn mint_client_certificate(
+        &self,
+        cn: &str,
+        org: Option<&str>,
+        not_before: chrono::DateTime<chrono::Utc>,
+        not_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(String, String), signer::SignError> {
+        self.controllers
+            .signer()
+            .mint_client_certificate(cn, org, not_before, not_after)
+    }
+
+    /// Turns the kubelet client CSR auto-approver on or off at run time.
+    pub fn set_csr_auto_approve(&self, on: bool) {
+        self.controllers.set_auto_approve(on);
+    }
+
+    /// Creates the bootstrap token Secret `kube-system/bootstrap-token-<id>`.
+    pub fn create_bootstrap_token(&self, token: &BootstrapToken) -> Result<Value, ApiError> {
+        self.create("secrets", "kube-system", token.secret_object())
+    }
+
+    /// Writes a bootstrap kubeconfig (this server, its CA, `token:`) to `path`, as kubeadm's
+    /// `bootstrap-kubelet.conf`.
+    pub fn write_bootstrap_kubeconfig(
+        &self,
+        path: &std::path::Path,
+        token: &str,
+    ) -> std::io::Result<()> {
+        let kc = tls::bootstrap_kubeconfig(&self.url, self.ca_pem.as_deref(), token);
+        std::fs::write(path, kc)
+    }
+
+    /// Polls `f` every 20 ms until it returns Some or `timeout` passes.
+    pub async fn wait_for<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&FakeApiServer) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(v) = f(self) {
+                return Some(v);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The object store (for direct inspection or seeding).
@@ -262,10 +405,24 @@ impl FakeApiServer {
             .store(code.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Simulates an outage: closes the listener and every open connection (watches end) but
-    /// keeps the store, credentials and port for [`FakeApiServer::resume`].
+    /// Simulates an outage: closes the listener and every open connection (watches end) and
+    /// stops the certificate controllers, but keeps the store, credentials and port for
+    /// [`FakeApiServer::resume`].
     pub async fn pause(&mut self) {
         self.stop().await;
+    }
+
+    /// Starts the certificate controllers (kube-controller-manager's CSR approver and signer)
+    /// if they are not running; they resync every CSR on start.
+    fn start_controllers(&mut self) {
+        if self.controllers_task.is_none() {
+            self.controllers_cancel = tokio_util::sync::CancellationToken::new();
+            let run = self
+                .controllers
+                .clone()
+                .run(self.controllers_cancel.clone());
+            self.controllers_task = Some(tokio::spawn(run));
+        }
     }
 
     /// Serves again on the same address with the same state after [`FakeApiServer::pause`].
@@ -280,20 +437,28 @@ impl FakeApiServer {
         let (tx, rx) = oneshot::channel();
         self.task = Some(tokio::spawn(serve(
             listener,
-            self.acceptor.clone(),
+            self.tls.clone(),
             self.api.clone(),
             rx,
         )));
         self.shutdown = Some(tx);
+        self.start_controllers();
         Ok(())
     }
 
-    /// Stops accepting connections and closes open ones (watches end).
+    /// Stops accepting connections and closes open ones (watches end); stops the certificate
+    /// controllers.
     pub async fn shutdown(mut self) {
         self.stop().await;
     }
 
+    /// Stops serving and the certificate controllers (which, like kube-controller-manager,
+    /// make no progress while the API server is down).
     async fn stop(&mut self) {
+        self.controllers_cancel.cancel();
+        if let Some(t) = self.controllers_task.take() {
+            let _ = t.await;
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -308,12 +473,13 @@ impl Drop for FakeApiServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        self.controllers_cancel.cancel();
     }
 }
 
 async fn serve(
     listener: TcpListener,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<TlsServing>,
     api: Arc<server::Api>,
     mut shutdown: oneshot::Receiver<()>,
 ) {
@@ -333,22 +499,20 @@ async fn serve(
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
         let api = api.clone();
-        let acceptor = acceptor.clone();
+        let tls = tls.clone();
         let streams = streams.clone();
         conns.spawn(async move {
-            match acceptor {
-                Some(acc) => match acc.accept(stream).await {
-                    Ok(tls) => {
-                        let cert = tls
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .is_some_and(|c| !c.is_empty());
-                        serve_conn(TokioIo::new(tls), api, cert, streams).await;
+            match tls {
+                Some((acc, verifier)) => match acc.accept(stream).await {
+                    Ok(conn) => {
+                        let peer = conn.get_ref().1.peer_certificates().map(|chain| {
+                            Arc::new(tls::PeerCertificates::new(chain, verifier.clone()))
+                        });
+                        serve_conn(TokioIo::new(conn), api, peer, streams).await;
                     }
                     Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
                 },
-                None => serve_conn(TokioIo::new(stream), api, false, streams).await,
+                None => serve_conn(TokioIo::new(stream), api, None, streams).await,
             }
         });
     }
@@ -357,19 +521,22 @@ async fn serve(
     streams.shutdown().await;
 }
 
-/// Serves one connection (HTTP/1.1 with upgrades: exec, attach, port-forward); upgraded
-/// streams are spliced on `streams`.
+/// Serves one connection (HTTP/1.1 with upgrades: exec, attach, port-forward); its client
+/// certificate chain, if any, is verified on every request (so one that expires mid-connection
+/// stops authenticating, as kube-apiserver's x509 authenticator); upgraded streams are spliced
+/// on `streams`.
 async fn serve_conn<I>(
     io: I,
     api: Arc<server::Api>,
-    client_cert: bool,
+    peer: Option<Arc<tls::PeerCertificates>>,
     streams: streaming::StreamTasks,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(streams.clone());
-        api.clone().handle(req, client_cert)
+        let cert_user = peer.as_ref().and_then(|p| p.user());
+        api.clone().handle(req, cert_user)
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, svc)

@@ -1,6 +1,6 @@
 //! Minimal Kubernetes protobuf decoding: owns turning the `k8s\0`-prefixed protobuf bodies that
-//! kubectl's typed generators send (`create namespace|configmap|secret|serviceaccount|token`)
-//! into JSON; receives a request body, emits a JSON object or an error naming the kind.
+//! kubectl's typed clients send (`create namespace|configmap|secret|serviceaccount|token`,
+//! `certificate approve|deny`, `auth whoami`) into JSON; receives a request body, emits a JSON object or an error naming the kind.
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
@@ -80,6 +80,12 @@ enum Kind {
     MapBytes,
     RepStr,
     RepMsg(&'static [F]),
+    /// `bytes`, base64 in JSON.
+    Bytes,
+    /// `metav1.Time` (seconds = 1, nanos = 2), RFC 3339 in JSON.
+    Time,
+    /// `map<string, ExtraValue>` (ExtraValue: repeated string items = 1).
+    MapRepStr,
 }
 
 type F = (u64, &'static str, Kind);
@@ -157,6 +163,71 @@ const TOKEN_REQUEST: &[F] = &[
     ),
 ];
 
+const CSR_CONDITION: &[F] = &[
+    (1, "type", Kind::Str),
+    (6, "status", Kind::Str),
+    (2, "reason", Kind::Str),
+    (3, "message", Kind::Str),
+    (4, "lastUpdateTime", Kind::Time),
+    (5, "lastTransitionTime", Kind::Time),
+];
+const CSR: &[F] = &[
+    (1, "metadata", Kind::Msg(OBJECT_META)),
+    (
+        2,
+        "spec",
+        Kind::Msg(&[
+            (1, "request", Kind::Bytes),
+            (7, "signerName", Kind::Str),
+            (8, "expirationSeconds", Kind::Int),
+            (5, "usages", Kind::RepStr),
+            (2, "username", Kind::Str),
+            (3, "uid", Kind::Str),
+            (4, "groups", Kind::RepStr),
+            (6, "extra", Kind::MapRepStr),
+        ]),
+    ),
+    (
+        3,
+        "status",
+        Kind::Msg(&[
+            (1, "conditions", Kind::RepMsg(CSR_CONDITION)),
+            (2, "certificate", Kind::Bytes),
+        ]),
+    ),
+];
+
+fn time(b: &[u8]) -> Result<Value, ProtoError> {
+    let mut secs = 0i64;
+    for (tag, w) in fields(b)? {
+        if let (1, Wire::Varint(v)) = (tag, w) {
+            secs = v as i64;
+        }
+    }
+    let t = chrono::DateTime::from_timestamp(secs, 0)
+        .ok_or(ProtoError::Malformed("time out of range"))?;
+    Ok(json!(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
+}
+
+fn extra_entry(b: &[u8]) -> Result<(String, Value), ProtoError> {
+    let mut key = String::new();
+    let mut items = Vec::new();
+    for (tag, w) in fields(b)? {
+        match (tag, w) {
+            (1, Wire::Bytes(k)) => key = String::from_utf8_lossy(k).into_owned(),
+            (2, Wire::Bytes(v)) => {
+                for (t, w2) in fields(v)? {
+                    if let (1, Wire::Bytes(item)) = (t, w2) {
+                        items.push(string(item));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((key, Value::Array(items)))
+}
+
 fn string(b: &[u8]) -> Value {
     Value::String(String::from_utf8_lossy(b).into_owned())
 }
@@ -186,7 +257,7 @@ fn decode(buf: &[u8], schema: &[F]) -> Result<Value, ProtoError> {
         let name = (*name).to_string();
         match (*kind, w) {
             // proto2 sends unset optional strings and ints as empty/zero; JSON omits them.
-            (Kind::Str, Wire::Bytes([])) | (Kind::Int, Wire::Varint(0)) => {}
+            (Kind::Str | Kind::Bytes, Wire::Bytes([])) | (Kind::Int, Wire::Varint(0)) => {}
             (Kind::Str, Wire::Bytes(b)) => {
                 out.insert(name, string(b));
             }
@@ -206,6 +277,20 @@ fn decode(buf: &[u8], schema: &[F]) -> Result<Value, ProtoError> {
                 entry[k] = v;
             }
             (Kind::RepStr, Wire::Bytes(b)) => push(&mut out, name, string(b)),
+            (Kind::Bytes, Wire::Bytes(b)) => {
+                out.insert(
+                    name,
+                    json!(base64::engine::general_purpose::STANDARD.encode(b)),
+                );
+            }
+            (Kind::Time, Wire::Bytes(b)) => {
+                out.insert(name, time(b)?);
+            }
+            (Kind::MapRepStr, Wire::Bytes(b)) => {
+                let (k, v) = extra_entry(b)?;
+                let entry = out.entry(name).or_insert_with(|| json!({}));
+                entry[k] = v;
+            }
             (Kind::RepMsg(s), Wire::Bytes(b)) => push(&mut out, name, decode(b, s)?),
             _ => return Err(ProtoError::Malformed("field has an unexpected wire type")),
         }
@@ -250,6 +335,8 @@ pub fn decode_envelope(body: &[u8]) -> Result<Value, ProtoError> {
         "Secret" => SECRET,
         "ServiceAccount" => SERVICE_ACCOUNT,
         "TokenRequest" => TOKEN_REQUEST,
+        "CertificateSigningRequest" => CSR,
+        "SelfSubjectReview" => &[(1, "metadata", Kind::Msg(OBJECT_META))],
         _ => return Err(ProtoError::UnsupportedKind(kind)),
     };
     let mut obj = decode(raw, schema)?;
@@ -287,6 +374,60 @@ mod tests {
         out.extend(enc_varint(b.len() as u64));
         out.extend_from_slice(b);
         out
+    }
+
+    #[test]
+    fn decodes_a_csr_approval_as_kubectl_sends_it() {
+        let varint = |tag: u64, v: u64| [key(tag, 0), enc_varint(v)].concat();
+        let time = bytes(4, &[varint(1, 1_764_000_000), varint(2, 5)].concat());
+        let cond = [
+            bytes(1, b"Approved"),
+            bytes(6, b"True"),
+            bytes(2, b"KubectlApprove"),
+            bytes(3, b"ok"),
+            time,
+        ]
+        .concat();
+        let extra = [
+            bytes(1, b"k"),
+            bytes(2, &[bytes(1, b"a"), bytes(1, b"b")].concat()),
+        ]
+        .concat();
+        let spec = [
+            bytes(1, b"PEM"),
+            bytes(7, b"kubernetes.io/kubelet-serving"),
+            varint(8, 3600),
+            bytes(5, b"server auth"),
+            bytes(2, b"system:node:n1"),
+            bytes(4, b"system:nodes"),
+            bytes(6, &extra),
+        ]
+        .concat();
+        let raw = [
+            bytes(1, &[bytes(1, b"csr-1"), bytes(6, b"42")].concat()),
+            bytes(2, &spec),
+            bytes(3, &[bytes(1, &cond), bytes(2, b"")].concat()),
+        ]
+        .concat();
+        let type_meta = [
+            bytes(1, b"certificates.k8s.io/v1"),
+            bytes(2, b"CertificateSigningRequest"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), bytes(1, &type_meta), bytes(2, &raw)].concat();
+        let obj = decode_envelope(&body).expect("decode");
+        assert_eq!(
+            obj,
+            json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                "metadata": {"name": "csr-1", "resourceVersion": "42"},
+                "spec": {"request": "UEVN", "signerName": "kubernetes.io/kubelet-serving",
+                    "expirationSeconds": 3600, "usages": ["server auth"],
+                    "username": "system:node:n1", "groups": ["system:nodes"],
+                    "extra": {"k": ["a", "b"]}},
+                "status": {"conditions": [{"type": "Approved", "status": "True",
+                    "reason": "KubectlApprove", "message": "ok",
+                    "lastUpdateTime": "2025-11-24T16:00:00Z"}]}})
+        );
     }
 
     #[test]

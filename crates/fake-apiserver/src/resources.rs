@@ -134,6 +134,16 @@ pub const RESOURCES: &[ResourceInfo] = &[
         &["ev"],
     ),
     res(
+        "certificates.k8s.io",
+        "v1",
+        "certificatesigningrequests",
+        "certificatesigningrequest",
+        "CertificateSigningRequest",
+        false,
+        true,
+        &["csr"],
+    ),
+    res(
         "node.k8s.io",
         "v1",
         "runtimeclasses",
@@ -224,6 +234,15 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "singularName": "",
                 "namespaced": true,
                 "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.plural == "certificatesigningrequests" {
+            items.push(json!({
+                "name": "certificatesigningrequests/approval",
+                "singularName": "",
+                "namespaced": false,
+                "kind": "CertificateSigningRequest",
                 "verbs": ["get", "patch", "update"],
             }));
         }

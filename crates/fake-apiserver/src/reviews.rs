@@ -1,5 +1,6 @@
-//! `authentication.k8s.io/v1 tokenreviews` and `authorization.k8s.io/v1 subjectaccessreviews`:
-//! owns the test-configurable answers (a token → user table and an authorizer callback);
+//! `authentication.k8s.io/v1 tokenreviews` and `selfsubjectreviews` (`kubectl auth whoami`),
+//! `authorization.k8s.io/v1 subjectaccessreviews`: owns the test-configurable answers (a
+//! token → user table and an authorizer callback);
 //! receives the POSTed review, emits it back with `status` filled (201), as a real API server
 //! does. Nothing is stored: reviews are create-only, virtual resources.
 
@@ -184,9 +185,37 @@ impl Reviews {
     }
 }
 
+/// `POST selfsubjectreviews`: who the caller is (upstream `SelfSubjectReview`).
+pub fn self_subject_review(
+    mut review: Value,
+    user: Option<&crate::authn::UserInfo>,
+) -> Result<Value, ApiError> {
+    if !review.is_object() {
+        return Err(ApiError::bad_request(
+            "SelfSubjectReview body must be an object",
+        ));
+    }
+    let user = user.cloned().unwrap_or_default();
+    let mut info = json!({"username": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        info["uid"] = json!(user.uid);
+    }
+    review["apiVersion"] = json!("authentication.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectReview");
+    review["metadata"] = json!({"creationTimestamp": null});
+    review["status"] = json!({"userInfo": info});
+    Ok(review)
+}
+
 /// Review resources for discovery: (group, version, plural, kind).
 pub const REVIEW_RESOURCES: &[(&str, &str, &str, &str)] = &[
     ("authentication.k8s.io", "v1", "tokenreviews", "TokenReview"),
+    (
+        "authentication.k8s.io",
+        "v1",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+    ),
     (
         "authorization.k8s.io",
         "v1",

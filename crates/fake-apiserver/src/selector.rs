@@ -144,6 +144,7 @@ fn field_supported(kind: &str, field: &str) -> bool {
                     || matches!(field, "reason" | "source" | "type" | "reportingComponent")
             }
             "Secret" => field == "type",
+            "CertificateSigningRequest" => field == "spec.signerName",
             "Node" => field == "spec.unschedulable",
             "Namespace" => field == "status.phase",
             _ => false,

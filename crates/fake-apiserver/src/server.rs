@@ -3,6 +3,7 @@
 //! responses (or a chunked watch stream); pod `log` and `exec`/`attach`/`portforward` go to
 //! the `logs` and `streaming` proxies.
 
+use crate::authn::UserInfo;
 use crate::error::ApiError;
 use crate::resources::{self, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -114,6 +115,14 @@ fn query_pairs(q: Option<&str>) -> Vec<(String, String)> {
 
 fn truthy(q: &HashMap<String, String>, k: &str) -> bool {
     matches!(q.get(k).map(String::as_str), Some("true" | "1"))
+}
+
+/// The parts of a request `dispatch` needs besides the target.
+struct RequestParts<'a> {
+    content_type: &'a str,
+    body: &'a [u8],
+    table: bool,
+    user: Option<&'a UserInfo>,
 }
 
 /// A parsed resource path.
@@ -231,30 +240,68 @@ impl Api {
         *c.entry(key).or_default() += 1;
     }
 
-    fn authenticated(&self, req: &Request<Incoming>, client_cert: bool) -> bool {
-        if !self.require_auth || client_cert {
-            return true;
+    /// Who sent `req` (upstream's union authenticator: a verified client certificate first,
+    /// then a bearer token: the admin token, TokenRequest tokens, bootstrap tokens). Without
+    /// authentication required, everyone is `system:unsecured` in `system:masters`.
+    fn authenticate(
+        &self,
+        req: &Request<Incoming>,
+        cert_user: Option<UserInfo>,
+    ) -> Option<UserInfo> {
+        if !self.require_auth {
+            return Some(UserInfo::new(
+                "system:unsecured",
+                vec![crate::authn::MASTERS.to_owned()],
+            ));
         }
-        req.headers()
+        if cert_user.is_some() {
+            return cert_user;
+        }
+        // Upstream's bearer token authenticator: scheme case-insensitive, then the token.
+        let token = req
+            .headers()
             .get(header::AUTHORIZATION)
             .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .is_some_and(|t| self.store.token_valid(t.trim()))
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))?
+            .1
+            .trim();
+        if let Some(u) = self.store.token_user(token) {
+            return Some(u);
+        }
+        match crate::authn::authenticate_bootstrap_token(&self.store, token, chrono::Utc::now()) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                tracing::debug!(error = %e, "bearer token rejected");
+                None
+            }
+        }
     }
 
-    /// Serves one request.
+    /// Serves one request; `cert_user` is the identity of a verified client certificate.
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
-        client_cert: bool,
+        mut req: Request<Incoming>,
+        cert_user: Option<UserInfo>,
     ) -> Result<Response<Body>, Infallible> {
         let path = req.uri().path().to_string();
         let open = matches!(
             path.as_str(),
             "/healthz" | "/livez" | "/readyz" | "/version"
         );
-        if !open && !self.authenticated(&req, client_cert) {
-            return Ok(error_response(&ApiError::unauthorized()));
+        let user = self.authenticate(&req, cert_user);
+        if !open {
+            let Some(user) = &user else {
+                return Ok(error_response(&ApiError::unauthorized()));
+            };
+            let q = parse_query(req.uri().query());
+            let attrs = crate::authz::attributes(req.method().as_str(), &path, &q);
+            if let Err(e) = crate::authz::authorize(user, &attrs) {
+                return Ok(error_response(&e));
+            }
+        }
+        if let Some(u) = user {
+            req.extensions_mut().insert(u);
         }
         let fail = self.fail_with.load(std::sync::atomic::Ordering::Relaxed);
         if fail != 0 && !open {
@@ -362,6 +409,7 @@ impl Api {
             .get(header::ACCEPT)
             .and_then(|h| h.to_str().ok())
             .is_some_and(crate::table::wants_table);
+        let user = req.extensions().get::<UserInfo>().cloned();
         let body = req
             .into_body()
             .collect()
@@ -386,7 +434,13 @@ impl Api {
         {
             return crate::logs::proxy(&self.store, self.kubelet_tls.clone(), ns, name, &q).await;
         }
-        self.dispatch(method, t, q, &content_type, &body, table)
+        let request = RequestParts {
+            content_type: &content_type,
+            body: &body,
+            table,
+            user: user.as_ref(),
+        };
+        self.dispatch(method, t, q, request)
     }
 
     /// TokenReview / SubjectAccessReview: create only, answered from `reviews`, never stored.
@@ -400,6 +454,7 @@ impl Api {
         if method != Method::POST {
             return Err(ApiError::method_not_allowed(method.as_str()));
         }
+        let user = req.extensions().get::<UserInfo>().cloned();
         let body = req
             .into_body()
             .collect()
@@ -409,6 +464,8 @@ impl Api {
         let obj = parse_body(&body)?;
         let out = if plural == "tokenreviews" {
             self.reviews.token_review(obj)?
+        } else if plural == "selfsubjectreviews" {
+            crate::reviews::self_subject_review(obj, user.as_ref())?
         } else {
             self.reviews.subject_access_review(obj)?
         };
@@ -420,10 +477,14 @@ impl Api {
         method: Method,
         t: Target,
         q: HashMap<String, String>,
-        content_type: &str,
-        body: &[u8],
-        table: bool,
+        request: RequestParts<'_>,
     ) -> Result<Response<Body>, ApiError> {
+        let RequestParts {
+            content_type,
+            body,
+            table,
+            user,
+        } = request;
         // events.k8s.io/v1 Events share the core Event storage, converted at this edge.
         let v1_events = crate::events::is_events_v1(t.info);
         let info = crate::events::storage(t.info);
@@ -471,6 +532,11 @@ impl Api {
         let status_sub = match t.sub.as_deref() {
             None => false,
             Some("status") if info.has_status => true,
+            Some("approval") if info.kind == crate::certificates::KIND => {
+                let name = t.name.unwrap_or_default();
+                let sub = Subresource::Approval;
+                return self.pod_subresource(method, info, ("", &name), content_type, body, sub);
+            }
             Some("ephemeralcontainers") if info.kind == "Pod" && info.group.is_empty() => {
                 let name = t.name.unwrap_or_default();
                 let at = (ns_ref, name.as_str());
@@ -512,7 +578,10 @@ impl Api {
                 Ok(respond(200, &out(obj)))
             }
             (Method::POST, None) => {
-                let obj = input(parse_body(body)?);
+                let mut obj = input(parse_body(body)?);
+                if info.kind == crate::certificates::KIND && obj.is_object() {
+                    crate::certificates::prepare_for_create(&mut obj, user);
+                }
                 Ok(respond(201, &out(self.store.create(info, ns_ref, obj)?)))
             }
             (Method::PUT, Some(name)) => {
@@ -724,7 +793,18 @@ impl Api {
             "{signing_input}.{}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sig)
         );
-        self.store.add_token(token.clone());
+        let mut sa_user = UserInfo::new(
+            format!("system:serviceaccount:{ns}:{name}"),
+            vec![
+                "system:serviceaccounts".to_owned(),
+                format!("system:serviceaccounts:{ns}"),
+            ],
+        );
+        sa_user.uid = sa["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self.store.add_token(token.clone(), sa_user);
         let mut spec = req["spec"].clone();
         spec["audiences"] = audiences;
         spec["expirationSeconds"] = json!(expiration);

@@ -81,7 +81,7 @@ struct Inner {
     history_limit: usize,
     /// Events with an rv at or below this were dropped from history.
     compacted: u64,
-    tokens: Vec<String>,
+    tokens: Vec<(String, crate::authn::UserInfo)>,
     ip_counter: u32,
 }
 
@@ -154,14 +154,23 @@ impl Store {
         inner.compacted = inner.rv;
     }
 
-    /// Records a bearer token as valid.
-    pub fn add_token(&self, token: String) {
-        self.lock().tokens.push(token);
+    /// Records a bearer token as valid for `user`.
+    pub fn add_token(&self, token: String, user: crate::authn::UserInfo) {
+        self.lock().tokens.push((token, user));
     }
 
     /// Whether a bearer token is valid.
     pub fn token_valid(&self, token: &str) -> bool {
-        self.lock().tokens.iter().any(|t| t == token)
+        self.token_user(token).is_some()
+    }
+
+    /// The user a (non-bootstrap) bearer token authenticates as.
+    pub fn token_user(&self, token: &str) -> Option<crate::authn::UserInfo> {
+        self.lock()
+            .tokens
+            .iter()
+            .find(|(t, _)| t == token)
+            .map(|(_, u)| u.clone())
     }
 
     fn record(
@@ -320,6 +329,9 @@ impl Store {
         strategy::validate(info, &obj)?;
         if info.kind == "Pod" {
             crate::ephemeral::validate_create(&obj)?;
+        }
+        if info.kind == crate::certificates::KIND {
+            crate::certificates::validate_create(&obj)?;
         }
         inner.rv += 1;
         let rv = inner.rv;

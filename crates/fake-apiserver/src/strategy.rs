@@ -30,14 +30,15 @@ fn invalid_name(info: &ResourceInfo, name: &str) -> ApiError {
 /// Validates an object about to be stored (create or update).
 pub fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    if name.is_empty() {
+    if info.kind == crate::certificates::KIND {
+        crate::certificates::validate_name(name)?;
+    } else if name.is_empty() {
         return Err(ApiError::invalid(
             info.kind,
             name,
             "metadata.name: Required value: name or generateName is required",
         ));
-    }
-    if !is_dns_subdomain(name) {
+    } else if !is_dns_subdomain(name) {
         return Err(invalid_name(info, name));
     }
     for field in ["labels", "annotations"] {
@@ -247,6 +248,7 @@ pub fn default_on_create(
             set_default(obj, "spec", json!({}));
             set_default(obj, "status", json!({}));
         }
+        crate::certificates::KIND => obj["status"] = json!({}),
         _ => {}
     }
 }
@@ -336,6 +338,8 @@ pub enum Subresource {
     EphemeralContainers,
     /// `pods/{name}/resize` (containers' `resources` and `resizePolicy` only).
     Resize,
+    /// `certificatesigningrequests/{name}/approval` (`status.conditions` only).
+    Approval,
 }
 
 /// [`prepare_update`] for any subresource.
@@ -345,6 +349,9 @@ pub fn prepare_subresource_update(
     new: Value,
     sub: Subresource,
 ) -> Result<Value, ApiError> {
+    if info.kind == crate::certificates::KIND {
+        return crate::certificates::prepare_update(info, old, new, sub);
+    }
     match sub {
         Subresource::Main => prepare_update(info, old, new, false),
         Subresource::Status => prepare_update(info, old, new, true),
@@ -358,6 +365,10 @@ pub fn prepare_subresource_update(
             Ok(out)
         }
         Subresource::Resize => crate::resize::prepare_resize(old, &new),
+        Subresource::Approval => Err(ApiError::path_not_found(&format!(
+            "{}/approval",
+            info.plural
+        ))),
     }
 }
 

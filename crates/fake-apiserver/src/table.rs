@@ -158,6 +158,21 @@ fn event_cells(ev: &Value) -> Vec<Value> {
     ]
 }
 
+fn csr_cells(csr: &Value) -> Vec<Value> {
+    let spec = &csr["spec"];
+    let duration = spec["expirationSeconds"]
+        .as_i64()
+        .map_or_else(|| "<none>".to_string(), crate::certificates::human_duration);
+    vec![
+        json!(csr["metadata"]["name"]),
+        json!(age(csr)),
+        json!(spec["signerName"].as_str().unwrap_or_default()),
+        json!(spec["username"].as_str().unwrap_or_default()),
+        json!(duration),
+        json!(crate::certificates::condition_column(csr)),
+    ]
+}
+
 fn partial_metadata(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
@@ -180,6 +195,17 @@ pub fn render(kind: &str, items: &[Value], list_meta: Value) -> Value {
                 col("Readiness Gates", "string", 1),
             ],
             pod_cells,
+        ),
+        "CertificateSigningRequest" => (
+            vec![
+                col("Name", "string", 0),
+                col("Age", "string", 0),
+                col("SignerName", "string", 0),
+                col("Requestor", "string", 0),
+                col("RequestedDuration", "string", 0),
+                col("Condition", "string", 0),
+            ],
+            csr_cells,
         ),
         "Node" => (
             vec![

@@ -1,6 +1,7 @@
-//! TLS material and kubeconfig: owns the self-signed CA, the serving certificate and the admin
-//! client certificate; emits a rustls `ServerConfig` (client certs optional, verified against
-//! the CA) and kubeconfig YAML.
+//! TLS material and kubeconfig: owns the self-signed CA (also the CSR signer's CA), the serving
+//! certificate and the admin client certificate; emits a rustls `ServerConfig` (client
+//! certificates optional and verified after the handshake, so a bad one gets 401 as from
+//! kube-apiserver), the CA as an rcgen issuer, and kubeconfig YAML.
 
 use base64::Engine as _;
 use rcgen::{
@@ -39,6 +40,7 @@ pub struct TlsMaterial {
     server_cert_der: Vec<u8>,
     server_key_der: Vec<u8>,
     ca_der: Vec<u8>,
+    ca_key_der: Vec<u8>,
     /// Admin client certificate (PEM), CN `admin`, O `system:masters`.
     pub client_cert_pem: String,
     /// Admin client key (PEM).
@@ -149,6 +151,7 @@ impl TlsMaterial {
         Ok(TlsMaterial {
             ca_pem: ca_cert.pem(),
             ca_der: ca_cert.der().to_vec(),
+            ca_key_der: issuer.key().serialize_der(),
             server_cert_pem: srv_cert.pem(),
             server_cert_der: srv_cert.der().to_vec(),
             server_key_der: srv_key.serialize_der(),
@@ -159,19 +162,26 @@ impl TlsMaterial {
         })
     }
 
-    /// A rustls server config that offers HTTP/1.1 and accepts (but does not require) client
-    /// certificates signed by the CA.
-    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    /// The client-certificate verifier: chains to the CA, valid now, client auth usage.
+    pub fn client_verifier(&self) -> Result<ClientCertAuthenticator, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from(self.ca_der.clone()))?;
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider.clone(),
-        )
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let inner =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        Ok(ClientCertAuthenticator { inner })
+    }
+
+    /// A rustls server config that offers HTTP/1.1 and accepts (but does not require) client
+    /// certificates; they are verified against the CA after the handshake by
+    /// [`ClientCertAuthenticator::authenticate`] (kube-apiserver likewise requests client
+    /// certificates in TLS and verifies them in its x509 authenticator: 401, not a TLS alert).
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = Arc::new(DeferredClientVerifier(self.client_verifier()?.inner));
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(verifier)
@@ -184,6 +194,105 @@ impl TlsMaterial {
             )?;
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(cfg))
+    }
+
+    /// The CA as an rcgen issuer (the CSR signer signs with it).
+    pub fn ca_issuer(&self) -> Result<Issuer<'static, KeyPair>, TlsError> {
+        let key = KeyPair::try_from(self.ca_key_der.as_slice()).map_err(rc("CA key"))?;
+        Issuer::from_ca_cert_der(&CertificateDer::from(self.ca_der.clone()), key)
+            .map_err(rc("CA issuer"))
+    }
+}
+
+/// Verifies a client certificate chain presented in the handshake and turns it into a user.
+#[derive(Debug, Clone)]
+pub struct ClientCertAuthenticator {
+    inner: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+}
+
+impl ClientCertAuthenticator {
+    /// The user of a presented chain, or None when it does not verify (wrong CA, expired, not
+    /// valid yet, no client-auth usage) or names no user.
+    pub fn authenticate(&self, chain: &[CertificateDer<'_>]) -> Option<crate::authn::UserInfo> {
+        let (leaf, intermediates) = chain.split_first()?;
+        let now = rustls::pki_types::UnixTime::now();
+        if let Err(e) = self.inner.verify_client_cert(leaf, intermediates, now) {
+            tracing::debug!(error = %e, "client certificate rejected");
+            return None;
+        }
+        crate::authn::user_from_certificate(leaf)
+    }
+}
+
+/// The client certificate chain a connection presented, judged per request.
+#[derive(Debug)]
+pub struct PeerCertificates {
+    chain: Vec<CertificateDer<'static>>,
+    verifier: ClientCertAuthenticator,
+}
+
+impl PeerCertificates {
+    /// Keeps `chain` (leaf first) for verification by `verifier`.
+    pub fn new(chain: &[CertificateDer<'_>], verifier: ClientCertAuthenticator) -> Self {
+        PeerCertificates {
+            chain: chain.iter().map(|c| c.clone().into_owned()).collect(),
+            verifier,
+        }
+    }
+
+    /// The user, if the chain verifies now.
+    pub fn user(&self) -> Option<crate::authn::UserInfo> {
+        self.verifier.authenticate(&self.chain)
+    }
+}
+
+/// Accepts any client certificate in the handshake (signatures over the handshake are still
+/// checked); the chain itself is judged per request by [`ClientCertAuthenticator`].
+#[derive(Debug)]
+struct DeferredClientVerifier(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl rustls::server::danger::ClientCertVerifier for DeferredClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
     }
 }
 
@@ -240,6 +349,18 @@ pub fn kubeconfig(
     };
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\n{cluster_tls}users:\n- name: admin\n  user:\n{user}contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\n    namespace: default\ncurrent-context: fake\npreferences: {{}}\n"
+    )
+}
+
+/// A bootstrap kubeconfig as kubeadm writes `/etc/kubernetes/bootstrap-kubelet.conf`: the
+/// server, its CA and a bootstrap `token:`.
+pub fn bootstrap_kubeconfig(server: &str, ca_pem: Option<&str>, token: &str) -> String {
+    let cluster_tls = match ca_pem {
+        Some(ca) => format!("    certificate-authority-data: {}\n", b64(ca)),
+        None => String::new(),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: {server}\n{cluster_tls}users:\n- name: tls-bootstrap-token-user\n  user:\n    token: {token}\ncontexts:\n- name: tls-bootstrap-token-user@kubernetes\n  context:\n    cluster: kubernetes\n    user: tls-bootstrap-token-user\ncurrent-context: tls-bootstrap-token-user@kubernetes\npreferences: {{}}\n"
     )
 }
 

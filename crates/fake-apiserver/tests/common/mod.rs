@@ -43,9 +43,20 @@ pub async fn start(opts: Options) -> (FakeApiServer, tempfile::TempDir) {
 }
 
 pub async fn kubectl_in(server: &FakeApiServer, stdin: Option<&str>, args: &[&str]) -> Out {
+    kubectl_with(server, &server.kubeconfig_path, stdin, args).await
+}
+
+/// kubectl with another kubeconfig (e.g. a bootstrap token or an issued certificate) against
+/// `server`.
+pub async fn kubectl_with(
+    server: &FakeApiServer,
+    kubeconfig: &Path,
+    stdin: Option<&str>,
+    args: &[&str],
+) -> Out {
     let mut cmd = Command::new(KUBECTL);
     cmd.arg("--kubeconfig")
-        .arg(&server.kubeconfig_path)
+        .arg(kubeconfig)
         .args(args)
         // Discovery cache per server, not shared with other runs.
         .env(
