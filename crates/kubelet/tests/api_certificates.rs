@@ -129,7 +129,9 @@ fn name(obj: &Value) -> String {
 }
 
 fn issued(obj: &Value) -> bool {
-    obj["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty())
+    obj["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// The current pair's file (the target of the symlink).
@@ -144,13 +146,20 @@ async fn token_bootstrap_to_a_ready_node_with_manual_approval() {
     // The kubeconfig is written at once, pointing at the certificate to come.
     let kc = std::fs::read_to_string(env.kubeconfig()).unwrap();
     let pem = env.cert_dir().join("kubelet-client-current.pem");
-    assert!(kc.contains(&format!("client-certificate: {}", pem.display())), "{kc}");
-    assert!(kc.contains(&format!("client-key: {}", pem.display())), "{kc}");
+    assert!(
+        kc.contains(&format!("client-certificate: {}", pem.display())),
+        "{kc}"
+    );
+    assert!(
+        kc.contains(&format!("client-key: {}", pem.display())),
+        "{kc}"
+    );
     assert!(!kc.contains(&env.token.secret), "{kc}");
     let agent = env.start_agent(api, |_| {}).await;
 
     let csr = wait(20, "the client CSR", || {
-        env.csrs_for("kubernetes.io/kube-apiserver-client-kubelet").pop()
+        env.csrs_for("kubernetes.io/kube-apiserver-client-kubelet")
+            .pop()
     })
     .await;
     let csr_name = name(&csr);
@@ -243,7 +252,11 @@ async fn token_bootstrap_with_auto_approval_waits_for_the_certificate_without_ro
 fn hammer(
     client: kube::Client,
     stop: CancellationToken,
-) -> (Arc<AtomicU64>, Arc<std::sync::Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+) -> (
+    Arc<AtomicU64>,
+    Arc<std::sync::Mutex<Vec<String>>>,
+    tokio::task::JoinHandle<()>,
+) {
     let calls = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (c, f) = (calls.clone(), failures.clone());
@@ -306,7 +319,11 @@ async fn client_certificate_rotates_under_a_running_pod_without_failed_calls() {
     stop.cancel();
     task.await.unwrap();
     let failed = failures.lock().unwrap().clone();
-    assert!(failed.is_empty(), "{} calls failed: {failed:?}", failed.len());
+    assert!(
+        failed.is_empty(),
+        "{} calls failed: {failed:?}",
+        failed.len()
+    );
     assert!(calls.load(Ordering::SeqCst) > 100);
     // The rotation CSR was made with the node's own certificate, not the bootstrap token.
     let client_csrs = env.csrs_for("kubernetes.io/kube-apiserver-client-kubelet");
@@ -333,9 +350,8 @@ async fn client_certificate_rotates_under_a_running_pod_without_failed_calls() {
     };
     assert_eq!(ids(&now), ids(&started));
     // The lease keeps being renewed with the new certificate.
-    let renewed = env.server.get("leases", "kube-node-lease", NODE).unwrap()["spec"]
-        ["renewTime"]
-        .clone();
+    let renewed =
+        env.server.get("leases", "kube-node-lease", NODE).unwrap()["spec"]["renewTime"].clone();
     wait(10, "the lease renewed after the rotation", || {
         let l = env.server.get("leases", "kube-node-lease", NODE)?;
         (l["spec"]["renewTime"] != renewed).then_some(())
@@ -356,20 +372,22 @@ async fn expired_client_certificate_is_renewed_with_the_bootstrap_token_without_
     let first = current_target(&env.cert_dir(), "kubelet-client").unwrap();
     // Nobody approves renewals any more: the certificate runs out.
     env.server.set_csr_auto_approve(false);
-    let renewal = wait(30, "a renewal request made with the node's certificate", || {
-        env.csrs_for("kubernetes.io/kube-apiserver-client-kubelet")
-            .into_iter()
-            .find(|c| c["spec"]["username"] == format!("system:node:{NODE}"))
-    })
+    let renewal = wait(
+        30,
+        "a renewal request made with the node's certificate",
+        || {
+            env.csrs_for("kubernetes.io/kube-apiserver-client-kubelet")
+                .into_iter()
+                .find(|c| c["spec"]["username"] == format!("system:node:{NODE}"))
+        },
+    )
     .await;
     assert!(!issued(&renewal));
     // After the expiry the kubelet asks again with the bootstrap token; approve that one.
     let rebootstrap = wait(40, "a request made with the bootstrap token again", || {
         env.csrs_for("kubernetes.io/kube-apiserver-client-kubelet")
             .into_iter()
-            .filter(|c| {
-                c["spec"]["username"] == format!("system:bootstrap:{}", env.token.id)
-            })
+            .filter(|c| c["spec"]["username"] == format!("system:bootstrap:{}", env.token.id))
             .find(|c| !issued(c))
     })
     .await;
@@ -380,9 +398,8 @@ async fn expired_client_certificate_is_renewed_with_the_bootstrap_token_without_
     .await;
     assert!(second.exists());
     // The same agent talks to the API again: the lease is renewed.
-    let renewed = env.server.get("leases", "kube-node-lease", NODE).unwrap()["spec"]
-        ["renewTime"]
-        .clone();
+    let renewed =
+        env.server.get("leases", "kube-node-lease", NODE).unwrap()["spec"]["renewTime"].clone();
     wait(15, "the lease renewed with the new certificate", || {
         let l = env.server.get("leases", "kube-node-lease", NODE)?;
         (l["spec"]["renewTime"] != renewed).then_some(())
@@ -401,10 +418,7 @@ async fn expired_client_certificate_is_renewed_with_the_bootstrap_token_without_
 
 /// Completes a TLS handshake with the kubelet's HTTPS port trusting `ca_pem`; returns the
 /// served leaf certificate.
-async fn served_certificate(
-    addr: std::net::SocketAddr,
-    ca_pem: &str,
-) -> Result<Vec<u8>, String> {
+async fn served_certificate(addr: std::net::SocketAddr, ca_pem: &str) -> Result<Vec<u8>, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
@@ -474,7 +488,10 @@ async fn serving_certificate_is_requested_served_and_rotated() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!issued(&env.server.csr(&name(&serving)).unwrap()));
     assert!(served_certificate(addr, &ca).await.is_err());
-    assert!(!cert_dir.join("kubelet.crt").exists(), "no self-signed pair");
+    assert!(
+        !cert_dir.join("kubelet.crt").exists(),
+        "no self-signed pair"
+    );
 
     env.server.approve_csr(&name(&serving)).unwrap();
     let first = wait(20, "the issued serving certificate on the port", || {

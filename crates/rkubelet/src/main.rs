@@ -16,8 +16,8 @@ use clap::Parser;
 use kubelet::agent::{
     Agent, AgentConfig, AgentDeps, ApiModeConfig, CgroupSettings, CmConfig, GcSettings,
 };
-use kubelet::apiclient::rate_limit::RateLimit;
 use kubelet::apiclient::ClientSettings;
+use kubelet::apiclient::rate_limit::RateLimit;
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
 use kubelet::cm::resources::PodCgroupOptions;

@@ -698,7 +698,16 @@ impl Agent {
             let reviews = deps.api.clone().map(server::setup::kube_reviews);
             let (tls, auth) = server::setup::build(sc, reviews)?;
             if sc.tls.server_tls_bootstrap {
-                start_serving_certificates(&cfg, sc, &deps, tls.clone(), &events, &metrics, &sup, &cancel)?;
+                start_serving_certificates(
+                    &cfg,
+                    sc,
+                    &deps,
+                    tls.clone(),
+                    &events,
+                    &metrics,
+                    &sup,
+                    &cancel,
+                )?;
             }
             state.configz = sc.configz.clone().map(Arc::new);
             state.system_logs = sc.system_logs.clone();

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use kube::config::{AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext};
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+};
 use tracing::{info, warn};
 
 use super::csr::{ApiSigner, CertificateSigner, Template};
@@ -283,7 +285,10 @@ pub fn client_config_still_valid(path: &Path) -> bool {
     let (cert, key) = match user_identity(path, &kubeconfig) {
         Some(Identity::Data { cert, key }) => (cert, key),
         Some(Identity::Files { cert, key }) => {
-            match (std::fs::read_to_string(&cert), std::fs::read_to_string(&key)) {
+            match (
+                std::fs::read_to_string(&cert),
+                std::fs::read_to_string(&key),
+            ) {
                 (Ok(c), Ok(k)) => (c, k),
                 _ => {
                     warn!(

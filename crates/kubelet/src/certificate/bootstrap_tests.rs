@@ -25,7 +25,11 @@ fn kubeconfig_validity_follows_upstream() {
     let d = dir.path();
     assert!(!client_config_still_valid(&d.join("missing")));
     let ca = TestCa::new();
-    let (cert, key) = ca.issue("system:node:n1", &["system:nodes"], Duration::from_secs(600));
+    let (cert, key) = ca.issue(
+        "system:node:n1",
+        &["system:nodes"],
+        Duration::from_secs(600),
+    );
     let c = write(d, "c.pem", &cert);
     let k = write(d, "k.pem", &key);
     let kc = write(d, "kubelet.conf", &kubeconfig_with_files(&c, &k));
@@ -111,5 +115,8 @@ async fn written_kubeconfig_points_at_the_current_pem_with_the_bootstrap_cluster
     let err = write_kubeconfig_from_bootstrap(&bad, &out, &pem)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("bad.conf") && err.contains("no server"), "{err}");
+    assert!(
+        err.contains("bad.conf") && err.contains("no server"),
+        "{err}"
+    );
 }

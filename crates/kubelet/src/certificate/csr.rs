@@ -239,12 +239,12 @@ async fn request_certificate(
         Err(kube::Error::Api(s)) if s.code == 409 && req.name.is_some() => {
             info!("csr for this node already exists, reusing");
             let name = req.name.as_deref().unwrap_or_default();
-            let existing = api.get(name).await.map_err(|e| {
-                api_err("cannot retrieve certificate signing request", e)
-            })?;
-            ensure_compatible(&existing, req).map_err(|m| {
-                CertError::Api(format!("retrieved csr is not compatible: {m}"))
-            })?;
+            let existing = api
+                .get(name)
+                .await
+                .map_err(|e| api_err("cannot retrieve certificate signing request", e))?;
+            ensure_compatible(&existing, req)
+                .map_err(|m| CertError::Api(format!("retrieved csr is not compatible: {m}")))?;
             info!("csr for this node is still valid");
             existing
         }
@@ -262,7 +262,10 @@ async fn request_certificate(
 
 /// Upstream `ensureCompatible`: same signer, same subject, the request made with our key,
 /// and no expired certificate issued for it.
-fn ensure_compatible(existing: &CertificateSigningRequest, req: &SigningRequest) -> Result<(), String> {
+fn ensure_compatible(
+    existing: &CertificateSigningRequest,
+    req: &SigningRequest,
+) -> Result<(), String> {
     if existing.spec.signer_name != req.signer_name {
         return Err(format!(
             "csr signerNames differ: new {:?}, orig: {:?}",
@@ -272,12 +275,19 @@ fn ensure_compatible(existing: &CertificateSigningRequest, req: &SigningRequest)
     let theirs = request_subject_and_key(&existing.spec.request.0)?;
     let ours = request_subject_and_key(req.csr_pem.as_bytes())?;
     if theirs.0 != ours.0 {
-        return Err(format!("csr subjects differ: new: {:?}, orig: {:?}", theirs.0, ours.0));
+        return Err(format!(
+            "csr subjects differ: new: {:?}, orig: {:?}",
+            theirs.0, ours.0
+        ));
     }
     if theirs.1 != req.spki {
         return Err("the existing request was made with another key".into());
     }
-    if let Some(cert) = existing.status.as_ref().and_then(|s| s.certificate.as_ref()) {
+    if let Some(cert) = existing
+        .status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+    {
         let text = String::from_utf8_lossy(&cert.0);
         for block in super::pem_blocks(&text)? {
             use rustls::pki_types::pem::PemObject;
@@ -315,11 +325,7 @@ enum Progress {
 
 /// Upstream `WaitForCertificate`'s condition: denied or failed ends the wait with an error,
 /// approved with a certificate ends it with the certificate.
-fn progress(
-    csr: &CertificateSigningRequest,
-    name: &str,
-    uid: &str,
-) -> Result<Progress, CertError> {
+fn progress(csr: &CertificateSigningRequest, name: &str, uid: &str) -> Result<Progress, CertError> {
     if !uid.is_empty() && csr.metadata.uid.as_deref().is_some_and(|u| u != uid) {
         return Err(CertError::Api(format!("csr {name:?} changed UIDs")));
     }
@@ -345,10 +351,15 @@ fn progress(
         match status.certificate.as_ref().filter(|c| !c.0.is_empty()) {
             Some(cert) => {
                 info!(csr = name, "certificate signing request {name} is issued");
-                return Ok(Progress::Issued(String::from_utf8_lossy(&cert.0).into_owned()));
+                return Ok(Progress::Issued(
+                    String::from_utf8_lossy(&cert.0).into_owned(),
+                ));
             }
             None => {
-                info!(csr = name, "certificate signing request {name} is approved, waiting to be issued");
+                info!(
+                    csr = name,
+                    "certificate signing request {name} is approved, waiting to be issued"
+                );
             }
         }
     }
@@ -361,10 +372,8 @@ async fn wait_for_certificate(
     name: &str,
     uid: &str,
 ) -> Result<String, CertError> {
-    let mut retry = crate::apiclient::RetryBackoff::new(
-        Duration::from_millis(200),
-        Duration::from_secs(5),
-    );
+    let mut retry =
+        crate::apiclient::RetryBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         let current = match api.get(name).await {
             Ok(c) => c,
@@ -380,7 +389,11 @@ async fn wait_for_certificate(
         if let Progress::Issued(cert) = progress(&current, name, uid)? {
             return Ok(cert);
         }
-        let rv = current.metadata.resource_version.clone().unwrap_or_default();
+        let rv = current
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
         let params = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(290);
@@ -442,11 +455,18 @@ mod tests {
         let k = new_request(&t).unwrap();
         assert!(k.key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
         let (subject, spki) = request_subject_and_key(k.csr_pem.as_bytes()).unwrap();
-        assert!(subject.contains("CN=system:node:n1") && subject.contains("O=system:nodes"), "{subject}");
+        assert!(
+            subject.contains("CN=system:node:n1") && subject.contains("O=system:nodes"),
+            "{subject}"
+        );
         assert_eq!(spki, k.spki);
         // Signed by a CA, the certificate satisfies the template and matches the key.
         let ca = crate::certificate::testutil::TestCa::new();
-        let cert = ca.sign_request(&k.csr_pem, std::time::SystemTime::now(), Duration::from_secs(30));
+        let cert = ca.sign_request(
+            &k.csr_pem,
+            std::time::SystemTime::now(),
+            Duration::from_secs(30),
+        );
         let pair = issued_pair(&cert, &k.key_pem).unwrap();
         assert!(t.satisfied_by(&pair.info), "{:?}", pair.info);
         let mut other = t.clone();
@@ -468,7 +488,10 @@ mod tests {
         // 32 bytes of digest in unpadded base64url.
         assert_eq!(a.len(), "node-csr-".len() + 43, "{a}");
         assert_ne!(a, digested_name(b"key-b", &t, CLIENT_USAGES));
-        assert_ne!(a, digested_name(b"key-a", &Template::node_client("n2"), CLIENT_USAGES));
+        assert_ne!(
+            a,
+            digested_name(b"key-a", &Template::node_client("n2"), CLIENT_USAGES)
+        );
         assert_ne!(a, digested_name(b"key-a", &t, &["client auth"]));
         // The delimiter keeps concatenations apart (upstream's CN:foo,ORG:bar example).
         let mut x = Template::node_client("x");
@@ -508,7 +531,10 @@ mod tests {
 
     #[test]
     fn progress_follows_upstreams_conditions() {
-        assert_eq!(progress(&csr(&[], None), "csr-1", "u1").unwrap(), Progress::Pending);
+        assert_eq!(
+            progress(&csr(&[], None), "csr-1", "u1").unwrap(),
+            Progress::Pending
+        );
         assert_eq!(
             progress(&csr(&[("Approved", "A")], None), "csr-1", "u1").unwrap(),
             Progress::Pending
@@ -524,13 +550,20 @@ mod tests {
             err,
             "certificate signing request csr-1 is denied, reason: NoWay, message: m"
         );
-        let err = progress(&csr(&[("Approved", "A"), ("Failed", "Bad")], Some("PEM")), "csr-1", "u1")
-            .unwrap_err()
-            .to_string();
+        let err = progress(
+            &csr(&[("Approved", "A"), ("Failed", "Bad")], Some("PEM")),
+            "csr-1",
+            "u1",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("failed, reason: Bad"), "{err}");
         assert!(progress(&csr(&[], None), "csr-1", "other-uid").is_err());
         // A certificate without approval is not taken.
-        assert_eq!(progress(&csr(&[], Some("PEM")), "csr-1", "u1").unwrap(), Progress::Pending);
+        assert_eq!(
+            progress(&csr(&[], Some("PEM")), "csr-1", "u1").unwrap(),
+            Progress::Pending
+        );
     }
 
     #[test]

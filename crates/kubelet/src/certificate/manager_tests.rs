@@ -130,9 +130,18 @@ fn now() -> SystemTime {
 fn deadline_is_70_to_90_percent_of_the_life_and_retries_back_off_as_upstream() {
     let nb = std::time::UNIX_EPOCH + Duration::from_secs(1000);
     let life = Duration::from_secs(100);
-    assert_eq!(rotation_deadline(nb, life, 0.0), nb + Duration::from_secs(70));
-    assert_eq!(rotation_deadline(nb, life, 1.0), nb + Duration::from_secs(90));
-    assert_eq!(rotation_deadline(nb, life, 0.5), nb + Duration::from_secs(80));
+    assert_eq!(
+        rotation_deadline(nb, life, 0.0),
+        nb + Duration::from_secs(70)
+    );
+    assert_eq!(
+        rotation_deadline(nb, life, 1.0),
+        nb + Duration::from_secs(90)
+    );
+    assert_eq!(
+        rotation_deadline(nb, life, 0.5),
+        nb + Duration::from_secs(80)
+    );
     let t = Timings::default();
     let delays: Vec<u64> = (0..7).map(|a| retry_delay(&t, a, 0.0).as_secs()).collect();
     assert_eq!(delays, [2, 4, 8, 16, 32, 32, 32]);
@@ -145,7 +154,11 @@ async fn rotates_between_70_and_90_percent_and_hands_on_the_new_pair() {
     let s = setup(Kind::Client, Some((nb, Duration::from_secs(100))), true);
     let events = CollectingRecorder::default();
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(s.manager.clone().run(Arc::new(events.clone()), cancel.clone()));
+    let task = tokio::spawn(
+        s.manager
+            .clone()
+            .run(Arc::new(events.clone()), cancel.clone()),
+    );
     // Nothing before 70 % of the life.
     tokio::time::sleep(Duration::from_secs(68)).await;
     assert!(s.updates.lock().unwrap().is_empty());
@@ -154,13 +167,20 @@ async fn rotates_between_70_and_90_percent_and_hands_on_the_new_pair() {
     assert_eq!(updates.len(), 1, "one rotation by 90 %");
     let rotated_at = SystemTime::from(s.clock.now());
     let new = &updates[0];
-    assert!(new.info.not_before > nb + Duration::from_secs(68), "{:?}", new.info);
+    assert!(
+        new.info.not_before > nb + Duration::from_secs(68),
+        "{:?}",
+        new.info
+    );
     assert!(new.info.not_before <= rotated_at);
     assert_eq!(new.info.common_name, "system:node:n1");
     // Through the current credentials, with upstream's signer and usages and a generated name.
     assert!(s.bootstrap.seen().is_empty());
     let req = &s.signer.seen()[0];
-    assert_eq!(req.signer_name, "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(
+        req.signer_name,
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
     assert_eq!(req.usages, ["digital signature", "client auth"]);
     assert_eq!(req.name, None);
     // Stored and current.
@@ -182,7 +202,11 @@ async fn failing_renewal_backs_off_counts_and_warns_the_node_near_expiry() {
     s.signer.fail_always.store(true, Ordering::SeqCst);
     let events = CollectingRecorder::default();
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(s.manager.clone().run(Arc::new(events.clone()), cancel.clone()));
+    let task = tokio::spawn(
+        s.manager
+            .clone()
+            .run(Arc::new(events.clone()), cancel.clone()),
+    );
     // Rotation starts between 7000 s and 9000 s; no warning while 10 % or more is left.
     tokio::time::sleep(Duration::from_secs(8999)).await;
     assert!(
@@ -192,12 +216,18 @@ async fn failing_renewal_backs_off_counts_and_warns_the_node_near_expiry() {
     );
     // Under 10 % left: one warning, not one per failure.
     tokio::time::sleep(Duration::from_secs(61)).await;
-    assert!(s.manager.renew_errors() >= 4, "{}", s.manager.renew_errors());
+    assert!(
+        s.manager.renew_errors() >= 4,
+        "{}",
+        s.manager.renew_errors()
+    );
     let warnings = events.with_reason("ClientCertificateExpiring");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0].event_type, EventType::Warning);
     assert!(
-        warnings[0].message.contains("client certificate expires at")
+        warnings[0]
+            .message
+            .contains("client certificate expires at")
             && warnings[0].message.contains("503"),
         "{}",
         warnings[0].message
@@ -234,14 +264,25 @@ async fn failing_renewal_backs_off_counts_and_warns_the_node_near_expiry() {
 #[tokio::test(start_paused = true)]
 async fn expired_certificate_is_renewed_with_the_bootstrap_credentials() {
     let long_ago = now() - Duration::from_secs(500);
-    let s = setup(Kind::Client, Some((long_ago, Duration::from_secs(100))), true);
+    let s = setup(
+        Kind::Client,
+        Some((long_ago, Duration::from_secs(100))),
+        true,
+    );
     assert!(s.manager.ttl_seconds() < 0.0);
     let events = CollectingRecorder::default();
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(s.manager.clone().run(Arc::new(events.clone()), cancel.clone()));
+    let task = tokio::spawn(
+        s.manager
+            .clone()
+            .run(Arc::new(events.clone()), cancel.clone()),
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(s.updates.lock().unwrap().len(), 1);
-    assert!(s.signer.seen().is_empty(), "the expired certificate is not used");
+    assert!(
+        s.signer.seen().is_empty(),
+        "the expired certificate is not used"
+    );
     let req = &s.bootstrap.seen()[0];
     // Upstream's bootstrap request: a name digested from the key, subject and usages.
     let name = req.name.clone().unwrap();
@@ -274,7 +315,10 @@ async fn bootstrap_key_survives_failed_tries_so_the_request_name_stays() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let seen = s.bootstrap.seen();
     assert_eq!(seen.len(), 3, "two failures then success");
-    assert!(seen.iter().all(|r| r.name == seen[0].name), "same name each try");
+    assert!(
+        seen.iter().all(|r| r.name == seen[0].name),
+        "same name each try"
+    );
     assert_eq!(s.updates.lock().unwrap().len(), 1);
     assert!(!tmp.exists());
     assert_eq!(s.manager.renew_errors(), 2);
@@ -333,7 +377,11 @@ async fn refused_credentials_fall_back_to_bootstrap_and_without_it_keep_failing(
 #[tokio::test(start_paused = true)]
 async fn serving_certificate_missing_an_address_rotates_at_once_and_records_its_age() {
     // The initial serving certificate has no SANs: it does not satisfy the template.
-    let s = setup(Kind::Serving, Some((now(), Duration::from_secs(1000))), false);
+    let s = setup(
+        Kind::Serving,
+        Some((now(), Duration::from_secs(1000))),
+        false,
+    );
     let cancel = CancellationToken::new();
     let task = tokio::spawn(
         s.manager
@@ -343,7 +391,10 @@ async fn serving_certificate_missing_an_address_rotates_at_once_and_records_its_
     tokio::time::sleep(Duration::from_secs(1)).await;
     let updates = s.updates.lock().unwrap().clone();
     assert_eq!(updates.len(), 1);
-    assert_eq!(updates[0].info.ips, ["10.0.0.5".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(
+        updates[0].info.ips,
+        ["10.0.0.5".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(updates[0].info.dns_names, ["n1"]);
     let req = &s.signer.seen()[0];
     assert_eq!(req.signer_name, "kubernetes.io/kubelet-serving");
@@ -356,8 +407,14 @@ async fn serving_certificate_missing_an_address_rotates_at_once_and_records_its_
         text.contains("kubelet_certificate_manager_server_rotation_seconds_count 1"),
         "{text}"
     );
-    assert!(text.contains("kubelet_server_expiration_renew_errors 0"), "{text}");
-    assert!(text.contains("kubelet_certificate_manager_server_ttl_seconds 9"), "{text}");
+    assert!(
+        text.contains("kubelet_server_expiration_renew_errors 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubelet_certificate_manager_server_ttl_seconds 9"),
+        "{text}"
+    );
     cancel.cancel();
     task.await.unwrap();
 }

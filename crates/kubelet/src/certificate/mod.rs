@@ -368,10 +368,18 @@ mod tests {
         let err = CertKey::from_pem("mixed", &cert, &other_key)
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("mixed: the private key does not match"), "{err}");
-        for garbage in ["", "hello", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"]
-        {
-            let err = CertKey::from_pem("g", garbage, &key).unwrap_err().to_string();
+        assert!(
+            err.starts_with("mixed: the private key does not match"),
+            "{err}"
+        );
+        for garbage in [
+            "",
+            "hello",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        ] {
+            let err = CertKey::from_pem("g", garbage, &key)
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with("g: "), "{err}");
         }
         assert!(CertKey::from_pem("nokey", &cert, &cert).is_err());

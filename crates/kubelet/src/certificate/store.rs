@@ -208,7 +208,10 @@ mod tests {
             "system:node:a"
         );
         let second = store
-            .update(&pair(&ca, "system:node:b"), t1 + chrono::Duration::seconds(30))
+            .update(
+                &pair(&ca, "system:node:b"),
+                t1 + chrono::Duration::seconds(30),
+            )
             .unwrap();
         assert_ne!(first, second);
         assert_eq!(std::fs::read_link(&link).unwrap(), second);
@@ -233,8 +236,13 @@ mod tests {
         let (c, k) = (dir.path().join("c.crt"), dir.path().join("c.key"));
         std::fs::write(&c, &p.cert_pem).unwrap();
         std::fs::write(&k, &p.key_pem).unwrap();
-        let store =
-            FileStore::new("kubelet-server", dir.path(), Some(c.clone()), Some(k.clone())).unwrap();
+        let store = FileStore::new(
+            "kubelet-server",
+            dir.path(),
+            Some(c.clone()),
+            Some(k.clone()),
+        )
+        .unwrap();
         assert_eq!(
             store.current().unwrap().unwrap().info.common_name,
             "from-files"
@@ -255,8 +263,7 @@ mod tests {
         let ca = TestCa::new();
         let target = dir.path().join("kubelet-client-2026.pem");
         std::fs::write(&target, pair(&ca, "x").combined_pem()).unwrap();
-        std::os::unix::fs::symlink(&target, dir.path().join("kubelet-client-updated.pem"))
-            .unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("kubelet-client-updated.pem")).unwrap();
         let store = FileStore::new("kubelet-client", dir.path(), None, None).unwrap();
         assert_eq!(store.current().unwrap().unwrap().info.common_name, "x");
         assert!(!dir.path().join("kubelet-client-updated.pem").exists());

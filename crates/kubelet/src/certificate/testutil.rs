@@ -49,7 +49,12 @@ impl TestCa {
         }
     }
 
-    fn params(cn: &str, orgs: &[&str], not_before: SystemTime, life: Duration) -> CertificateParams {
+    fn params(
+        cn: &str,
+        orgs: &[&str],
+        not_before: SystemTime,
+        life: Duration,
+    ) -> CertificateParams {
         let mut p = CertificateParams::default();
         p.distinguished_name.push(DnType::CommonName, cn);
         for o in orgs {
@@ -85,10 +90,9 @@ impl TestCa {
         use rustls::pki_types::pem::PemObject;
         use x509_parser::extensions::GeneralName;
         use x509_parser::prelude::FromDer;
-        let der = rustls::pki_types::CertificateSigningRequestDer::from_pem_slice(
-            csr_pem.as_bytes(),
-        )
-        .expect("csr pem");
+        let der =
+            rustls::pki_types::CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
+                .expect("csr pem");
         let (_, req) =
             x509_parser::certification_request::X509CertificationRequest::from_der(der.as_ref())
                 .expect("csr der");
@@ -109,8 +113,7 @@ impl TestCa {
         let mut p = Self::params(&cn, &org_refs, not_before, life);
         if let Some(exts) = req.requested_extensions() {
             for ext in exts {
-                if let x509_parser::extensions::ParsedExtension::SubjectAlternativeName(san) = ext
-                {
+                if let x509_parser::extensions::ParsedExtension::SubjectAlternativeName(san) = ext {
                     for n in &san.general_names {
                         match n {
                             GeneralName::DNSName(d) => p

@@ -238,12 +238,16 @@ mod tests {
         let inner = StreamBody::new(stream);
         let token = CancellationToken::new();
         let mut body = GenerationBody::watch(inner, token.clone());
-        tx.send(Ok(Frame::data(Bytes::from_static(b"{\"type\":\"ADDED\"")))).await.unwrap();
+        tx.send(Ok(Frame::data(Bytes::from_static(b"{\"type\":\"ADDED\""))))
+            .await
+            .unwrap();
         let f = body.frame().await.unwrap().unwrap();
         assert_eq!(f.data_ref().unwrap().as_ref(), b"{\"type\":\"ADDED\"");
         // Retired mid-event: the rest of the event still comes, then the stream ends.
         token.cancel();
-        tx.send(Ok(Frame::data(Bytes::from_static(b"}\n")))).await.unwrap();
+        tx.send(Ok(Frame::data(Bytes::from_static(b"}\n"))))
+            .await
+            .unwrap();
         let f = body.frame().await.unwrap().unwrap();
         assert_eq!(f.data_ref().unwrap().as_ref(), b"}\n");
         assert!(body.frame().await.is_none(), "ends at the boundary");
