@@ -197,7 +197,7 @@ enum Identity {
     Data { cert: String, key: String },
 }
 
-fn current_user<'a>(kubeconfig: &'a Kubeconfig) -> Option<&'a AuthInfo> {
+fn current_user(kubeconfig: &Kubeconfig) -> Option<&AuthInfo> {
     let ctx_name = kubeconfig.current_context.as_deref()?;
     let ctx = kubeconfig
         .contexts
@@ -214,7 +214,7 @@ fn current_user<'a>(kubeconfig: &'a Kubeconfig) -> Option<&'a AuthInfo> {
         .as_ref()
 }
 
-fn current_cluster<'a>(kubeconfig: &'a Kubeconfig) -> Option<&'a Cluster> {
+fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&Cluster> {
     let ctx_name = kubeconfig.current_context.as_deref()?;
     let ctx = kubeconfig
         .contexts
