@@ -1155,4 +1155,29 @@ mod tests {
         );
         assert!(parse_node_labels("").unwrap().is_empty());
     }
+
+    #[test]
+    fn certificate_flags() {
+        let f = parse(&[
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--rotate-certificates",
+            "--hostname-override=n1",
+        ]);
+        let (c, n) = resolve_with(&f, || panic!("machine hostname not needed")).unwrap();
+        assert!(c.rotate_certificates);
+        assert_eq!(
+            n.bootstrap_kubeconfig.as_deref(),
+            Some(Path::new("/etc/kubernetes/bootstrap-kubelet.conf"))
+        );
+        assert!(
+            n.warnings.iter().any(|w| w.contains("rotate-certificates")),
+            "deprecated flag warned: {:?}",
+            n.warnings
+        );
+        let (c, n) =
+            resolve_with(&parse(&["--rotate-certificates=false"]), || Ok("n1".into())).unwrap();
+        assert!(!c.rotate_certificates);
+        assert_eq!(n.bootstrap_kubeconfig, None);
+    }
 }

@@ -614,6 +614,7 @@ mod tests {
         c.eviction_monitoring_interval = Some(GoDuration::from_secs(3));
         c.pod_housekeeping_period = GoDuration::from_secs(9);
         c.tls_curve_preferences = vec![29];
+        c.server_tls_bootstrap = true;
         let a = agent_config(&c, &node(dir.path())).unwrap();
         assert_eq!(a.pod_logs_dir, Path::new("/srv/pod-logs"));
         assert_eq!(a.sync_frequency, Duration::from_secs(42));
@@ -631,6 +632,7 @@ mod tests {
         let server = a.server.as_ref().unwrap();
         assert_eq!(server.addr, "127.0.0.2:11250".parse().unwrap());
         assert_eq!(server.tls.curve_preferences, [29]);
+        assert!(server.tls.server_tls_bootstrap);
         // enableServer: false turns the HTTPS port off.
         c.enable_server = false;
         assert!(
