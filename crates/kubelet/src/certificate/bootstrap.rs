@@ -64,7 +64,8 @@ pub async fn api_client(opts: &ClientOptions) -> Result<ApiClient, CertError> {
     }
     let mut bootstrap_signer: Option<Arc<dyn CertificateSigner>> = None;
     if let Some(bootstrap) = &opts.bootstrap_kubeconfig {
-        if client_config_still_valid(&opts.kubeconfig) {
+        let valid = client_config_still_valid(&opts.kubeconfig);
+        if valid {
             info!(path = %opts.kubeconfig.display(), "Current kubeconfig file contents are still valid, no bootstrap necessary");
         } else {
             let store = FileStore::new(CLIENT_PREFIX, &opts.cert_dir, None, None)?;
@@ -73,10 +74,20 @@ pub async fn api_client(opts: &ClientOptions) -> Result<ApiClient, CertError> {
                 "Use the bootstrap credentials to request a cert, and set kubeconfig to point to the certificate dir"
             );
         }
-        let client = client_from_kubeconfig(bootstrap, &opts.settings)
-            .await
-            .map_err(|e| CertError::Api(format!("unable to load bootstrap kubeconfig: {e}")))?;
-        bootstrap_signer = Some(Arc::new(ApiSigner::new(client)));
+        match client_from_kubeconfig(bootstrap, &opts.settings).await {
+            Ok(client) => bootstrap_signer = Some(Arc::new(ApiSigner::new(client))),
+            // kubeadm deletes bootstrap-kubelet.conf after the join while its drop-in keeps
+            // passing the flag: with a valid kubeconfig that is fine (no fallback then).
+            Err(e) if valid => warn!(
+                error = %e,
+                "the bootstrap kubeconfig does not load; an expired client certificate will not be renewed with it"
+            ),
+            Err(e) => {
+                return Err(CertError::Api(format!(
+                    "unable to load bootstrap kubeconfig: {e}"
+                )));
+            }
+        }
     }
     let kubeconfig = read_kubeconfig(&opts.kubeconfig)?;
     let identity = user_identity(&opts.kubeconfig, &kubeconfig);

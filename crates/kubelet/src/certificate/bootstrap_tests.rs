@@ -120,3 +120,41 @@ async fn written_kubeconfig_points_at_the_current_pem_with_the_bootstrap_cluster
         "{err}"
     );
 }
+
+/// kubeadm removes `bootstrap-kubelet.conf` after the join but keeps passing
+/// `--bootstrap-kubeconfig`: a valid kubeconfig starts without it; an invalid one names it.
+#[tokio::test]
+async fn missing_bootstrap_kubeconfig_is_fine_while_the_kubeconfig_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = TestCa::new();
+    let (cert, key) = ca.issue(
+        "system:node:n1",
+        &["system:nodes"],
+        Duration::from_secs(600),
+    );
+    let c = write(d, "c.pem", &cert);
+    let k = write(d, "k.pem", &key);
+    let kc = write(d, "kubelet.conf", &kubeconfig_with_files(&c, &k));
+    let opts = ClientOptions {
+        kubeconfig: kc,
+        bootstrap_kubeconfig: Some(d.join("bootstrap-kubelet.conf")),
+        cert_dir: d.join("pki"),
+        node_name: "n1".into(),
+        rotate: true,
+        settings: ClientSettings::default(),
+        timings: Timings::default(),
+    };
+    let api = api_client(&opts).await.unwrap();
+    let current = api.certificates.unwrap().current().unwrap();
+    assert_eq!(current.info.common_name, "system:node:n1");
+
+    let invalid = ClientOptions {
+        kubeconfig: d.join("missing.conf"),
+        ..opts
+    };
+    let Err(err) = api_client(&invalid).await else {
+        panic!("no kubeconfig and no bootstrap kubeconfig must fail");
+    };
+    assert!(err.to_string().contains("bootstrap-kubelet.conf"), "{err}");
+}
