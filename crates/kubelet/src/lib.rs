@@ -8,6 +8,7 @@ pub mod agent;
 pub mod allocation;
 pub mod apiclient;
 pub mod backoff;
+pub mod certificate;
 pub mod clock;
 pub mod cm;
 pub mod config;

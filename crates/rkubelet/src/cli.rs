@@ -223,6 +223,16 @@ pub struct Flags {
         help = "Specified image will not be pruned by the image garbage collector. CRI implementations have their own configuration to set this image. (default \"registry.k8s.io/pause:3.10\") (DEPRECATED: will be removed in 1.35. Image garbage collector will get sandbox image information from CRI.)"
     )]
     pub pod_infra_container_image: Option<String>,
+
+    // Client certificates: TLS bootstrap and rotation (kubelet::certificate).
+    #[arg(
+        long = "bootstrap-kubeconfig",
+        value_name = "string",
+        help = "Path to a kubeconfig file that will be used to get client certificate for kubelet. If the file specified by --kubeconfig does not exist, the bootstrap kubeconfig is used to request a client certificate from the API server. On success, a kubeconfig file referencing the generated client certificate and key is written to the path specified by --kubeconfig. The client certificate and key file will be stored in the directory pointed by --cert-dir."
+    )]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    #[arg(long = "rotate-certificates", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Auto rotate the kubelet client certificates by requesting new certificates from the kube-apiserver when the certificate expiration approaches."))]
+    pub rotate_certificates: Option<bool>,
 }
 
 /// One `--manifest-url-header` occurrence: `key:value` pairs in order.
@@ -263,6 +273,8 @@ pub struct NodeOptions {
     pub external_cloud_provider: bool,
     /// The version the Node reports: [`KUBERNETES_VERSION`] or `--version=vX.Y.Z...`.
     pub kubelet_version: String,
+    /// `--bootstrap-kubeconfig` (`None`: no TLS bootstrap).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
 }
 
 /// Upstream's deprecation note of `--pod-infra-container-image`.
@@ -469,6 +481,11 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
     if let Some(id) = &flags.provider_id {
         c.provider_id = id.clone();
     }
+    set!(
+        flags.rotate_certificates,
+        "rotate-certificates",
+        c.rotate_certificates
+    );
     // The first occurrence replaces the configured headers; later ones append per key.
     if !flags.manifest_url_header.is_empty() {
         let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -689,6 +706,10 @@ fn resolve_with(
         log_format,
         external_cloud_provider,
         kubelet_version,
+        bootstrap_kubeconfig: flags
+            .bootstrap_kubeconfig
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
     };
     Ok((config, node))
 }
@@ -1411,5 +1432,30 @@ mod tests {
             "{bad}"
         );
         assert!(parse_node_labels("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn certificate_flags() {
+        let f = parse(&[
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--rotate-certificates",
+            "--hostname-override=n1",
+        ]);
+        let (c, n) = resolve_with(&f, || panic!("machine hostname not needed")).unwrap();
+        assert!(c.rotate_certificates);
+        assert_eq!(
+            n.bootstrap_kubeconfig.as_deref(),
+            Some(Path::new("/etc/kubernetes/bootstrap-kubelet.conf"))
+        );
+        assert!(
+            n.warnings.iter().any(|w| w.contains("rotate-certificates")),
+            "deprecated flag warned: {:?}",
+            n.warnings
+        );
+        let (c, n) =
+            resolve_with(&parse(&["--rotate-certificates=false"]), || Ok("n1".into())).unwrap();
+        assert!(!c.rotate_certificates);
+        assert_eq!(n.bootstrap_kubeconfig, None);
     }
 }

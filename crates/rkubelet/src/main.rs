@@ -19,8 +19,8 @@ use clap::Parser;
 use kubelet::agent::{
     Agent, AgentConfig, AgentDeps, ApiModeConfig, CgroupSettings, CmConfig, GcSettings,
 };
+use kubelet::apiclient::ClientSettings;
 use kubelet::apiclient::rate_limit::RateLimit;
-use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::cm::cpumanager::{CpuManagerConfig, CpuManagerPolicy};
 use kubelet::cm::resources::PodCgroupOptions;
@@ -142,27 +142,12 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
     info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");
     let (remote, images) = connect_cri(&config).await?;
 
-    let api = match &node.kubeconfig {
-        Some(path) => {
-            let settings = ClientSettings {
-                rate_limit: Some(RateLimit::from_config(
-                    config.kube_api_qps,
-                    config.kube_api_burst,
-                )),
-                ..ClientSettings::default()
-            };
-            let client = client_from_kubeconfig(path, &settings)
-                .await
-                .context("--kubeconfig")?;
-            info!(kubeconfig = %path.display(), "API server mode");
-            Some(client)
-        }
-        None => {
-            info!("no --kubeconfig: standalone mode, running static pods only");
-            None
-        }
+    let (api, client_certificates) = match api_client(&config, &node).await? {
+        Some(built) => (Some(built.client), built.certificates),
+        None => (None, None),
     };
-    let agent_cfg = agent_config(&config, &node)?;
+    let mut agent_cfg = agent_config(&config, &node)?;
+    agent_cfg.client_certificates = client_certificates;
     let cancel = CancellationToken::new();
     let agent = Agent::start(
         agent_cfg,
@@ -209,6 +194,45 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
             Err(anyhow::Error::new(panic))
         }
     }
+}
+
+/// The API client of `--kubeconfig` (TLS bootstrap with `--bootstrap-kubeconfig`, rotation with
+/// `rotateCertificates`: `kubelet::certificate::bootstrap`) with the client certificate manager
+/// the agent runs; `None` standalone.
+async fn api_client(
+    config: &KubeletConfiguration,
+    node: &cli::NodeOptions,
+) -> Result<Option<kubelet::certificate::bootstrap::ApiClient>> {
+    use kubelet::certificate::bootstrap::{ClientOptions, api_client};
+    let Some(path) = &node.kubeconfig else {
+        if node.bootstrap_kubeconfig.is_some() {
+            anyhow::bail!(
+                "--bootstrap-kubeconfig needs --kubeconfig: the path where the kubeconfig it produces is written"
+            );
+        }
+        info!("no --kubeconfig: standalone mode, running static pods only");
+        return Ok(None);
+    };
+    let settings = ClientSettings {
+        rate_limit: Some(RateLimit::from_config(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        )),
+        ..ClientSettings::default()
+    };
+    let built = api_client(&ClientOptions {
+        kubeconfig: path.clone(),
+        bootstrap_kubeconfig: node.bootstrap_kubeconfig.clone(),
+        cert_dir: node.cert_dir.clone(),
+        node_name: node.node_name.clone(),
+        rotate: config.rotate_certificates,
+        settings,
+        timings: Default::default(),
+    })
+    .await
+    .context("--kubeconfig")?;
+    info!(kubeconfig = %path.display(), "API server mode");
+    Ok(Some(built))
 }
 
 /// How long the remaining tasks get to stop after a singleton panicked.
@@ -356,6 +380,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         cgroups: cgroup_settings(c),
         server: secure_config(c, node)?,
         credential_providers: credential_providers(node)?,
+        client_certificates: None,
     })
 }
 
@@ -531,6 +556,7 @@ fn secure_config(
             cipher_suites: c.tls_cipher_suites.clone(),
             curve_preferences: c.tls_curve_preferences.clone(),
             client_ca_file: path(&c.authentication.x509.client_ca_file),
+            server_tls_bootstrap: c.server_tls_bootstrap,
         },
         anonymous: c.authentication.anonymous.enabled,
         webhook_authn: c
@@ -583,6 +609,7 @@ mod tests {
             log_format: logging::LogFormat::Text,
             external_cloud_provider: false,
             kubelet_version: kubelet::version::KUBERNETES_VERSION.to_owned(),
+            bootstrap_kubeconfig: None,
         }
     }
 
@@ -605,6 +632,7 @@ mod tests {
         c.eviction_monitoring_interval = Some(GoDuration::from_secs(3));
         c.pod_housekeeping_period = GoDuration::from_secs(9);
         c.tls_curve_preferences = vec![29];
+        c.server_tls_bootstrap = true;
         let a = agent_config(&c, &node(dir.path())).unwrap();
         assert_eq!(a.pod_logs_dir, Path::new("/srv/pod-logs"));
         assert_eq!(a.sync_frequency, Duration::from_secs(42));
@@ -622,6 +650,7 @@ mod tests {
         let server = a.server.as_ref().unwrap();
         assert_eq!(server.addr, "127.0.0.2:11250".parse().unwrap());
         assert_eq!(server.tls.curve_preferences, [29]);
+        assert!(server.tls.server_tls_bootstrap);
         // enableServer: false turns the HTTPS port off.
         c.enable_server = false;
         assert!(

@@ -114,6 +114,9 @@ pub struct AgentConfig {
     pub server: Option<server::setup::SecureConfig>,
     /// Credential provider plugins (`--image-credential-provider-config`); `None`: none.
     pub credential_providers: Option<Arc<crate::credentialprovider::plugin::CredentialProviders>>,
+    /// The client certificate manager behind `AgentDeps::api` (`rotateCertificates`, from
+    /// `certificate::bootstrap::api_client`); the agent runs it and exports its metrics.
+    pub client_certificates: Option<Arc<crate::certificate::manager::CertificateManager>>,
 }
 
 /// Container manager settings (`cgroupsPerQOS`, `cgroupRoot`, node allocatable, CFS quota…).
@@ -188,6 +191,7 @@ impl AgentConfig {
             cgroups: CgroupSettings::default(),
             server: None,
             credential_providers: None,
+            client_certificates: None,
         }
     }
 }
@@ -222,6 +226,8 @@ pub enum AgentError {
     ImageGc(#[from] crate::images::gc::ImageGcError),
     #[error("container manager: {0}")]
     ContainerManager(#[from] crate::cm::CmError),
+    #[error("certificates: {0}")]
+    Certificate(#[from] crate::certificate::CertError),
 }
 
 /// A running kubelet.
@@ -283,6 +289,13 @@ impl Agent {
             Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &sup, &cancel),
             None => deps.events.clone(),
         };
+        if let Some(certs) = &cfg.client_certificates {
+            metrics.register(certs.clone());
+            sup.spawn_critical(
+                "client certificate manager",
+                certs.clone().run(events.clone(), cancel.child_token()),
+            );
+        }
         // Admission's view of the Node: computed locally now, replaced by the API server's
         // Node once registered.
         let host = HostInfo::read(&cfg.root_dir);
@@ -684,6 +697,18 @@ impl Agent {
         if let Some(sc) = &cfg.server {
             let reviews = deps.api.clone().map(server::setup::kube_reviews);
             let (tls, auth) = server::setup::build(sc, reviews)?;
+            if sc.tls.server_tls_bootstrap {
+                start_serving_certificates(
+                    &cfg,
+                    sc,
+                    &deps,
+                    tls.clone(),
+                    &events,
+                    &metrics,
+                    &sup,
+                    &cancel,
+                )?;
+            }
             state.configz = sc.configz.clone().map(Arc::new);
             state.system_logs = sc.system_logs.clone();
             state.debugging_handlers = sc.debugging_handlers;
@@ -763,6 +788,49 @@ impl Agent {
         self.prober.shutdown().await;
         info!("kubelet stopped");
     }
+}
+
+/// `serverTLSBootstrap`: the serving certificate manager, which needs the API server (without
+/// one the HTTPS port has no certificate, as upstream).
+#[allow(clippy::too_many_arguments)]
+fn start_serving_certificates(
+    cfg: &AgentConfig,
+    sc: &server::setup::SecureConfig,
+    deps: &AgentDeps,
+    tls: Arc<server::tls::ServingTls>,
+    events: &Arc<dyn EventRecorder>,
+    metrics: &KubeletMetrics,
+    sup: &Supervisor,
+    cancel: &CancellationToken,
+) -> Result<(), AgentError> {
+    let Some(client) = deps.api.clone() else {
+        tracing::warn!(
+            "serverTLSBootstrap: Certificate rotation is not enabled, no connection to the apiserver; the HTTPS port has no serving certificate"
+        );
+        return Ok(());
+    };
+    let manager = crate::certificate::serving::serving_manager(
+        client,
+        &cfg.node_name,
+        std::slice::from_ref(&cfg.node_status.hostname),
+        &cfg.node_status.node_ips,
+        &sc.tls.cert_dir,
+        tls,
+        crate::certificate::manager::Timings::default(),
+    )?;
+    match manager {
+        Some(m) => {
+            metrics.register(m.clone());
+            sup.spawn_critical(
+                "serving certificate manager",
+                m.run(events.clone(), cancel.child_token()),
+            );
+        }
+        None => tracing::warn!(
+            "serverTLSBootstrap: the node has no IP address to request a serving certificate for"
+        ),
+    }
+    Ok(())
 }
 
 /// What the eviction manager reads and writes.

@@ -51,28 +51,49 @@ pub async fn client_from_kubeconfig(
     path: &Path,
     settings: &ClientSettings,
 ) -> Result<kube::Client, ApiClientError> {
+    let config = config_from_kubeconfig(path).await?;
+    client_from_config(config, settings).map_err(|source| ApiClientError::Client {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The client configuration of the kubeconfig at `path` (its current context).
+pub async fn config_from_kubeconfig(path: &Path) -> Result<kube::Config, ApiClientError> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(|source| ApiClientError::Read {
         path: path.to_owned(),
         source,
     })?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|source| ApiClientError::Config {
-                path: path.to_owned(),
-                source,
-            })?;
+    config_from_parsed(path, kubeconfig).await
+}
+
+/// As [`config_from_kubeconfig`], from an already parsed kubeconfig (`path` names it in
+/// errors).
+pub async fn config_from_parsed(
+    path: &Path,
+    kubeconfig: Kubeconfig,
+) -> Result<kube::Config, ApiClientError> {
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| ApiClientError::Config {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Builds a client from a resolved configuration with the kubelet's timeouts, retry policy
+/// and rate limit.
+pub fn client_from_config(
+    mut config: kube::Config,
+    settings: &ClientSettings,
+) -> Result<kube::Client, kube::Error> {
     config.read_timeout = Some(settings.timeout);
     config.write_timeout = Some(settings.timeout);
     config.connect_timeout = Some(Duration::from_secs(10));
     // Every caller owns its retry loop (status sync, lease, node status, watch); kube's own
     // retry layer would hold a call open through a long 503 outage instead of failing fast.
     config.default_retry = false;
-    let builder =
-        kube::client::ClientBuilder::try_from(config).map_err(|source| ApiClientError::Client {
-            path: path.to_owned(),
-            source,
-        })?;
+    let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(match settings.rate_limit {
         Some(limit) => builder
             .with_layer(&rate_limit::RateLimitLayer(limit))

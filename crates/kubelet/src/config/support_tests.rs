@@ -337,12 +337,10 @@ volumeStatsAggPeriod: 0s
     validate(&kc).unwrap();
     let w = check(&kc).unwrap();
     assert!(
-        w.iter().any(|w| w.starts_with(
-            "rotateCertificates is set to true, which rkubelet does not implement yet: client certificate rotation"
-        )),
-        "{w:?}"
+        !w.iter().any(|w| w.starts_with("rotateCertificates")),
+        "rotateCertificates is honoured: {w:?}"
     );
-    assert_eq!(w.len(), 4, "{w:?}");
+    assert_eq!(w.len(), 3, "{w:?}");
     let w = check(&config(
         "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nserverTLSBootstrap: true\nfeatureGates: {EventedPLEG: true}\n",
     ))
@@ -350,7 +348,6 @@ volumeStatsAggPeriod: 0s
     for want in [
         "shutdownGracePeriod is set to \"30s\"",
         "shutdownGracePeriodCriticalPods is set to \"10s\"",
-        "serverTLSBootstrap is set to true",
         "feature gate EventedPLEG=true is not implemented by rkubelet",
     ] {
         assert!(w.iter().any(|w| w.starts_with(want)), "{want}: {w:?}");

@@ -359,6 +359,8 @@ struct Inner {
     f: Families,
     process: ProcessCollector,
     tracker: Mutex<StartTracker>,
+    /// Families owned by other components (the certificate managers), rendered with these.
+    extra: Mutex<Vec<Arc<dyn Collector>>>,
 }
 
 /// Handle to the kubelet's metrics. Cheap to clone; every clone records into the same series.
@@ -428,6 +430,7 @@ impl KubeletMetrics {
                 f,
                 process,
                 tracker: Mutex::new(StartTracker::default()),
+                extra: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -437,6 +440,15 @@ impl KubeletMetrics {
         let mut out = Exposition::new();
         self.collect(&mut out);
         out.finish()
+    }
+
+    /// Adds a component's families to `/metrics` (e.g. the certificate managers').
+    pub fn register(&self, collector: Arc<dyn Collector>) {
+        self.inner
+            .extra
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(collector);
     }
 
     fn tracker(&self) -> std::sync::MutexGuard<'_, StartTracker> {
@@ -813,5 +825,14 @@ impl Collector for KubeletMetrics {
             c.collect(out);
         }
         self.inner.process.collect(out);
+        let extra = self
+            .inner
+            .extra
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for c in extra {
+            c.collect(out);
+        }
     }
 }

@@ -38,6 +38,10 @@ pub struct TlsSettings {
     pub curve_preferences: Vec<i32>,
     /// `authentication.x509.clientCAFile`.
     pub client_ca_file: Option<PathBuf>,
+    /// `serverTLSBootstrap`: serve the pair the serving certificate manager keeps in
+    /// `cert_dir` (`kubelet-server-current.pem`); until it exists every handshake fails, as
+    /// upstream ("no serving certificate available for the kubelet"). No self-signed pair.
+    pub server_tls_bootstrap: bool,
 }
 
 /// Start-up errors; each names the setting at fault.
@@ -193,6 +197,10 @@ fn load_key(field: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, 
 /// cert dir, generated (self-signed CA + serving certificate, as upstream) when missing and
 /// reused afterwards.
 pub fn serving_files(settings: &TlsSettings) -> Result<(PathBuf, PathBuf), TlsError> {
+    if settings.server_tls_bootstrap {
+        let current = settings.cert_dir.join(BOOTSTRAP_SERVING_FILE);
+        return Ok((current.clone(), current));
+    }
     match (&settings.cert_file, &settings.key_file) {
         (Some(c), Some(k)) => return Ok((c.clone(), k.clone())),
         (None, None) => {}
@@ -226,6 +234,25 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?;
     f.write_all(data)
+}
+
+/// The serving pair of `serverTLSBootstrap` in the cert dir (certificates and key in one
+/// file, a symlink the serving certificate manager swaps).
+pub const BOOTSTRAP_SERVING_FILE: &str = "kubelet-server-current.pem";
+
+/// The certificate resolver before a serving certificate is issued: no certificate, so the
+/// handshake fails.
+#[derive(Debug)]
+struct NoServingCertificate;
+
+impl rustls::server::ResolvesServerCert for NoServingCertificate {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        tracing::debug!("no serving certificate available for the kubelet");
+        None
+    }
 }
 
 /// A CA (`<host>-ca@<unix time>`) and a serving certificate (`<host>@<unix time>`) signed by
@@ -517,13 +544,19 @@ fn load(
     crt: &Path,
     key: &Path,
 ) -> Result<Loaded, TlsError> {
-    let (cert_field, key_field) = if settings.cert_file.is_some() {
+    let (cert_field, key_field) = if settings.server_tls_bootstrap {
+        ("serverTLSBootstrap", "serverTLSBootstrap")
+    } else if settings.cert_file.is_some() {
         ("tlsCertFile", "tlsPrivateKeyFile")
     } else {
         ("--cert-dir", "--cert-dir")
     };
-    let chain = load_certs(cert_field, crt)?;
-    let key = load_key(key_field, key)?;
+    // serverTLSBootstrap before the first certificate: nothing to serve yet.
+    let pair = if settings.server_tls_bootstrap && !crt.exists() {
+        None
+    } else {
+        Some((load_certs(cert_field, crt)?, load_key(key_field, key)?))
+    };
     let versions: &[&'static rustls::SupportedProtocolVersion] = if only13 {
         &[&rustls::version::TLS13]
     } else {
@@ -554,9 +587,12 @@ fn load(
         }
         None => (builder.with_no_client_auth(), None),
     };
-    let mut config = builder
-        .with_single_cert(chain, key)
-        .map_err(|e| TlsError::Rustls(format!("{}: {e}", crt.display())))?;
+    let mut config = match pair {
+        Some((chain, key)) => builder
+            .with_single_cert(chain, key)
+            .map_err(|e| TlsError::Rustls(format!("{}: {e}", crt.display())))?,
+        None => builder.with_cert_resolver(Arc::new(NoServingCertificate)),
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Loaded {
         config: Arc::new(config),
@@ -825,5 +861,77 @@ mod tests {
             ..s
         };
         assert!(matches!(build(&half), Err(TlsError::HalfPair)));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod bootstrap_tests {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+
+    /// A TLS handshake against `serving` trusting `ca_pem`; `Ok` when it completes.
+    async fn handshake(serving: &ServingTls, ca_pem: &str) -> Result<(), String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let acceptor = tokio_rustls::TlsAcceptor::from(serving.config());
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = rustls::pki_types::ServerName::try_from("10.0.0.5").unwrap();
+        let (server, client) = tokio::join!(
+            acceptor.accept(server_io),
+            connector.connect(name, client_io)
+        );
+        server.map_err(|e| e.to_string())?;
+        client.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// serverTLSBootstrap: no self-signed pair; handshakes fail until the serving certificate
+    /// manager stores a pair, then the issued certificate is served after a reload.
+    #[tokio::test]
+    async fn bootstrap_mode_serves_nothing_until_the_issued_pair_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        std::fs::create_dir_all(&pki).unwrap();
+        let serving = build(&TlsSettings {
+            cert_dir: pki.clone(),
+            hostname: "node-1".into(),
+            server_tls_bootstrap: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!pki.join("kubelet.crt").exists(), "no self-signed pair");
+        let ca = crate::certificate::testutil::TestCa::new();
+        let err = handshake(&serving, &ca.ca_pem).await.unwrap_err();
+        assert!(!err.is_empty());
+
+        let template = crate::certificate::csr::Template::node_serving(
+            "node-1",
+            &["node-1".into()],
+            &["10.0.0.5".parse().unwrap()],
+        )
+        .unwrap();
+        let req = crate::certificate::csr::new_request(&template).unwrap();
+        let cert = ca.sign_request(
+            &req.csr_pem,
+            std::time::SystemTime::now(),
+            Duration::from_secs(60),
+        );
+        let pair = crate::certificate::CertKey::from_pem("issued", &cert, &req.key_pem).unwrap();
+        let store =
+            crate::certificate::store::FileStore::new("kubelet-server", &pki, None, None).unwrap();
+        store.update(&pair, chrono::Utc::now()).unwrap();
+        serving.reload().unwrap();
+        handshake(&serving, &ca.ca_pem).await.unwrap();
     }
 }
