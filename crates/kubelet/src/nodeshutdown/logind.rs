@@ -100,12 +100,14 @@ pub enum LogindError {
 /// A held `delay` inhibitor lock: logind delays the shutdown until it is dropped (its file
 /// descriptor closed) or `InhibitDelayMaxSec` passes (upstream `InhibitLock`).
 #[derive(Debug)]
-pub struct InhibitLock(std::os::fd::OwnedFd);
+pub struct InhibitLock {
+    _fd: std::os::fd::OwnedFd,
+}
 
 impl InhibitLock {
     /// A lock over any descriptor (tests observe the release through its peer).
     pub fn from_fd(fd: std::os::fd::OwnedFd) -> Self {
-        Self(fd)
+        Self { _fd: fd }
     }
 
     /// Releases the lock (upstream `ReleaseInhibitLock`): the shutdown may proceed.
@@ -116,6 +118,9 @@ impl InhibitLock {
 
 /// One `PrepareForShutdown` signal: `Ok(start)` or why its body was unusable.
 pub type ShutdownSignal = Result<bool, String>;
+
+/// The `PrepareForShutdown` signals of one connection; ends with the connection.
+pub type ShutdownSignals = std::pin::Pin<Box<dyn futures::Stream<Item = ShutdownSignal> + Send>>;
 
 /// A connection to logind (upstream `DBusCon`).
 pub struct Logind {
@@ -186,7 +191,7 @@ impl Logind {
                 .map_err(LogindError::Inhibit)
         })
         .await?;
-        Ok(InhibitLock(fd.into()))
+        Ok(InhibitLock { _fd: fd.into() })
     }
 
     /// Whether logind lists a `delay` lock on `shutdown` taken by `kubelet` from this process
@@ -222,10 +227,7 @@ impl Logind {
 
     /// The `PrepareForShutdown` signals logind sends from now on (upstream `MonitorShutdown`).
     /// Ends when the connection does.
-    pub async fn monitor_shutdown(
-        &self,
-    ) -> Result<impl futures::Stream<Item = ShutdownSignal> + Send + Unpin + 'static, LogindError>
-    {
+    pub async fn monitor_shutdown(&self) -> Result<ShutdownSignals, LogindError> {
         let stream = bounded("AddMatch PrepareForShutdown", async {
             self.logind
                 .receive_prepare_for_shutdown()
@@ -233,12 +235,12 @@ impl Logind {
                 .map_err(LogindError::Monitor)
         })
         .await?;
-        Ok(stream.map(|signal| {
+        Ok(Box::pin(stream.map(|signal| {
             signal
                 .args()
                 .map(|a| a.start)
                 .map_err(|e| format!("PrepareForShutdown event was not a bool as expected: {e}"))
-        }))
+        })))
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::logind::{InhibitLock, Logind, LogindError, ShutdownSignal, override_inhibit_delay};
+use super::logind::{InhibitLock, Logind, LogindError, ShutdownSignals, override_inhibit_delay};
 use super::{
     EVENT_REASON, MESSAGE, NOT_ADMITTED_MESSAGE, NOT_ADMITTED_REASON, NOT_READY_MESSAGE,
     NodeShutdownSettings, REASON, STATE_FILE, UNPROTECTED_REASON, group_by_priority,
@@ -212,14 +212,14 @@ pub struct Readiness {
 /// `time.Time`: RFC 3339, the zero time `0001-01-01T00:00:00Z` meaning unset).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct StoredState {
+pub(super) struct StoredState {
     #[serde(default)]
-    start_time: String,
+    pub(super) start_time: String,
     #[serde(default)]
-    end_time: String,
+    pub(super) end_time: String,
 }
 
-const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+pub(super) const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 fn go_time(t: Option<SystemTime>) -> String {
     t.and_then(|t| Timestamp::try_from(t).ok())
@@ -227,7 +227,7 @@ fn go_time(t: Option<SystemTime>) -> String {
 }
 
 /// Upstream `timestamp`: whole seconds since the epoch, 0 for the zero time or garbage.
-fn unix_seconds(s: &str) -> f64 {
+pub(super) fn unix_seconds(s: &str) -> f64 {
     match s.parse::<Timestamp>() {
         Ok(t) if t.as_second() > 0 => t.as_second() as f64,
         _ => 0.0,
@@ -243,10 +243,10 @@ pub struct NodeShutdownManager {
 }
 
 /// A live watch: the connection, the lock (while held) and the signal stream.
-struct Watch<S> {
+struct Watch {
     logind: Logind,
     lock: Option<InhibitLock>,
-    signals: S,
+    signals: ShutdownSignals,
 }
 
 impl NodeShutdownManager {
@@ -303,9 +303,7 @@ impl NodeShutdownManager {
 
     /// Upstream `start`: connect, raise logind's delay if needed, subscribe, take the lock;
     /// then check the lock is listed and the delay covers the grace periods.
-    async fn start(
-        &mut self,
-    ) -> Result<(Watch<impl Stream<Item = ShutdownSignal> + Unpin>, Readiness), LogindError> {
+    async fn start(&self) -> Result<(Watch, Readiness), LogindError> {
         let logind = Logind::connect(self.settings.bus_address.as_deref()).await?;
         let requested = self.settings.period_requested();
         let mut delay = logind.current_inhibit_delay().await?;
@@ -361,11 +359,7 @@ impl NodeShutdownManager {
     }
 
     /// Handles signals until the stream ends or `cancel` fires.
-    async fn watch<S: Stream<Item = ShutdownSignal> + Unpin>(
-        &mut self,
-        mut watch: Watch<S>,
-        cancel: &CancellationToken,
-    ) {
+    async fn watch(&mut self, mut watch: Watch, cancel: &CancellationToken) {
         loop {
             let signal = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -562,7 +556,7 @@ impl NodeShutdownManager {
 
 /// Go's `time.Duration.String()` for whole seconds and minutes (`30s`, `1m30s`, `0s`), as in
 /// upstream's error message.
-fn go_duration(d: Duration) -> String {
+pub(super) fn go_duration(d: Duration) -> String {
     let secs = d.as_secs();
     let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
     let frac = d.subsec_millis();
@@ -576,9 +570,4 @@ fn go_duration(d: Duration) -> String {
         (0, m) => format!("{m}m{s}"),
         (h, m) => format!("{h}h{m}m{s}"),
     }
-}
-
-#[cfg(test)]
-pub(super) mod test_support {
-    pub use super::{GO_ZERO_TIME, StoredState, go_duration, unix_seconds};
 }

@@ -17,8 +17,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::logind::InhibitLock;
-use super::manager::test_support::{GO_ZERO_TIME, StoredState, go_duration, unix_seconds};
-use super::manager::{ActivePodsFn, shutdown_status};
+use super::manager::{
+    ActivePodsFn, GO_ZERO_TIME, StoredState, go_duration, shutdown_status, unix_seconds,
+};
 use super::*;
 use crate::admission::AdmitHandler;
 use crate::events::CollectingRecorder;

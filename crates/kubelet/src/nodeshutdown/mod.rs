@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::config::types::ShutdownGracePeriodByPodPriority;
+use crate::config::ShutdownGracePeriodByPodPriority;
 
 /// Upstream `nodeShutdownReason`: the reason of a pod killed for the shutdown.
 pub const REASON: &str = "Terminated";
