@@ -27,7 +27,7 @@ use super::logind::{InhibitLock, Logind, LogindError, ShutdownSignals, override_
 use super::{
     EVENT_REASON, MESSAGE, NOT_ADMITTED_MESSAGE, NOT_ADMITTED_REASON, NOT_READY_MESSAGE,
     NodeShutdownSettings, REASON, STATE_FILE, UNPROTECTED_REASON, group_by_priority,
-    pod_grace_period,
+    kill_grace_period,
 };
 use crate::admission::{AdmitHandler, Rejection};
 use crate::eviction::DISRUPTION_REASON;
@@ -414,8 +414,9 @@ impl NodeShutdownManager {
     }
 
     /// Upstream `processShutdownEvent` + `killPods`: each priority group, lowest first, gets
-    /// its pods killed with the group's budget as grace period (or their own, when shorter),
-    /// and is waited for until its pods stopped or the budget passed; then the lock goes.
+    /// its pods killed with the group's budget as grace period (or their own, when shorter;
+    /// less [`status_reserve`](super::status_reserve)), and is waited for until its pods
+    /// stopped or the budget passed; then the lock goes.
     pub async fn process_shutdown(&self, lock: Option<InhibitLock>) {
         let started = SystemTime::now();
         self.store_state(Some(started), None);
@@ -430,7 +431,7 @@ impl NodeShutdownManager {
                 continue;
             }
             for pod in &group.pods {
-                let grace = pod_grace_period(pod, &group.budget);
+                let grace = kill_grace_period(pod, &group.budget);
                 info!(pod = %pod.full_name(), uid = %pod.uid(), grace_period = grace, priority = group.budget.priority, "shutdown manager killing pod with gracePeriod");
                 self.inputs.killer.kill(pod, grace);
             }

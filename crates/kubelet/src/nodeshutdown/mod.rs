@@ -205,6 +205,23 @@ pub fn pod_grace_period(pod: &Pod, budget: &PriorityBudget) -> i64 {
     }
 }
 
+/// Beyond upstream: the end of a group's budget kept free of the kill, so that the pods'
+/// terminal status — which goes out only once their containers stopped and a fresh runtime
+/// status confirmed it (a relist, up to 1 s), as upstream — reaches the API before the
+/// group's budget (and, for the last group, the lock) ends: 3 s, or half the budget when that
+/// is shorter. Upstream kills with the whole budget, so the last group's final statuses race
+/// the power-off.
+pub fn status_reserve(budget_seconds: i64) -> i64 {
+    (budget_seconds / 2).clamp(0, 3)
+}
+
+/// The grace period a pod is killed with: [`pod_grace_period`] capped at the budget minus
+/// [`status_reserve`].
+pub fn kill_grace_period(pod: &Pod, budget: &PriorityBudget) -> i64 {
+    let secs = budget.grace_period_seconds;
+    pod_grace_period(pod, budget).min(secs - status_reserve(secs))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -359,6 +376,30 @@ mod tests {
                 "{name} with total={grace:?} critical={critical:?}"
             );
         }
+    }
+
+    #[test]
+    fn kill_grace_keeps_a_reserve_for_the_final_status() {
+        // (budget, pod's own grace) → kill grace
+        let cases = [
+            ((3, None), 2),
+            ((3, Some(1)), 1),
+            ((6, None), 3),
+            ((10, None), 7),
+            ((20, Some(10)), 10),
+            ((20, Some(19)), 17),
+            ((120, None), 117),
+            ((1, None), 1),
+            ((2, None), 1),
+            ((0, None), 0),
+            ((-5, None), -5),
+        ];
+        for ((secs, own), want) in cases {
+            let b = budget(0, secs);
+            assert_eq!(kill_grace_period(&pod("p", 0, own), &b), want, "{secs} {own:?}");
+        }
+        assert_eq!(status_reserve(i64::MAX), 3);
+        assert_eq!(status_reserve(i64::MIN), 0);
     }
 
     #[test]
