@@ -35,11 +35,7 @@ const NS: &str = "default";
 const BUDGET: i64 = 6;
 const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
 /// (pod name, priority); the container of each is named `c-<pod>`.
-const PODS: [(&str, i32); 3] = [
-    ("low", 0),
-    ("mid", 1000),
-    ("critical", 2_000_001_000),
-];
+const PODS: [(&str, i32); 3] = [("low", 0), ("mid", 1000), ("critical", 2_000_001_000)];
 
 fn settings(bus: &BusDaemon, conf_dir: &std::path::Path) -> NodeShutdownSettings {
     NodeShutdownSettings {
@@ -135,7 +131,10 @@ async fn shutdown_stops_pods_by_priority_and_posts_their_status_in_time() {
 
     // Start-up: drop-in written (upstream's name and content), logind reloaded through
     // systemd's KillUnit, one delay lock held and listed, the gauges say so.
-    eventually(10, "the inhibitor lock", || (logind.held().len() == 1).then_some(())).await;
+    eventually(10, "the inhibitor lock", || {
+        (logind.held().len() == 1).then_some(())
+    })
+    .await;
     let held = logind.held();
     assert_eq!(
         held[0],
@@ -200,40 +199,45 @@ async fn shutdown_stops_pods_by_priority_and_posts_their_status_in_time() {
     let mut killed: HashMap<&str, Duration> = HashMap::new();
     let mut not_ready_at = None;
     let mut others_running_when_low_terminal = None;
-    let released_at = eventually(30, "every pod's final status and the lock's release", || {
-        if not_ready_at.is_none()
-            && let Some(n) = f.server.get("nodes", "", NODE)
-            && condition(&n, "Ready").is_some_and(|c| c["status"] == "False")
-        {
-            not_ready_at = Some((t0.elapsed(), condition(&n, "Ready").unwrap().clone()));
-        }
-        for (name, _) in PODS {
-            if !killed.contains_key(name)
-                && agent
-                    .status
-                    .get_pod_status(&uids[name])
-                    .is_some_and(|s| s.reason.as_deref() == Some("Terminated"))
+    let released_at = eventually(
+        30,
+        "every pod's final status and the lock's release",
+        || {
+            if not_ready_at.is_none()
+                && let Some(n) = f.server.get("nodes", "", NODE)
+                && condition(&n, "Ready").is_some_and(|c| c["status"] == "False")
             {
-                killed.insert(name, t0.elapsed());
+                not_ready_at = Some((t0.elapsed(), condition(&n, "Ready").unwrap().clone()));
             }
-            let Some(p) = f.server.get("pods", NS, name) else {
-                continue;
-            };
-            if !terminal.contains_key(name)
-                && p["status"]["phase"] == "Failed"
-                && p["status"]["reason"] == "Terminated"
-            {
-                let running = container_running(&fake, &format!("c-{name}"));
-                terminal.insert(name, (t0.elapsed(), running));
-                if name == "low" {
-                    others_running_when_low_terminal = Some(
-                        container_running(&fake, "c-mid") && container_running(&fake, "c-critical"),
-                    );
+            for (name, _) in PODS {
+                if !killed.contains_key(name)
+                    && agent
+                        .status
+                        .get_pod_status(&uids[name])
+                        .is_some_and(|s| s.reason.as_deref() == Some("Terminated"))
+                {
+                    killed.insert(name, t0.elapsed());
+                }
+                let Some(p) = f.server.get("pods", NS, name) else {
+                    continue;
+                };
+                if !terminal.contains_key(name)
+                    && p["status"]["phase"] == "Failed"
+                    && p["status"]["reason"] == "Terminated"
+                {
+                    let running = container_running(&fake, &format!("c-{name}"));
+                    terminal.insert(name, (t0.elapsed(), running));
+                    if name == "low" {
+                        others_running_when_low_terminal = Some(
+                            container_running(&fake, "c-mid")
+                                && container_running(&fake, "c-critical"),
+                        );
+                    }
                 }
             }
-        }
-        (terminal.len() == PODS.len() && logind.held().is_empty()).then(|| t0.elapsed())
-    })
+            (terminal.len() == PODS.len() && logind.held().is_empty()).then(|| t0.elapsed())
+        },
+    )
     .await;
 
     // NotReady with upstream's message, at once (the periodic update is a minute away).
@@ -252,10 +256,16 @@ async fn shutdown_stops_pods_by_priority_and_posts_their_status_in_time() {
     assert_eq!(others_running_when_low_terminal, Some(true), "{terminal:?}");
     assert!(killed["low"] < slack, "{killed:?}");
     assert!(killed["mid"] + slack >= killed["low"] + grace, "{killed:?}");
-    assert!(killed["critical"] + slack >= killed["mid"] + grace, "{killed:?}");
+    assert!(
+        killed["critical"] + slack >= killed["mid"] + grace,
+        "{killed:?}"
+    );
     for (name, _) in PODS {
         let (at, running) = terminal[name];
-        assert!(!running, "{name}: terminal while its container ran: {terminal:?}");
+        assert!(
+            !running,
+            "{name}: terminal while its container ran: {terminal:?}"
+        );
         // In the API before the group's budget ended (the kill was seen at most one poll
         // after it began, so the margin is generous).
         assert!(
@@ -263,11 +273,17 @@ async fn shutdown_stops_pods_by_priority_and_posts_their_status_in_time() {
             "{name}: terminal at {at:?}, kill began by {:?}",
             killed[name]
         );
-        assert!(at + slack >= killed[name] + grace, "{name}: {terminal:?} {killed:?}");
+        assert!(
+            at + slack >= killed[name] + grace,
+            "{name}: {terminal:?} {killed:?}"
+        );
     }
     let critical = terminal["critical"].0;
     // The lock goes after the last group, within the requested period.
-    assert!(released_at >= critical, "released at {released_at:?}, {terminal:?}");
+    assert!(
+        released_at >= critical,
+        "released at {released_at:?}, {terminal:?}"
+    );
     assert!(
         released_at < killed["critical"] + budget,
         "released at {released_at:?}, {killed:?}"
@@ -283,19 +299,25 @@ async fn shutdown_stops_pods_by_priority_and_posts_their_status_in_time() {
     }
     let events = node_events(&f.server, "NodeShutdown");
     assert!(
-        events
-            .iter()
-            .any(|e| e["message"] == "Shutdown manager detected shutdown event" && e["type"] == "Normal"),
+        events.iter().any(
+            |e| e["message"] == "Shutdown manager detected shutdown event" && e["type"] == "Normal"
+        ),
         "{events:?}"
     );
     let start = gauge(&agent, "kubelet_graceful_shutdown_start_time_seconds").unwrap();
     let end = gauge(&agent, "kubelet_graceful_shutdown_end_time_seconds").unwrap();
     assert!(start > 0.0 && end >= start, "start {start} end {end}");
     let state = std::fs::read_to_string(
-        f.dir.path().join("kubelet").join("graceful_node_shutdown_state"),
+        f.dir
+            .path()
+            .join("kubelet")
+            .join("graceful_node_shutdown_state"),
     )
     .unwrap();
-    assert!(state.contains("\"startTime\"") && state.contains("\"endTime\""), "{state}");
+    assert!(
+        state.contains("\"startTime\"") && state.contains("\"endTime\""),
+        "{state}"
+    );
 
     // New pods are refused while shutting down.
     pods.create(&PostParams::default(), &pod("late", 0))
@@ -495,7 +517,11 @@ async fn forged_and_malformed_signals_are_ignored() {
         .unwrap();
     logind.malformed_prepare_for_shutdown().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(events.with_reason("NodeShutdown").is_empty(), "{:?}", events.events());
+    assert!(
+        events.with_reason("NodeShutdown").is_empty(),
+        "{:?}",
+        events.events()
+    );
     assert_eq!(logind.held().len(), 1);
     assert_eq!(
         common::agent::phase(&agent, &web).as_deref(),

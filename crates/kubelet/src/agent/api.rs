@@ -99,7 +99,10 @@ pub(super) struct ApiInputs {
     /// The eviction manager's pressure verdict (node conditions).
     pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
     /// The node shutdown manager's not-ready reason and its "update the node now" trigger.
-    pub shutdown: Option<(crate::nodestatus::manager::NotReadyFn, Arc<tokio::sync::Notify>)>,
+    pub shutdown: Option<(
+        crate::nodestatus::manager::NotReadyFn,
+        Arc<tokio::sync::Notify>,
+    )>,
 }
 
 /// Spawns every API-mode task on `sup`.

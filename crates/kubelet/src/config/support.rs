@@ -76,8 +76,7 @@ const LOG_ROTATION: &str =
 const RESOURCE_MANAGERS: &str =
     "crates/kubelet/src/config/validate_tests.rs::each_bad_field_is_named";
 const HOST: &str = "crates/kubelet/src/cm/node_setup.rs::swap_on_fails_start_unless_allowed";
-const SHUTDOWN: &str =
-    "crates/kubelet/tests/node_shutdown.rs::shutdown_stops_pods_by_priority_and_posts_their_status_in_time";
+const SHUTDOWN: &str = "crates/kubelet/tests/node_shutdown.rs::shutdown_stops_pods_by_priority_and_posts_their_status_in_time";
 const SHUTDOWN_GROUPS: &str =
     "crates/kubelet/src/nodeshutdown/mod.rs::settings_from_config_prefer_by_priority_and_sort_it";
 

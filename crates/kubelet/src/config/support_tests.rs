@@ -348,7 +348,10 @@ volumeStatsAggPeriod: 0s
     ))
     .unwrap();
     // Graceful node shutdown is honoured: no warning.
-    assert!(!w.iter().any(|w| w.starts_with("shutdownGracePeriod")), "{w:?}");
+    assert!(
+        !w.iter().any(|w| w.starts_with("shutdownGracePeriod")),
+        "{w:?}"
+    );
     for want in [
         "serverTLSBootstrap is set to true",
         "logging.format is set to \"json\"",

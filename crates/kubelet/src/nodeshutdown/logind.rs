@@ -71,18 +71,18 @@ pub enum LogindError {
     #[error("connecting to the system bus at {address}: {source}")]
     Connect {
         address: String,
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("failed reading InhibitDelayMaxUSec property from logind: {0}")]
-    ReadDelay(zbus::Error),
+    ReadDelay(Box<zbus::Error>),
     #[error("failed creating systemd inhibitor: {0}")]
-    Inhibit(zbus::Error),
+    Inhibit(Box<zbus::Error>),
     #[error("failed listing logind's inhibitors: {0}")]
-    List(zbus::Error),
+    List(Box<zbus::Error>),
     #[error("unable to reload logind conf: {0}")]
-    Reload(zbus::Error),
+    Reload(Box<zbus::Error>),
     #[error("failed to monitor shutdown: {0}")]
-    Monitor(zbus::Error),
+    Monitor(Box<zbus::Error>),
     #[error("failed creating {path} directory: {source}")]
     CreateDir {
         path: PathBuf,
@@ -144,7 +144,7 @@ impl Logind {
         let shown = address.unwrap_or("the system bus").to_owned();
         let connect_err = |source| LogindError::Connect {
             address: shown.clone(),
-            source,
+            source: Box::new(source),
         };
         let conn = bounded("connect", async {
             match address {
@@ -176,7 +176,7 @@ impl Logind {
             self.logind
                 .inhibit_delay_max_usec()
                 .await
-                .map_err(LogindError::ReadDelay)
+                .map_err(|e| LogindError::ReadDelay(Box::new(e)))
         })
         .await?;
         Ok(Duration::from_micros(usec))
@@ -188,7 +188,7 @@ impl Logind {
             self.logind
                 .inhibit(INHIBIT_WHAT, INHIBIT_WHO, INHIBIT_WHY, INHIBIT_MODE)
                 .await
-                .map_err(LogindError::Inhibit)
+                .map_err(|e| LogindError::Inhibit(Box::new(e)))
         })
         .await?;
         Ok(InhibitLock { _fd: fd.into() })
@@ -201,7 +201,7 @@ impl Logind {
             self.logind
                 .list_inhibitors()
                 .await
-                .map_err(LogindError::List)
+                .map_err(|e| LogindError::List(Box::new(e)))
         })
         .await?;
         let pid = std::process::id();
@@ -220,7 +220,7 @@ impl Logind {
             self.systemd
                 .kill_unit(LOGIND_UNIT, "all", 1)
                 .await
-                .map_err(LogindError::Reload)
+                .map_err(|e| LogindError::Reload(Box::new(e)))
         })
         .await
     }
@@ -232,7 +232,7 @@ impl Logind {
             self.logind
                 .receive_prepare_for_shutdown()
                 .await
-                .map_err(LogindError::Monitor)
+                .map_err(|e| LogindError::Monitor(Box::new(e)))
         })
         .await?;
         Ok(Box::pin(stream.map(|signal| {

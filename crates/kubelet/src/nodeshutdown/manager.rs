@@ -30,8 +30,8 @@ use super::{
     kill_grace_period,
 };
 use crate::admission::{AdmitHandler, Rejection};
-use crate::eviction::DISRUPTION_REASON;
 use crate::events::{EventRecorder, EventType};
+use crate::eviction::DISRUPTION_REASON;
 use crate::metrics::KubeletMetrics;
 use crate::pod_workers::{KillOptions, PodWork, PodWorkers, WorkerPhase};
 use crate::status::manager::{DISRUPTION_TARGET, StatusManager};
@@ -374,7 +374,11 @@ impl NodeShutdownManager {
                 Some(Ok(start)) => start,
             };
             info!(
-                event = if shutting_down { "shutdown" } else { "cancelled" },
+                event = if shutting_down {
+                    "shutdown"
+                } else {
+                    "cancelled"
+                },
                 "shutdown manager detected new shutdown event"
             );
             let message = if shutting_down {
@@ -405,7 +409,10 @@ impl NodeShutdownManager {
                         let listed = watch.logind.lock_is_listed().await.unwrap_or(true);
                         let delay = watch.logind.current_inhibit_delay().await.ok();
                         self.set_lock_metrics(listed, delay);
-                        info!(listed, "inhibitor lock taken again after the cancelled shutdown");
+                        info!(
+                            listed,
+                            "inhibitor lock taken again after the cancelled shutdown"
+                        );
                     }
                     Err(e) => self.report_failure(&e),
                 }
@@ -424,7 +431,10 @@ impl NodeShutdownManager {
             m.set_graceful_shutdown_times(Some(started), None);
         }
         let pods = (self.inputs.active_pods)();
-        info!(pods = pods.len(), "shutdown manager processing shutdown event");
+        info!(
+            pods = pods.len(),
+            "shutdown manager processing shutdown event"
+        );
         for group in group_by_priority(&self.settings.groups, pods) {
             // No pods in this range: no waiting for it either.
             if group.pods.is_empty() {
@@ -435,9 +445,8 @@ impl NodeShutdownManager {
                 info!(pod = %pod.full_name(), uid = %pod.uid(), grace_period = grace, priority = group.budget.priority, "shutdown manager killing pod with gracePeriod");
                 self.inputs.killer.kill(pod, grace);
             }
-            let budget = Duration::from_secs(
-                u64::try_from(group.budget.grace_period_seconds).unwrap_or(0),
-            );
+            let budget =
+                Duration::from_secs(u64::try_from(group.budget.grace_period_seconds).unwrap_or(0));
             let uids: Vec<&str> = group.pods.iter().map(|p| p.uid()).collect();
             let all_done = async {
                 while !uids.iter().all(|u| self.inputs.killer.is_done(u)) {
@@ -445,8 +454,16 @@ impl NodeShutdownManager {
                 }
             };
             match tokio::time::timeout(budget, all_done).await {
-                Ok(()) => debug!(grace_period = group.budget.grace_period_seconds, priority = group.budget.priority, "done waiting for all pods in group to terminate"),
-                Err(_) => info!(grace_period = group.budget.grace_period_seconds, priority = group.budget.priority, "shutdown manager pod killing time out"),
+                Ok(()) => debug!(
+                    grace_period = group.budget.grace_period_seconds,
+                    priority = group.budget.priority,
+                    "done waiting for all pods in group to terminate"
+                ),
+                Err(_) => info!(
+                    grace_period = group.budget.grace_period_seconds,
+                    priority = group.budget.priority,
+                    "shutdown manager pod killing time out"
+                ),
             }
         }
         if let Some(lock) = lock {
@@ -531,7 +548,10 @@ impl NodeShutdownManager {
                 return;
             }
         };
-        m.set_graceful_shutdown_seconds(unix_seconds(&state.start_time), unix_seconds(&state.end_time));
+        m.set_graceful_shutdown_seconds(
+            unix_seconds(&state.start_time),
+            unix_seconds(&state.end_time),
+        );
     }
 
     /// Upstream `storage.Store`: atomically (temporary file, fsync, rename).

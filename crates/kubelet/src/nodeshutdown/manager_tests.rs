@@ -165,7 +165,11 @@ async fn groups_stop_lowest_priority_first_each_within_its_budget() {
         pod("p0", 0, None),
     ];
     let killer = FakeKiller::new(&[("p0", 2), ("critical", 1)]);
-    let f = fixture(&[(0, 10), (1000, 10), (SYSTEM_CRITICAL_PRIORITY, 10)], pods, killer);
+    let f = fixture(
+        &[(0, 10), (1000, 10), (SYSTEM_CRITICAL_PRIORITY, 10)],
+        pods,
+        killer,
+    );
     let (lock, mut peer) = observed_lock();
     let manager = Arc::new(f.manager);
     let task = tokio::spawn({
@@ -200,7 +204,11 @@ async fn empty_groups_cost_no_time() {
     );
     let start = Instant::now();
     f.manager.process_shutdown(None).await;
-    assert!(start.elapsed() < Duration::from_millis(1300), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_millis(1300),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(f.killer.kills().len(), 1);
 }
 
@@ -209,7 +217,10 @@ async fn empty_groups_cost_no_time() {
 async fn zero_budget_group_does_not_wait() {
     let f = fixture(
         &[(0, 0), (SYSTEM_CRITICAL_PRIORITY, 5)],
-        vec![pod("normal", 0, None), pod("critical", SYSTEM_CRITICAL_PRIORITY, None)],
+        vec![
+            pod("normal", 0, None),
+            pod("critical", SYSTEM_CRITICAL_PRIORITY, None),
+        ],
         FakeKiller::new(&[]),
     );
     let start = Instant::now();
@@ -257,7 +268,10 @@ async fn times_are_stored_and_restored_after_a_restart() {
     .unwrap();
     again.manager.load_stored_metrics();
     let restored = |name| again.metrics.value(name, &[]).unwrap();
-    assert_eq!(restored("kubelet_graceful_shutdown_start_time_seconds"), start);
+    assert_eq!(
+        restored("kubelet_graceful_shutdown_start_time_seconds"),
+        start
+    );
     assert_eq!(restored("kubelet_graceful_shutdown_end_time_seconds"), end);
 }
 
@@ -273,13 +287,20 @@ fn state_file_from_upstream_and_corrupt_ones() {
     .unwrap();
     f.manager.load_stored_metrics();
     let v = |name| f.metrics.value(name, &[]).unwrap();
-    assert_eq!(v("kubelet_graceful_shutdown_start_time_seconds"), 1_714_550_400.0);
+    assert_eq!(
+        v("kubelet_graceful_shutdown_start_time_seconds"),
+        1_714_550_400.0
+    );
     assert_eq!(v("kubelet_graceful_shutdown_end_time_seconds"), 0.0);
     for garbage in ["", "{", "[1,2]", "{\"startTime\": 5}", "\u{0}\u{1}"] {
         std::fs::write(&path, garbage).unwrap();
         f.metrics.set_graceful_shutdown_seconds(7.0, 8.0);
         f.manager.load_stored_metrics();
-        assert_eq!(v("kubelet_graceful_shutdown_start_time_seconds"), 7.0, "{garbage:?}");
+        assert_eq!(
+            v("kubelet_graceful_shutdown_start_time_seconds"),
+            7.0,
+            "{garbage:?}"
+        );
     }
     assert_eq!(unix_seconds("not a time"), 0.0);
 }
@@ -333,7 +354,10 @@ fn final_status_as_upstream() {
     };
     let s = shutdown_status(Some(earlier), now);
     assert_eq!(disruption(&s).len(), 1);
-    assert_eq!(disruption(&s)[0].reason.as_deref(), Some("TerminationByKubelet"));
+    assert_eq!(
+        disruption(&s)[0].reason.as_deref(),
+        Some("TerminationByKubelet")
+    );
 }
 
 /// Upstream `Admit` and `ShutdownStatus`: refused while shutting down, with its reason.
@@ -349,7 +373,10 @@ fn admission_and_readiness_follow_the_state() {
     let r = admit.admit(&p, &[]).unwrap_err();
     assert_eq!(r.reason, "NodeShutdown");
     assert_eq!(r.message, "Pod was rejected as the node is shutting down.");
-    assert_eq!(state.not_ready_reason().as_deref(), Some("node is shutting down"));
+    assert_eq!(
+        state.not_ready_reason().as_deref(),
+        Some("node is shutting down")
+    );
     state.clone().set_for_tests(false);
     assert!(admit.admit(&p, &[]).is_ok());
 }

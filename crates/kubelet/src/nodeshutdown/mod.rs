@@ -301,10 +301,7 @@ mod tests {
         );
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].budget, budget(0, 180));
-        assert_eq!(
-            names(&got[0]),
-            ["normal-pod", "highest-user-definable-pod"]
-        );
+        assert_eq!(names(&got[0]), ["normal-pod", "highest-user-definable-pod"]);
         assert_eq!(got[1].budget, budget(SYSTEM_CRITICAL_PRIORITY, 120));
         assert_eq!(names(&got[1]), ["critical-pod"]);
     }
@@ -330,7 +327,11 @@ mod tests {
 
     #[test]
     fn group_by_priority_between_sparse_groups_and_without_priority() {
-        let groups = [budget(0, 5), budget(1000, 5), budget(SYSTEM_CRITICAL_PRIORITY, 5)];
+        let groups = [
+            budget(0, 5),
+            budget(1000, 5),
+            budget(SYSTEM_CRITICAL_PRIORITY, 5),
+        ];
         let mut no_priority = pod("no-priority", 0, None);
         no_priority.spec.as_mut().unwrap().priority = None;
         let got = group_by_priority(
@@ -353,18 +354,54 @@ mod tests {
     /// Upstream `TestManager`'s grace periods: the group's budget, or the pod's own when it is
     /// not longer (total=30s, critical=10s; total=30s, critical=0; all time to critical pods).
     #[test]
+    #[allow(clippy::type_complexity)]
     fn pod_grace_period_as_upstream_test_manager() {
         let s = Duration::from_secs;
         let cases: [(Duration, Duration, &str, i32, Option<i64>, i64); 9] = [
             (s(30), s(10), "normal-pod-nil-grace-period", 0, None, 20),
-            (s(30), s(10), "critical-pod-nil-grace-period", SYSTEM_CRITICAL_PRIORITY, None, 10),
+            (
+                s(30),
+                s(10),
+                "critical-pod-nil-grace-period",
+                SYSTEM_CRITICAL_PRIORITY,
+                None,
+                10,
+            ),
             (s(30), s(10), "normal-pod-grace-period", 0, Some(2), 2),
-            (s(30), s(10), "critical-pod-grace-period", SYSTEM_CRITICAL_PRIORITY, Some(2), 2),
-            (s(30), s(10), "normal-pod-long-grace-period", 0, Some(1000), 20),
+            (
+                s(30),
+                s(10),
+                "critical-pod-grace-period",
+                SYSTEM_CRITICAL_PRIORITY,
+                Some(2),
+                2,
+            ),
+            (
+                s(30),
+                s(10),
+                "normal-pod-long-grace-period",
+                0,
+                Some(1000),
+                20,
+            ),
             (s(30), s(0), "normal-pod-nil-grace-period", 0, None, 30),
-            (s(30), s(0), "critical-pod-nil-grace-period", SYSTEM_CRITICAL_PRIORITY, None, 0),
+            (
+                s(30),
+                s(0),
+                "critical-pod-nil-grace-period",
+                SYSTEM_CRITICAL_PRIORITY,
+                None,
+                0,
+            ),
             (s(5), s(5), "normal-pod-nil-grace-period", 0, None, 0),
-            (s(5), s(5), "critical-pod-nil-grace-period", SYSTEM_CRITICAL_PRIORITY, None, 5),
+            (
+                s(5),
+                s(5),
+                "critical-pod-nil-grace-period",
+                SYSTEM_CRITICAL_PRIORITY,
+                None,
+                5,
+            ),
         ];
         for (grace, critical, name, priority, own, want) in cases {
             let groups = migrate_config(grace, critical);
@@ -396,7 +433,11 @@ mod tests {
         ];
         for ((secs, own), want) in cases {
             let b = budget(0, secs);
-            assert_eq!(kill_grace_period(&pod("p", 0, own), &b), want, "{secs} {own:?}");
+            assert_eq!(
+                kill_grace_period(&pod("p", 0, own), &b),
+                want,
+                "{secs} {own:?}"
+            );
         }
         assert_eq!(status_reserve(i64::MAX), 3);
         assert_eq!(status_reserve(i64::MIN), 0);
@@ -417,14 +458,20 @@ mod tests {
         let s = NodeShutdownSettings::from_config(Duration::ZERO, Duration::ZERO, &by).unwrap();
         assert_eq!(s.groups, [budget(0, 20), budget(100_000, 5)]);
         assert_eq!(s.period_requested(), Duration::from_secs(25));
-        assert_eq!(s.logind_conf_dir, PathBuf::from("/etc/systemd/logind.conf.d"));
+        assert_eq!(
+            s.logind_conf_dir,
+            PathBuf::from("/etc/systemd/logind.conf.d")
+        );
         let s = NodeShutdownSettings::from_config(
             Duration::from_secs(30),
             Duration::from_secs(10),
             &[],
         )
         .unwrap();
-        assert_eq!(s.groups, [budget(0, 20), budget(SYSTEM_CRITICAL_PRIORITY, 10)]);
+        assert_eq!(
+            s.groups,
+            [budget(0, 20), budget(SYSTEM_CRITICAL_PRIORITY, 10)]
+        );
         assert_eq!(s.period_requested(), Duration::from_secs(30));
         // Upstream `TestFeatureEnabled`: a zero grace period disables the manager.
         assert!(NodeShutdownSettings::from_config(Duration::ZERO, Duration::ZERO, &[]).is_none());
@@ -433,7 +480,10 @@ mod tests {
     /// Hostile settings: negative budgets never make a negative or overflowing total.
     #[test]
     fn period_requested_ignores_negative_and_saturates() {
-        assert_eq!(period_requested(&[budget(0, -30), budget(1, 10)]), Duration::from_secs(10));
+        assert_eq!(
+            period_requested(&[budget(0, -30), budget(1, 10)]),
+            Duration::from_secs(10)
+        );
         assert_eq!(
             period_requested(&[budget(0, i64::MAX), budget(1, i64::MAX)]),
             Duration::from_secs(u64::try_from(i64::MAX).unwrap())

@@ -172,7 +172,7 @@ impl LoginManager {
             .to_owned();
         let pid = zbus::fdo::DBusProxy::new(conn)
             .await?
-            .get_connection_unix_process_id(zbus::names::BusName::Unique(sender.into()))
+            .get_connection_unix_process_id(zbus::names::BusName::Unique(sender))
             .await?;
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
