@@ -6,7 +6,8 @@
 //! status in the API before the group's budget ends, and releases the lock; on
 //! `PrepareForShutdown(false)` it is Ready again and holds a new lock. When logind is missing
 //! or its delay cannot cover the grace period the kubelet says so loudly (Warning event on the
-//! Node, `kubelet_graceful_shutdown_*` gauges). Forged and malformed signals are ignored.
+//! Node, `kubelet_graceful_shutdown_*` gauges). Forged and malformed signals are ignored; a
+//! restarted bus is watched again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -535,5 +536,49 @@ async fn forged_and_malformed_signals_are_ignored() {
     })
     .await;
     assert_eq!(events.with_reason("NodeShutdown").len(), 1);
+    agent.shutdown().await;
+}
+
+/// Upstream `TestRestart`: the bus goes away (every connection breaks) and comes back; the
+/// kubelet watches again, takes a new lock, and handles the next shutdown on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_bus_is_watched_again() {
+    let bus = BusDaemon::start().await;
+    let conf = tempfile::tempdir().unwrap();
+    let logind = FakeLogind::start(&bus, Duration::from_secs(30), conf.path()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let events = CollectingRecorder::default();
+    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
+    cfg.node_shutdown = Some(settings(&bus, conf.path()));
+    let agent = Agent::start(
+        cfg,
+        common::agent::fake_deps(&fake, &events),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    eventually(10, "the first lock", || {
+        (logind.held().len() == 1).then_some(())
+    })
+    .await;
+
+    drop(logind);
+    let bus = bus.restart().await;
+    let logind = FakeLogind::start(&bus, Duration::from_secs(30), conf.path()).await;
+    eventually(20, "a lock from the new logind", || {
+        (logind.held().len() == 1).then_some(())
+    })
+    .await;
+    eventually(5, "the protected gauge", || {
+        (gauge(&agent, "kubelet_graceful_shutdown_protected") == Some(1.0)).then_some(())
+    })
+    .await;
+    logind.prepare_for_shutdown(true).await;
+    eventually(10, "the shutdown handled on the new connection", || {
+        (!events.with_reason("NodeShutdown").is_empty() && logind.held().is_empty()).then_some(())
+    })
+    .await;
+    assert!(agent.task_health().is_ok(), "{:?}", agent.task_health());
     agent.shutdown().await;
 }

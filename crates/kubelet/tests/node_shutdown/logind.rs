@@ -20,16 +20,27 @@ pub const LOGIND_IFACE: &str = "org.freedesktop.login1.Manager";
 
 /// A private bus; the daemon is killed when this is dropped.
 pub struct BusDaemon {
+    /// `unix:path=…` (without the daemon's GUID, so a restarted daemon has the same address).
     pub address: String,
-    _child: Child,
-    _dir: tempfile::TempDir,
+    child: Child,
+    dir: tempfile::TempDir,
 }
 
 impl BusDaemon {
     /// Starts `dbus-daemon` on a socket in a new temporary directory. Panics (never skips)
     /// when it cannot start.
     pub async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap()).await
+    }
+
+    /// Stops the daemon (every connection breaks) and starts a new one on the same socket.
+    pub async fn restart(mut self) -> Self {
+        self.child.kill().await.unwrap();
+        let _ = std::fs::remove_file(self.dir.path().join("bus.sock"));
+        Self::start_in(self.dir).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir) -> Self {
         let socket = dir.path().join("bus.sock");
         let config = dir.path().join("bus.conf");
         std::fs::write(
@@ -71,15 +82,14 @@ impl BusDaemon {
         .await
         .expect("dbus-daemon printed no address within 10 s")
         .expect("reading dbus-daemon's address");
-        let address = line.trim().to_owned();
         assert!(
-            address.starts_with("unix:"),
+            line.trim().starts_with("unix:"),
             "dbus-daemon did not start: printed {line:?}"
         );
         Self {
-            address,
-            _child: child,
-            _dir: dir,
+            address: format!("unix:path={}", socket.display()),
+            child,
+            dir,
         }
     }
 
