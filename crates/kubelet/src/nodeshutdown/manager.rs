@@ -466,15 +466,17 @@ impl NodeShutdownManager {
                 ),
             }
         }
-        if let Some(lock) = lock {
-            lock.release();
-        }
-        info!("shutdown manager completed processing shutdown event, node will shutdown shortly");
+        // The end is recorded before the lock goes (as upstream's deferred calls run): the
+        // node may power off right after.
         let ended = SystemTime::now();
         self.store_state(Some(started), Some(ended));
         if let Some(m) = &self.inputs.metrics {
             m.set_graceful_shutdown_times(Some(started), Some(ended));
         }
+        if let Some(lock) = lock {
+            lock.release();
+        }
+        info!("shutdown manager completed processing shutdown event, node will shutdown shortly");
     }
 
     /// Loud when a shutdown would not be graceful; the event only when the problems change.
