@@ -350,6 +350,10 @@ async fn shutdown_stops_pods_by_priority_and_posts_their_status_in_time() {
         gauge(&agent, "kubelet_graceful_shutdown_inhibit_lock_held"),
         Some(1.0)
     );
+    assert_eq!(
+        gauge(&agent, "kubelet_graceful_shutdown_protected"),
+        Some(1.0)
+    );
     assert!(
         node_events(&f.server, "NodeShutdown")
             .iter()

@@ -409,6 +409,10 @@ impl NodeShutdownManager {
                         let listed = watch.logind.lock_is_listed().await.unwrap_or(true);
                         let delay = watch.logind.current_inhibit_delay().await.ok();
                         self.set_lock_metrics(listed, delay);
+                        let covered = delay.is_some_and(|d| d >= self.settings.period_requested());
+                        if let Some(m) = &self.inputs.metrics {
+                            m.set_graceful_shutdown_protected(listed && covered);
+                        }
                         info!(
                             listed,
                             "inhibitor lock taken again after the cancelled shutdown"
@@ -520,9 +524,13 @@ impl NodeShutdownManager {
         self.last_reported = Some(problems);
     }
 
+    /// The lock gauges; without a lock a shutdown would not be graceful either.
     fn set_lock_metrics(&self, held: bool, delay: Option<Duration>) {
         if let Some(m) = &self.inputs.metrics {
             m.set_graceful_shutdown_inhibitor(held, delay);
+            if !held {
+                m.set_graceful_shutdown_protected(false);
+            }
         }
     }
 
