@@ -68,6 +68,7 @@ IMAGE_RECIPE=1
 PACKAGES=(containerd runc containernetworking-plugins busybox-static gcc libc6-dev iptables
 	protobuf-compiler python3 curl iproute2 util-linux
 	openssl # client certificates in the HTTPS server tests
+	dbus-daemon # a private bus for the graceful node shutdown tests (test logind)
 	prometheus) # promtool: the metrics tests check the /metrics text with it
 
 log() { printf '[runtime.sh] %s\n' "$*" >&2; }

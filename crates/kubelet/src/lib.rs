@@ -25,6 +25,7 @@ pub mod logs;
 pub mod metrics;
 pub mod mirror;
 pub mod nodelease;
+pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod objects;
 pub mod pleg;

@@ -381,6 +381,11 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         server: secure_config(c, node)?,
         credential_providers: credential_providers(node)?,
         client_certificates: None,
+        node_shutdown: kubelet::nodeshutdown::NodeShutdownSettings::from_config(
+            c.shutdown_grace_period.as_std(),
+            c.shutdown_grace_period_critical_pods.as_std(),
+            &c.shutdown_grace_period_by_pod_priority,
+        ),
     })
 }
 
@@ -633,7 +638,19 @@ mod tests {
         c.pod_housekeeping_period = GoDuration::from_secs(9);
         c.tls_curve_preferences = vec![29];
         c.server_tls_bootstrap = true;
+        c.shutdown_grace_period = GoDuration::from_secs(30);
+        c.shutdown_grace_period_critical_pods = GoDuration::from_secs(10);
         let a = agent_config(&c, &node(dir.path())).unwrap();
+        let shutdown = a.node_shutdown.as_ref().unwrap();
+        assert_eq!(shutdown.period_requested(), Duration::from_secs(30));
+        assert_eq!(
+            shutdown
+                .groups
+                .iter()
+                .map(|g| (g.priority, g.grace_period_seconds))
+                .collect::<Vec<_>>(),
+            [(0, 20), (2_000_000_000, 10)]
+        );
         assert_eq!(a.pod_logs_dir, Path::new("/srv/pod-logs"));
         assert_eq!(a.sync_frequency, Duration::from_secs(42));
         assert_eq!(a.loop_timings.housekeeping, Duration::from_secs(9));

@@ -98,6 +98,11 @@ pub(super) struct ApiInputs {
     pub workers: PodWorkers,
     /// The eviction manager's pressure verdict (node conditions).
     pub pressure: watch::Receiver<crate::nodestatus::setters::NodePressure>,
+    /// The node shutdown manager's not-ready reason and its "update the node now" trigger.
+    pub shutdown: Option<(
+        crate::nodestatus::manager::NotReadyFn,
+        Arc<tokio::sync::Notify>,
+    )>,
 }
 
 /// Spawns every API-mode task on `sup`.
@@ -124,6 +129,7 @@ pub(super) fn start(
         status,
         workers,
         pressure,
+        shutdown,
     } = inputs;
     let node_name = node_settings.node_name.clone();
     let request_timeout = node_settings.request_timeout;
@@ -137,13 +143,13 @@ pub(super) fn start(
         node_health,
     );
     let pressure_fn: crate::nodestatus::manager::PressureFn = Arc::new(move || *pressure.borrow());
-    sup.spawn_critical(
-        "node status",
-        node_status
-            .with_events(events)
-            .with_pressure(pressure_fn)
-            .run(cancel.child_token()),
-    );
+    let mut node_status = node_status.with_events(events).with_pressure(pressure_fn);
+    if let Some((not_ready, sync_now)) = shutdown {
+        node_status = node_status
+            .with_not_ready(not_ready)
+            .with_sync_trigger(sync_now);
+    }
+    sup.spawn_critical("node status", node_status.run(cancel.child_token()));
     sup.spawn_critical(
         "node forwarder",
         forward_node(node_rx.clone(), admission_node, cancel.child_token()),

@@ -117,6 +117,8 @@ pub struct AgentConfig {
     /// The client certificate manager behind `AgentDeps::api` (`rotateCertificates`, from
     /// `certificate::bootstrap::api_client`); the agent runs it and exports its metrics.
     pub client_certificates: Option<Arc<crate::certificate::manager::CertificateManager>>,
+    /// Graceful node shutdown (`shutdownGracePeriod*`); `None`: shutdowns are immediate.
+    pub node_shutdown: Option<crate::nodeshutdown::NodeShutdownSettings>,
 }
 
 /// Container manager settings (`cgroupsPerQOS`, `cgroupRoot`, node allocatable, CFS quota…).
@@ -192,6 +194,7 @@ impl AgentConfig {
             server: None,
             credential_providers: None,
             client_certificates: None,
+            node_shutdown: None,
         }
     }
 }
@@ -518,6 +521,9 @@ impl Agent {
 
         // Eviction: the pressure verdict admission and node status read.
         let (pressure_tx, pressure) = watch::channel(NodePressure::default());
+        // Node shutdown: the shutting-down flag admission and node status read.
+        let shutdown_state = crate::nodeshutdown::ShutdownState::default();
+        let node_sync = Arc::new(tokio::sync::Notify::new());
 
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
@@ -539,6 +545,8 @@ impl Agent {
                 Box::new(cpu_manager.admit_handler()),
                 Box::new(MaxPods(cfg.max_pods)),
                 Box::new(NodePredicates::new(admission_node)),
+                // Upstream adds the node shutdown manager's handler after the predicates.
+                Box::new(shutdown_state.admit_handler()),
                 Box::new(crate::security::sysctl::SysctlAllowlist::from_config(
                     &cfg.allowed_unsafe_sysctls,
                 )),
@@ -637,6 +645,28 @@ impl Agent {
             &cancel,
         );
 
+        if let Some(settings) = cfg.node_shutdown.clone() {
+            let manager = crate::nodeshutdown::NodeShutdownManager::new(
+                settings,
+                crate::nodeshutdown::NodeShutdownInputs {
+                    state: shutdown_state.clone(),
+                    active_pods: crate::nodeshutdown::manager::active_pods(
+                        pods.clone(),
+                        workers.clone(),
+                    ),
+                    killer: Arc::new(crate::nodeshutdown::WorkerKiller {
+                        status: status.clone(),
+                        workers: workers.clone(),
+                    }),
+                    events: events.clone(),
+                    metrics: Some(metrics.clone()),
+                    node_sync: node_sync.clone(),
+                    state_dir: cfg.root_dir.clone(),
+                },
+            );
+            sup.spawn_critical("node shutdown manager", manager.run(cancel.child_token()));
+        }
+
         if let Some(client) = deps.api.clone() {
             api::start(
                 &cfg.api,
@@ -660,6 +690,12 @@ impl Agent {
                     status: status.clone(),
                     workers: workers.clone(),
                     pressure: pressure.clone(),
+                    shutdown: cfg.node_shutdown.is_some().then(|| {
+                        let state = shutdown_state.clone();
+                        let reason: crate::nodestatus::manager::NotReadyFn =
+                            Arc::new(move || state.not_ready_reason());
+                        (reason, node_sync.clone())
+                    }),
                 },
                 &sup,
                 &cancel,

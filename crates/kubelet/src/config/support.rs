@@ -76,6 +76,9 @@ const LOG_ROTATION: &str =
 const RESOURCE_MANAGERS: &str =
     "crates/kubelet/src/config/validate_tests.rs::each_bad_field_is_named";
 const HOST: &str = "crates/kubelet/src/cm/node_setup.rs::swap_on_fails_start_unless_allowed";
+const SHUTDOWN: &str = "crates/kubelet/tests/node_shutdown.rs::shutdown_stops_pods_by_priority_and_posts_their_status_in_time";
+const SHUTDOWN_GROUPS: &str =
+    "crates/kubelet/src/nodeshutdown/mod.rs::settings_from_config_prefer_by_priority_and_sort_it";
 
 /// Every field of `KubeletConfiguration`.
 #[rustfmt::skip]
@@ -200,9 +203,9 @@ pub const FIELDS: &[FieldSupport] = &[
     f("logging.options", REJECTED, "splitStream and infoBufferSize are not implemented"),
     f("enableSystemLogHandler", honoured("crates/kubelet/src/server/routes_tests.rs::system_logs_list_serve_and_refuse_traversal"), ""),
     f("enableSystemLogQuery", REJECTED, "node log queries (NodeLogQuery) are not implemented"),
-    f("shutdownGracePeriod", WARNED, "graceful node shutdown is not implemented yet (join issue)"),
-    f("shutdownGracePeriodCriticalPods", WARNED, "graceful node shutdown is not implemented yet (join issue)"),
-    f("shutdownGracePeriodByPodPriority", WARNED, "graceful node shutdown is not implemented yet (join issue)"),
+    f("shutdownGracePeriod", honoured(SHUTDOWN), "logind delay inhibitor lock over the system D-Bus; InhibitDelayMaxSec raised by /etc/systemd/logind.conf.d/99-kubelet.conf"),
+    f("shutdownGracePeriodCriticalPods", honoured(SHUTDOWN_GROUPS), "the last part of shutdownGracePeriod, for system-critical pods"),
+    f("shutdownGracePeriodByPodPriority", honoured(SHUTDOWN_GROUPS), ""),
     f("crashLoopBackOff.maxContainerRestartPeriod", honoured("crates/kubelet/tests/sync_machinery.rs::crash_loop_backoff_stops_at_the_configured_max"), "needs the KubeletCrashLoopBackOffMax gate; 1s..300s"),
     f("reservedMemory", REJECTED, "only the None memory manager policy is implemented"),
     f("enableProfilingHandler", WARNED_TRUE, "/debug/pprof is not served (there is no Go runtime)"),

@@ -140,6 +140,11 @@ struct Families {
     http_requests: CounterVec,
     http_duration: HistogramVec,
     http_inflight: GaugeVec,
+    shutdown_start: GaugeVec,
+    shutdown_end: GaugeVec,
+    shutdown_lock_held: GaugeVec,
+    shutdown_inhibit_delay: GaugeVec,
+    shutdown_protected: GaugeVec,
     task_panics: CounterVec,
 }
 
@@ -328,6 +333,33 @@ impl Families {
                 "Number of the inflight http requests",
                 &["method", "path", "server_type", "long_running"],
             )),
+            shutdown_start: GaugeVec::new(d(
+                "graceful_shutdown_start_time_seconds",
+                "Last graceful shutdown start time since unix epoch in seconds",
+                &[],
+            )),
+            shutdown_end: GaugeVec::new(d(
+                "graceful_shutdown_end_time_seconds",
+                "Last graceful shutdown end time since unix epoch in seconds",
+                &[],
+            )),
+            // Ours (kubernetes/kubernetes#107043, #110755): whether a shutdown would be
+            // graceful, visible before one happens. Only present when a grace period is set.
+            shutdown_lock_held: GaugeVec::unset(d(
+                "graceful_shutdown_inhibit_lock_held",
+                "1 while the kubelet holds (and logind lists) its delay inhibitor lock on shutdown, else 0",
+                &[],
+            )),
+            shutdown_inhibit_delay: GaugeVec::unset(d(
+                "graceful_shutdown_inhibit_delay_seconds",
+                "logind's effective InhibitDelayMaxSec as last read by the kubelet",
+                &[],
+            )),
+            shutdown_protected: GaugeVec::unset(d(
+                "graceful_shutdown_protected",
+                "1 when a node shutdown would give pods their configured grace periods (lock held and InhibitDelayMaxSec covers shutdownGracePeriod), else 0",
+                &[],
+            )),
             // Ours (no upstream equivalent: a Go kubelet crashes on any panic).
             task_panics: CounterVec::new(Desc::new(
                 "rkubelet_task_panics_total".to_owned(),
@@ -406,6 +438,11 @@ pub const METRIC_NAMES: &[&str] = &[
     "kubelet_http_requests_total",
     "kubelet_http_requests_duration_seconds",
     "kubelet_http_inflight_requests",
+    "kubelet_graceful_shutdown_start_time_seconds",
+    "kubelet_graceful_shutdown_end_time_seconds",
+    "kubelet_graceful_shutdown_inhibit_lock_held",
+    "kubelet_graceful_shutdown_inhibit_delay_seconds",
+    "kubelet_graceful_shutdown_protected",
     "rkubelet_task_panics_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
@@ -694,6 +731,38 @@ impl KubeletMetrics {
         }
     }
 
+    // ---- graceful node shutdown --------------------------------------------------------------
+
+    /// The last graceful shutdown's start and end (`None`: not yet; 0 in the gauge).
+    pub fn set_graceful_shutdown_times(&self, start: Option<SystemTime>, end: Option<SystemTime>) {
+        let secs = |t: Option<SystemTime>| {
+            t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0.0, |d| d.as_secs() as f64)
+        };
+        self.set_graceful_shutdown_seconds(secs(start), secs(end));
+    }
+
+    /// As `set_graceful_shutdown_times`, in seconds since the epoch (restored from disk).
+    pub fn set_graceful_shutdown_seconds(&self, start: f64, end: f64) {
+        self.inner.f.shutdown_start.set(&[], start);
+        self.inner.f.shutdown_end.set(&[], end);
+    }
+
+    /// Whether the inhibitor lock is held, and logind's `InhibitDelayMaxSec` when known.
+    pub fn set_graceful_shutdown_inhibitor(&self, held: bool, delay: Option<Duration>) {
+        let f = &self.inner.f;
+        f.shutdown_lock_held.set(&[], if held { 1.0 } else { 0.0 });
+        if let Some(d) = delay {
+            f.shutdown_inhibit_delay.set(&[], d.as_secs_f64());
+        }
+    }
+
+    /// Whether a shutdown now would give pods their configured grace periods.
+    pub fn set_graceful_shutdown_protected(&self, protected: bool) {
+        let v = if protected { 1.0 } else { 0.0 };
+        self.inner.f.shutdown_protected.set(&[], v);
+    }
+
     /// A panic caught in a per-pod task of kind `task` (`pod_worker`, `probe_worker`), which
     /// was restarted.
     pub fn inc_task_panic(&self, task: &str) {
@@ -727,6 +796,11 @@ impl KubeletMetrics {
             &f.mirror_pods,
             &f.pleg_last_seen,
             &f.http_inflight,
+            &f.shutdown_start,
+            &f.shutdown_end,
+            &f.shutdown_lock_held,
+            &f.shutdown_inhibit_delay,
+            &f.shutdown_protected,
         ];
         counters
             .iter()
@@ -789,7 +863,7 @@ impl Drop for HttpRequestGuard {
 impl Collector for KubeletMetrics {
     fn collect(&self, out: &mut Exposition) {
         let f = &self.inner.f;
-        let families: [&dyn Collector; 30] = [
+        let families: [&dyn Collector; 35] = [
             &f.node_name,
             &f.running_pods,
             &f.running_containers,
@@ -819,6 +893,11 @@ impl Collector for KubeletMetrics {
             &f.http_requests,
             &f.http_duration,
             &f.http_inflight,
+            &f.shutdown_start,
+            &f.shutdown_end,
+            &f.shutdown_lock_held,
+            &f.shutdown_inhibit_delay,
+            &f.shutdown_protected,
             &f.task_panics,
         ];
         for c in families {

@@ -339,6 +339,12 @@ impl GaugeVec {
         Self(Series::new(desc, Some(0.0)))
     }
 
+    /// A gauge without labels that has no sample until first set (a feature that is off
+    /// reports nothing rather than 0).
+    pub fn unset(desc: Desc) -> Self {
+        Self(Series::new(desc, None))
+    }
+
     pub fn set(&self, labels: &[&str], v: f64) {
         self.0.with(labels, || 0.0, |g| *g = v);
     }

@@ -14,7 +14,7 @@ use kube::Api;
 use kube::api::{GetParams, Patch, PatchParams};
 use rkubelet_cri::api as cri;
 use rkubelet_cri::{ImageService, RuntimeService};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -40,6 +40,10 @@ const REGISTER_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Dura
 
 /// Whether the node is under pressure (the eviction manager's verdict).
 pub type PressureFn = Arc<dyn Fn() -> NodePressure + Send + Sync>;
+
+/// A further reason for the node not to be ready, checked after the runtime and network ones
+/// (upstream `nodeShutdownManagerErrorsFunc`: `node is shutting down`).
+pub type NotReadyFn = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// Failures of one status update attempt.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +152,8 @@ pub struct NodeStatusManager {
     host: HostInfo,
     health: Vec<(String, HealthCheck)>,
     pressure: PressureFn,
+    not_ready: Option<NotReadyFn>,
+    sync_now: Arc<Notify>,
     events: Arc<dyn EventRecorder>,
     clock: Clock,
     node_tx: watch::Sender<Option<Arc<Node>>>,
@@ -180,6 +186,8 @@ impl NodeStatusManager {
             host,
             health,
             pressure: Arc::new(NodePressure::default),
+            not_ready: None,
+            sync_now: Arc::new(Notify::new()),
             events: Arc::new(LoggingRecorder),
             clock: Clock::new(),
             node_tx,
@@ -205,6 +213,19 @@ impl NodeStatusManager {
         self
     }
 
+    /// Makes the node NotReady with `f`'s reason while it has one (the node shutdown manager).
+    pub fn with_not_ready(mut self, f: NotReadyFn) -> Self {
+        self.not_ready = Some(f);
+        self
+    }
+
+    /// Updates the status at once whenever `sync_now` is notified (upstream's
+    /// `syncNodeStatus` calls from the node shutdown manager), besides every period.
+    pub fn with_sync_trigger(mut self, sync_now: Arc<Notify>) -> Self {
+        self.sync_now = sync_now;
+        self
+    }
+
     /// Registers the node (if `register_node`), then updates its status every
     /// `update_frequency` until `cancel` fires. Never gives up on API errors.
     pub async fn run(mut self, cancel: CancellationToken) {
@@ -218,10 +239,12 @@ impl NodeStatusManager {
         }
         let mut ticker = tokio::time::interval(self.settings.update_frequency);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let sync_now = self.sync_now.clone();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = ticker.tick() => {}
+                _ = sync_now.notified() => {}
             }
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -451,7 +474,11 @@ impl NodeStatusManager {
             images,
             runtime_handlers: self.runtime_state.handlers().to_vec(),
             supplemental_groups_policy: self.runtime_state.features,
-            not_ready: self.runtime_state.not_ready(now, &self.health),
+            not_ready: {
+                let mut errs = self.runtime_state.not_ready(now, &self.health);
+                errs.extend(self.not_ready.as_ref().and_then(|f| f()));
+                errs
+            },
             pressure: (self.pressure)(),
         }
     }
