@@ -231,6 +231,8 @@ pub enum AgentError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error(transparent)]
     Systemd(#[from] crate::cm::cgroups::systemd_dbus::SystemdError),
+    #[error("start-up task failed: {0}")]
+    Task(String),
 }
 
 /// A running kubelet.

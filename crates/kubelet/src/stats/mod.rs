@@ -37,7 +37,6 @@ use tracing::{debug, warn};
 use crate::cm::cgroups::{CgroupDriver, CgroupName};
 use crate::cm::qos_containers::QosCgroups;
 use crate::kuberuntime::labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
-use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
 use crate::volumes::EMPTY_DIR_PLUGIN;
 use cgroup::{CgroupLayout, MemorySample};

@@ -365,7 +365,6 @@ mod tests {
             // Traversal and path separators.
             "../../../etc",
             "a/../../b",
-            "..",
             // Would read back as a different UID ("a-b") and be destroyed as an orphan.
             "a_b",
             // Unit-name syntax: another unit type, escapes, templates, whitespace, NUL, newline.
@@ -392,6 +391,17 @@ mod tests {
         assert_eq!(
             CgroupDriver::Systemd.cgroupfs_path(&n).unwrap(),
             "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podx.slice.slice"
+        );
+        let n = qos.child("pod..");
+        assert_eq!(
+            CgroupDriver::Systemd.cgroupfs_path(&n).unwrap(),
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod...slice"
+        );
+        // A bare relative component is refused.
+        assert!(
+            CgroupDriver::Systemd
+                .cgroupfs_path(&qos.child(".."))
+                .is_err()
         );
     }
 }
