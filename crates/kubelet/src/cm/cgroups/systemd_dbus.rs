@@ -67,13 +67,13 @@ pub enum SystemdError {
     )]
     Connect {
         address: String,
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("systemd {method} of unit {unit}: {source}")]
     Call {
         method: &'static str,
         unit: String,
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("systemd job for unit {unit} finished with result {result:?}, expected \"done\"")]
     Job { unit: String, result: String },
@@ -147,7 +147,7 @@ impl SystemdClient {
         let shown = address.map_or_else(system_bus_address, str::to_owned);
         let connect_err = |source| SystemdError::Connect {
             address: shown.clone(),
-            source,
+            source: Box::new(source),
         };
         let builder = match address {
             Some(a) => zbus::connection::Builder::address(a),
@@ -186,7 +186,7 @@ impl SystemdClient {
         let call = |source| SystemdError::Call {
             method: "StartTransientUnit",
             unit: unit.to_owned(),
-            source,
+            source: Box::new(source),
         };
         // Listen before starting: the job may finish before the reply arrives.
         let mut removed = self.proxy.receive_job_removed().await.map_err(call)?;
@@ -223,7 +223,7 @@ impl SystemdClient {
             .map_err(|source| SystemdError::Call {
                 method: "SetUnitProperties",
                 unit: unit.to_owned(),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -238,7 +238,7 @@ impl SystemdClient {
                 .map_err(|source| SystemdError::Call {
                     method: "StopUnit",
                     unit: unit.to_owned(),
-                    source,
+                    source: Box::new(source),
                 })?;
         match self.proxy.stop_unit(unit, "replace").await {
             Ok(job) => {
