@@ -25,7 +25,11 @@ usage: dev/runtime.sh up|down|env|status|purge
   purge   down, then delete the whole dev dir (images are rebuilt on the next up)
 
 env: RKUBELET_DEV_DIR (default /tmp/rkubelet-dev), RKUBELET_POD_SUBNET (default 10.222.0.0/16),
-     RKUBELET_UP_TIMEOUT (seconds to wait for containerd, default 60)
+     RKUBELET_UP_TIMEOUT (seconds to wait for containerd, default 60),
+     RKUBELET_SYSTEMD_CGROUP=1 (runc's SystemdCgroup = true: containers become systemd scopes
+       in the pod's slice; for an rkubelet with cgroupDriver: systemd on a host whose PID 1 is
+       systemd — see docs/systemd-cgroups.md. Default 0: cgroupfs. A running containerd
+       keeps its setting: `down` then `up` to switch.)
 EOF
 }
 
@@ -55,6 +59,15 @@ else
 	POD_SUBNET=${RKUBELET_POD_SUBNET:-10.223.$((16#${DIR_HASH:0:2})).0/24}
 fi
 UP_TIMEOUT=${RKUBELET_UP_TIMEOUT:-60}
+# runc's cgroup manager: systemd (cgroupDriver: systemd) or cgroupfs (the default).
+case ${RKUBELET_SYSTEMD_CGROUP:-0} in
+1 | true) SYSTEMD_CGROUP=true ;;
+0 | false | "") SYSTEMD_CGROUP=false ;;
+*)
+	echo "dev/runtime.sh: RKUBELET_SYSTEMD_CGROUP must be 0 or 1, not ${RKUBELET_SYSTEMD_CGROUP}" >&2
+	exit 2
+	;;
+esac
 NS=k8s.io
 
 # Images. The pause name matches the Go kubelet 1.33 default --pod-infra-container-image.
@@ -68,7 +81,7 @@ IMAGE_RECIPE=1
 PACKAGES=(containerd runc containernetworking-plugins busybox-static gcc libc6-dev iptables
 	protobuf-compiler python3 curl iproute2 util-linux
 	openssl # client certificates in the HTTPS server tests
-	dbus-daemon # a private bus for the graceful node shutdown tests (test logind)
+	dbus-daemon # private buses for the systemd cgroup driver and graceful node shutdown tests
 	prometheus) # promtool: the metrics tests check the /metrics text with it
 
 log() { printf '[runtime.sh] %s\n' "$*" >&2; }
@@ -187,7 +200,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           Root = "$RUNC_ROOT"
-          SystemdCgroup = false
+          SystemdCgroup = $SYSTEMD_CGROUP
 
       # A second handler for the same runc, so RuntimeClass pass-through is tested for real.
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt]
@@ -195,7 +208,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-alt.options]
           Root = "$RUNC_ROOT"
-          SystemdCgroup = false
+          SystemdCgroup = $SYSTEMD_CGROUP
 
     [plugins."io.containerd.grpc.v1.cri".registry]
       # hosts.toml per registry (e.g. the test registry on 127.0.0.1, plain HTTP); read per pull.

@@ -1256,12 +1256,12 @@ mod tests {
             "{:?}",
             n.warnings
         );
-        // Settings rkubelet does not implement stop it, each named with its flag.
-        let err = resolve_with(&parse(&["--cgroup-driver=systemd"]), || Ok("h".into()))
+        // A bad value stops it, named with its flag.
+        let err = resolve_with(&parse(&["--cgroup-driver=cgroupv2"]), || Ok("h".into()))
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("unsupported kubelet configuration:\n  - cgroupDriver (--cgroup-driver) is set to \"systemd\""),
+            err.contains("cgroupDriver (--cgroup-driver) \"cgroupv2\" is invalid"),
             "{err}"
         );
     }

@@ -316,6 +316,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
                 c.cgroup_root.clone()
             },
             cgroups_per_qos: c.cgroups_per_qos,
+            cgroup_driver: cgroup_driver(c),
             interval: monitoring.max(Duration::from_secs(1)),
             kubelet_cgroups: c.kubelet_cgroups.clone(),
             system_cgroups: c.system_cgroups.clone(),
@@ -476,6 +477,11 @@ fn gc_settings(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<GcSe
     })
 }
 
+/// `cgroupDriver` (validated: anything else was refused at load).
+fn cgroup_driver(c: &KubeletConfiguration) -> kubelet::cm::cgroups::CgroupDriver {
+    kubelet::cm::cgroups::CgroupDriver::parse(&c.cgroup_driver).unwrap_or_default()
+}
+
 /// The container manager's settings from the config (`cgroupsPerQOS`, `cgroupRoot`, node
 /// allocatable enforcement, CFS quota, pod pids limit, OOM and swap behaviour).
 fn cgroup_settings(c: &KubeletConfiguration) -> CgroupSettings {
@@ -510,6 +516,8 @@ fn cgroup_settings(c: &KubeletConfiguration) -> CgroupSettings {
         },
         single_process_oom_kill: c.single_process_oom_kill,
         swap_behavior: c.memory_swap.swap_behavior.clone(),
+        driver: cgroup_driver(c),
+        systemd_bus_address: None,
         ..CgroupSettings::default()
     }
 }
@@ -630,6 +638,7 @@ mod tests {
         c.healthz_bind_address = "127.0.0.3".into();
         c.healthz_port = 11248;
         c.single_process_oom_kill = Some(true);
+        c.cgroup_driver = "systemd".into();
         c.node_status_max_images = 7;
         c.pods_per_core = 3;
         c.register_node = false;
@@ -656,6 +665,10 @@ mod tests {
         assert_eq!(a.loop_timings.housekeeping, Duration::from_secs(9));
         assert_eq!(a.healthz_addr, Some("127.0.0.3:11248".parse().unwrap()));
         assert_eq!(a.cgroups.single_process_oom_kill, Some(true));
+        assert_eq!(
+            a.cgroups.driver,
+            kubelet::cm::cgroups::CgroupDriver::Systemd
+        );
         assert_eq!(a.node_status.node_status_max_images, 7);
         assert_eq!(a.node_status.pods_per_core, 3);
         assert!(!a.node_status.register_node);

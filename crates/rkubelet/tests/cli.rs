@@ -91,12 +91,10 @@ fn invalid_unsafe_sysctl_pattern_is_refused() {
 
 #[test]
 fn cgroup_settings_are_validated_with_the_field_named() {
-    let (code, err) = run_with_config("cgroupDriver: systemd\n");
+    let (code, err) = run_with_config("cgroupDriver: cgroupv2\n");
     assert_ne!(code, 0);
     assert!(
-        err.contains(
-            "cgroupDriver (--cgroup-driver) is set to \"systemd\", which rkubelet does not support"
-        ),
+        err.contains("cgroupDriver (--cgroup-driver) \"cgroupv2\" is invalid"),
         "{err}"
     );
     let (code, err) = run_with_config("enforceNodeAllocatable: [pods, system-reserved]\n");

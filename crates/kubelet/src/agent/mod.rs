@@ -136,6 +136,11 @@ pub struct CgroupSettings {
     pub single_process_oom_kill: Option<bool>,
     /// `memorySwap.swapBehavior`.
     pub swap_behavior: String,
+    /// `cgroupDriver`.
+    pub driver: crate::cm::cgroups::CgroupDriver,
+    /// The D-Bus address systemd is reached at with the systemd driver (`None`: the system
+    /// bus, `DBUS_SYSTEM_BUS_ADDRESS` or its default socket).
+    pub systemd_bus_address: Option<String>,
 }
 
 impl Default for CgroupSettings {
@@ -148,6 +153,8 @@ impl Default for CgroupSettings {
             cm: crate::cm::CmConfig::default(),
             single_process_oom_kill: None,
             swap_behavior: String::new(),
+            driver: crate::cm::cgroups::CgroupDriver::Cgroupfs,
+            systemd_bus_address: None,
         }
     }
 }
@@ -231,6 +238,10 @@ pub enum AgentError {
     ContainerManager(#[from] crate::cm::CmError),
     #[error("certificates: {0}")]
     Certificate(#[from] crate::certificate::CertError),
+    #[error(transparent)]
+    Systemd(#[from] crate::cm::cgroups::systemd_dbus::SystemdError),
+    #[error("start-up task failed: {0}")]
+    Task(String),
 }
 
 /// A running kubelet.
@@ -366,6 +377,17 @@ impl Agent {
             .fs
             .clone()
             .unwrap_or_else(|| crate::cm::cgroups::detect(&cfg.cgroups.mount_root));
+        // `cgroupDriver: systemd`: the slices are made through systemd (unreachable: no start).
+        let cgroup_fs = if cfg.cgroups.per_qos
+            && cfg.cgroups.driver == crate::cm::cgroups::CgroupDriver::Systemd
+        {
+            let address = cfg.cgroups.systemd_bus_address.as_deref();
+            let systemd =
+                crate::cm::cgroups::systemd::SystemdCgroupFs::connect(cgroup_fs, address).await?;
+            Arc::new(systemd) as Arc<dyn crate::cm::cgroups::CgroupFs>
+        } else {
+            cgroup_fs
+        };
         let cgroup_v2 = cgroup_fs.version() == crate::cm::cgroups::CgroupVersion::V2;
         let hugepage_sizes: Vec<u64> = host.huge_pages.iter().map(|h| h.page_size).collect();
         let cm = if cfg.cgroups.per_qos {
@@ -375,7 +397,11 @@ impl Agent {
                 ..cfg.cgroups.cm.clone()
             };
             let cm = crate::cm::ContainerManager::new(cm_cfg, cgroup_fs.clone());
-            cm.start()?;
+            // Blocking (cgroupfs writes, systemd jobs): off the async workers.
+            let starting = cm.clone();
+            tokio::task::spawn_blocking(move || starting.start())
+                .await
+                .map_err(|e| AgentError::Task(format!("container manager start: {e}")))??;
             Some(cm)
         } else {
             None
@@ -727,6 +753,7 @@ impl Agent {
             .cgroups
             .per_qos
             .then(|| cfg.cgroups.cm.cgroup_root.clone());
+        state.pod_cgroup_driver = cfg.cgroups.driver;
         state.machine = Some(machine);
         state.cancel = cancel.child_token();
         let mut secure_addr = None;

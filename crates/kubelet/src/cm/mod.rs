@@ -1,6 +1,7 @@
-//! cm — the container manager (upstream pkg/kubelet/cm, cgroupfs driver; the CPU manager lives
-//! in `cpumanager`): owns the kubelet's cgroup tree
-//! `<cgroupRoot>/kubepods{,/burstable,/besteffort}/pod<uid>` on the cgroup filesystem it is handed. Receives the kubelet config (`CmConfig`), the node capacity and the
+//! cm — the container manager (upstream pkg/kubelet/cm; the CPU manager lives in
+//! `cpumanager`): owns the kubelet's cgroup tree
+//! `<cgroupRoot>/kubepods{,/burstable,/besteffort}/pod<uid>` through the `CgroupFs` it is
+//! handed (cgroupfs driver, or systemd slices `kubepods-burstable-pod<uid>.slice`). Receives the kubelet config (`CmConfig`), the node capacity and the
 //! active pods (a `watch` of the desired pods); emits cgroup parents for sandboxes, creates pod
 //! cgroups before sandboxes exist, keeps the QoS cgroups' shares current (on every pod change
 //! and every minute), enforces node allocatable at start and destroys orphaned pod cgroups
@@ -220,8 +221,9 @@ impl ContainerManager {
             ("kube-reserved", &cfg.kube_reserved_cgroup, &e.kube_reserved),
         ] {
             let Some(rc) = rc else { continue };
-            // Upstream `enforceExistingCgroup`: the cgroup must already exist.
-            let name = CgroupName::from_path(path);
+            // Upstream `enforceExistingCgroup`: the cgroup must already exist. The path is in the
+            // driver's form (`/system.slice` with systemd).
+            let name = fs.driver().parse_name(path);
             if !fs.exists(&name) {
                 return Err(CmError::Reserved {
                     what,
@@ -268,9 +270,27 @@ impl ContainerManager {
         pod_containers::pod_cgroup_name(&self.inner.qos, pod)
     }
 
-    /// The cgroup parent handed to the runtime for this pod's sandbox.
-    pub fn pod_cgroup_parent(&self, pod: &Pod) -> String {
-        self.pod_cgroup_name(pod).to_cgroupfs()
+    /// The cgroup parent handed to the runtime for this pod's sandbox: upstream's
+    /// `GetPodContainerName` cgroupfs form (with systemd the expanded slice path
+    /// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`, whose last
+    /// component is the slice the runtime puts the pod's scopes in).
+    pub fn pod_cgroup_parent(&self, pod: &Pod) -> Result<String, CmError> {
+        let name = self.pod_cgroup_name(pod);
+        self.inner
+            .fs
+            .driver()
+            .cgroupfs_path(&name)
+            .map_err(|source| {
+                CmError::PodCgroup(CgroupError::Name {
+                    cgroup: name.to_string(),
+                    source,
+                })
+            })
+    }
+
+    /// The cgroup driver in use.
+    pub fn driver(&self) -> cgroups::CgroupDriver {
+        self.inner.fs.driver()
     }
 
     pub fn pod_cgroup_exists(&self, pod: &Pod) -> bool {
@@ -497,7 +517,10 @@ mod tests {
             fs.get("/rk/kubepods/burstable").unwrap().cpu_shares,
             Some(512)
         );
-        assert_eq!(cm.pod_cgroup_parent(&b), "/rk/kubepods/burstable/podb1");
+        assert_eq!(
+            cm.pod_cgroup_parent(&b).unwrap(),
+            "/rk/kubepods/burstable/podb1"
+        );
 
         tx.send(Arc::new(vec![b.clone()])).unwrap();
         fs.add_pids("/rk/kubepods/besteffort/podgone", &[99_999_999]);

@@ -136,7 +136,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("systemCgroups", WARNED, "processes are not moved into it; it is only reported as the misc system container in stats"),
     f("cgroupRoot", honoured("crates/kubelet/src/cm/mod.rs::start_creates_the_tree_and_enforces_allocatable"), ""),
     f("cgroupsPerQOS", honoured("crates/kubelet/tests/cgroups.rs::without_cgroups_per_qos_the_parent_is_empty"), ""),
-    f("cgroupDriver", REJECTED, "only cgroupfs: with systemd the runtime expects slice names, which rkubelet does not produce yet (join issue), so it cannot run correctly"),
+    f("cgroupDriver", honoured("crates/kubelet/tests/systemd_cgroups.rs::systemd_driver_makes_pod_slices_through_systemd"), "systemd: slices created and updated through systemd's D-Bus API (docs/systemd-cgroups.md)"),
     f("cpuManagerPolicy", honoured("crates/kubelet/tests/cpumanager.rs::static_policy_pins_guaranteed_and_moves_the_shared_pool"), "none and static"),
     f("singleProcessOOMKill", honoured(WIRING), ""),
     f("cpuManagerPolicyOptions", by_validation(RESOURCE_MANAGERS), "no static-policy option is implemented"),

@@ -223,10 +223,6 @@ fn each_rejected_field_is_named_with_its_value() {
             "runOnce is set to true, which rkubelet does not support (run-once mode is not implemented); only the default is",
         ),
         (
-            "cgroupDriver: systemd\n",
-            "cgroupDriver (--cgroup-driver) is set to \"systemd\", which rkubelet does not support",
-        ),
-        (
             "volumeStatsAggPeriod: 30s\n",
             "volumeStatsAggPeriod is set to \"30s\", which rkubelet does not support (volume usage is measured at every stats collection (10s)); only the default \"1m0s\" is",
         ),
@@ -408,7 +404,7 @@ fn the_table_renders_every_row() {
     for row in FIELDS {
         assert!(md.contains(&format!("| `{}` |", row.path)), "{}", row.path);
     }
-    assert!(md.contains("| `cgroupDriver` | `--cgroup-driver` | rejected unless default |"));
+    assert!(md.contains("| `cgroupDriver` | `--cgroup-driver` | honoured |"));
 }
 
 /// A non-default value for every rejected or warned row (a new row needs one here).
@@ -424,7 +420,6 @@ fn sample(path: &str) -> Option<serde_json::Value> {
         "imagePullCredentialsVerificationPolicy" => json!("AlwaysVerify"),
         "preloadedImagesVerificationAllowlist" => json!(["registry.example/*"]),
         "volumeStatsAggPeriod" => json!("30s"),
-        "cgroupDriver" => json!("systemd"),
         "kubeletCgroups" => json!("/kubelet.slice"),
         "systemCgroups" => json!("/system.slice"),
         "draManagerReconcilePeriod" => json!("1m"),

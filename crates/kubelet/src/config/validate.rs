@@ -76,12 +76,11 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true".into(),
     );
     match kc.cgroup_driver.as_str() {
-        // "systemd" is valid upstream; the support table refuses it (not implemented).
         "cgroupfs" | "systemd" => {}
         other => err(
             true,
             format!(
-                "cgroupDriver (--cgroup-driver) {other:?} is invalid: expected \"cgroupfs\" (or \"systemd\", not implemented yet)"
+                "cgroupDriver (--cgroup-driver) {other:?} is invalid: expected \"cgroupfs\" or \"systemd\""
             ),
         ),
     }

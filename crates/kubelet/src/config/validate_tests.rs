@@ -20,7 +20,7 @@ type Mutation = fn(&mut KubeletConfiguration);
 #[test]
 fn defaults_are_valid() {
     assert_eq!(errors(&base()), Vec::<String>::new());
-    // "systemd" is a valid driver upstream; the support table refuses it by name instead.
+    // Both drivers are valid.
     let mut c = base();
     c.cgroup_driver = "systemd".into();
     assert_eq!(errors(&c), Vec::<String>::new());

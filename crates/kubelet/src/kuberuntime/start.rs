@@ -188,8 +188,11 @@ impl<'a> Starter<'a> {
         let cgroup_ctx;
         let ctx = match &self.syncer.cgroups {
             Some(cm) => {
+                let parent = cm
+                    .pod_cgroup_parent(self.pod)
+                    .map_err(|e| StartError::CreatePodSandbox(e.to_string()))?;
                 cgroup_ctx = SandboxContext {
-                    cgroup_parent: Some(cm.pod_cgroup_parent(self.pod)),
+                    cgroup_parent: Some(parent),
                     ..self.syncer.config.sandbox.clone()
                 };
                 &cgroup_ctx

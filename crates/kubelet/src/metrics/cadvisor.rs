@@ -15,9 +15,12 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::cm::cgroups::CgroupDriver;
 use crate::container::PodStatus;
 use crate::nodestatus::HostInfo;
-use crate::stats::{CpuStats, FsStats, MemoryStats, NetworkStats, Summary, pod_cgroup_path};
+use crate::stats::{
+    CpuStats, FsStats, MemoryStats, NetworkStats, Summary, kubepods_path, pod_cgroup_path,
+};
 use crate::types::PodExt;
 
 use super::registry::{Exposition, MetricKind};
@@ -76,14 +79,14 @@ impl<'a> CadvisorInput<'a> {
         summary: &'a Summary,
         pods: &[Pod],
         runtime_pods: &[PodStatus],
-        pod_cgroup_root: Option<&str>,
+        pod_cgroup_root: Option<(&str, CgroupDriver)>,
         machine: Option<&'a HostInfo>,
         now: DateTime<Utc>,
     ) -> Self {
         let pod_cgroups = match pod_cgroup_root {
-            Some(root) => pods
+            Some((root, driver)) => pods
                 .iter()
-                .map(|p| (p.uid().to_owned(), pod_cgroup_path(root, p)))
+                .filter_map(|p| Some((p.uid().to_owned(), pod_cgroup_path(root, driver, p)?)))
                 .collect(),
             None => HashMap::new(),
         };
@@ -108,7 +111,7 @@ impl<'a> CadvisorInput<'a> {
                     });
             }
         }
-        let kubepods = pod_cgroup_root.map(|r| format!("{}/kubepods", r.trim_end_matches('/')));
+        let kubepods = pod_cgroup_root.and_then(|(r, driver)| kubepods_path(r, driver));
         Self {
             summary,
             pod_cgroups,

@@ -113,7 +113,7 @@ fn render_fixture(summary: &Summary, machine: Option<&HostInfo>) -> String {
         summary,
         &pods,
         &rt,
-        Some("/rk"),
+        Some(("/rk", crate::cm::cgroups::CgroupDriver::Cgroupfs)),
         machine,
         at("2026-01-02T03:04:10Z"),
     ))

@@ -90,6 +90,8 @@ pub struct ServerState {
     /// `cgroupRoot` when the kubelet runs per-QoS pod cgroups (`/metrics/cadvisor` ids);
     /// `None`: pods have no cgroup of their own and only node rows are written.
     pub pod_cgroup_root: Option<String>,
+    /// `cgroupDriver` (how the pod cgroups under `pod_cgroup_root` are named).
+    pub pod_cgroup_driver: crate::cm::cgroups::CgroupDriver,
     /// Host facts read at start-up (`machine_*` of `/metrics/cadvisor`).
     pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
     /// Proxied streaming connections; a server ends them (and waits) when it stops.
@@ -124,6 +126,7 @@ impl ServerState {
             probe_metrics: None,
             stats: None,
             pod_cgroup_root: None,
+            pod_cgroup_driver: crate::cm::cgroups::CgroupDriver::Cgroupfs,
             machine: None,
             streams: streaming::StreamTasks::default(),
             header_read_timeout: HEADER_READ_TIMEOUT,

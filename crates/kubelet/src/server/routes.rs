@@ -709,7 +709,10 @@ fn cadvisor_text(state: &ServerState, stats: &crate::stats::StatsHandle) -> Stri
         &summary,
         &pods,
         &runtime_pods,
-        state.pod_cgroup_root.as_deref(),
+        state
+            .pod_cgroup_root
+            .as_deref()
+            .map(|r| (r, state.pod_cgroup_driver)),
         state.machine.as_deref(),
         chrono::Utc::now(),
     ))

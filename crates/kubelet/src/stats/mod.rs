@@ -34,8 +34,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::cm::cgroups::{CgroupDriver, CgroupName};
+use crate::cm::qos_containers::QosCgroups;
 use crate::kuberuntime::labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
-use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
 use crate::volumes::EMPTY_DIR_PLUGIN;
 use cgroup::{CgroupLayout, MemorySample};
@@ -57,6 +58,8 @@ pub struct StatsSettings {
     pub cgroup_root: String,
     /// `cgroupsPerQOS`: pods have `kubepods/…/pod<uid>` cgroups.
     pub cgroups_per_qos: bool,
+    /// `cgroupDriver`: where those cgroups are on the filesystem (systemd: slice paths).
+    pub cgroup_driver: CgroupDriver,
     /// How often to collect (upstream's housekeeping: 10 s).
     pub interval: Duration,
     /// `kubeletCgroups`: the kubelet's cgroup; empty: the kubelet process's own.
@@ -77,6 +80,7 @@ impl StatsSettings {
             proc_root: PathBuf::from("/proc"),
             cgroup_root: "/".to_owned(),
             cgroups_per_qos: true,
+            cgroup_driver: CgroupDriver::Cgroupfs,
             interval: Duration::from_secs(10),
             kubelet_cgroups: String::new(),
             runtime_cgroups: String::new(),
@@ -411,15 +415,24 @@ fn dir_fs_stats(u: DirUsage, now: DateTime<Utc>) -> FsStats {
     }
 }
 
-/// The pod's cgroup path relative to the hierarchy root, as the container manager names it.
-pub fn pod_cgroup_path(cgroup_root: &str, pod: &Pod) -> String {
-    let qos = match pod_qos_class(pod) {
-        "Guaranteed" => "",
-        "Burstable" => "burstable/",
-        _ => "besteffort/",
-    };
-    let root = cgroup_root.trim_end_matches('/');
-    format!("{root}/kubepods/{qos}pod{}", pod.uid())
+/// The pod's cgroup path relative to the hierarchy root, as the container manager names it
+/// (`/kubepods/burstable/pod<uid>`; with systemd
+/// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`). `None` for a
+/// name the driver cannot represent (no such cgroup can exist).
+pub fn pod_cgroup_path(cgroup_root: &str, driver: CgroupDriver, pod: &Pod) -> Option<String> {
+    let qos = QosCgroups::new(&kubepods_name(cgroup_root));
+    driver
+        .cgroupfs_path(&crate::cm::pod_containers::pod_cgroup_name(&qos, pod))
+        .ok()
+}
+
+/// `<cgroupRoot>/kubepods` in the driver's form (`/kubepods.slice` with systemd).
+pub fn kubepods_path(cgroup_root: &str, driver: CgroupDriver) -> Option<String> {
+    driver.cgroupfs_path(&kubepods_name(cgroup_root)).ok()
+}
+
+fn kubepods_name(cgroup_root: &str) -> CgroupName {
+    CgroupName::from_path(cgroup_root).child(crate::cm::KUBEPODS)
 }
 
 fn add(a: &mut Option<u64>, b: Option<u64>) {
@@ -645,7 +658,8 @@ fn pod_stats(
     }
     let cg_path = s
         .cgroups_per_qos
-        .then(|| pod_cgroup_path(&s.cgroup_root, pod));
+        .then(|| pod_cgroup_path(&s.cgroup_root, s.cgroup_driver, pod))
+        .flatten();
     let cg = cg_path
         .as_ref()
         .and_then(|p| cgroup::read_cgroup(fs, &inp.layout, p));

@@ -141,7 +141,8 @@ impl SystemLocator {
             .clone();
         let root = s.cgroup_root.trim_end_matches('/');
         let pods = if s.cgroups_per_qos {
-            format!("{root}/kubepods")
+            super::kubepods_path(&s.cgroup_root, s.cgroup_driver)
+                .unwrap_or_else(|| format!("{root}/kubepods"))
         } else if root.is_empty() {
             "/".to_owned()
         } else {

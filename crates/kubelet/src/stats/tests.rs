@@ -286,12 +286,27 @@ fn pod_cgroup_paths_follow_the_qos_layout() {
         "p",
         serde_json::json!({"containers": [{"name": "c"}]}),
     );
-    assert_eq!(pod_cgroup_path("/", &g), "/kubepods/podu1");
-    assert_eq!(pod_cgroup_path("/", &b), "/kubepods/burstable/podu2");
+    let fs = CgroupDriver::Cgroupfs;
+    assert_eq!(pod_cgroup_path("/", fs, &g).unwrap(), "/kubepods/podu1");
     assert_eq!(
-        pod_cgroup_path("/rk-x", &e),
+        pod_cgroup_path("/", fs, &b).unwrap(),
+        "/kubepods/burstable/podu2"
+    );
+    assert_eq!(
+        pod_cgroup_path("/rk-x", fs, &e).unwrap(),
         "/rk-x/kubepods/besteffort/podu3"
     );
+    // The systemd driver reads the expanded slice paths.
+    let sd = CgroupDriver::Systemd;
+    assert_eq!(
+        pod_cgroup_path("/", sd, &g).unwrap(),
+        "/kubepods.slice/kubepods-podu1.slice"
+    );
+    assert_eq!(
+        pod_cgroup_path("/", sd, &b).unwrap(),
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu2.slice"
+    );
+    assert_eq!(kubepods_path("/", sd).as_deref(), Some("/kubepods.slice"));
 }
 
 /// A provider task (node `n1`, cgroups under `/cg`) that collects at start, on request and on

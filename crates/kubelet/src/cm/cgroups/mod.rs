@@ -1,12 +1,18 @@
-//! cm::cgroups — the cgroup filesystem edge (upstream `CgroupManager`, cgroupfs driver only).
-//! Owns nothing but the `CgroupFs` trait and its value types: a cgroup name (`CgroupName`,
-//! rendered as a cgroupfs path like `/kubepods/burstable/pod<uid>`) and the resource settings
-//! to write (`ResourceConfig`). Implementations: `v1::V1Fs` (one hierarchy per controller),
-//! `v2::V2Fs` (unified) and `fake::FakeCgroupFs` for tests. `detect` picks v1/v2 as runc does.
+//! cm::cgroups — the cgroup edge (upstream `CgroupManager`). Owns the `CgroupFs` trait and
+//! its value types: a cgroup name (`CgroupName`, `[kubepods, burstable, pod<uid>]`, rendered
+//! by the `driver` as a cgroupfs path) and the resource settings to write (`ResourceConfig`).
+//! Implementations: `v1::V1Fs` (one hierarchy per controller), `v2::V2Fs` (unified),
+//! `systemd::SystemdCgroupFs` (`cgroupDriver: systemd`: slices through systemd over either)
+//! and `fake::FakeCgroupFs` for tests. `detect` picks v1/v2 as runc does.
 
+pub mod driver;
 pub mod fake;
+pub mod systemd;
+pub mod systemd_dbus;
 pub mod v1;
 pub mod v2;
+
+pub use driver::CgroupDriver;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,6 +34,16 @@ pub enum CgroupError {
         cgroup: String,
         attempts: u32,
         pids: Vec<i32>,
+    },
+    #[error("cgroup {cgroup}: {source}")]
+    Name {
+        cgroup: String,
+        source: driver::NameError,
+    },
+    #[error("cgroup {cgroup}: {source}")]
+    Systemd {
+        cgroup: String,
+        source: Box<systemd_dbus::SystemdError>,
     },
 }
 
@@ -129,6 +145,10 @@ pub struct ResourceConfig {
 /// The cgroup filesystem. Methods are blocking and quick (a handful of small file writes).
 pub trait CgroupFs: Send + Sync + fmt::Debug {
     fn version(&self) -> CgroupVersion;
+    /// How names map to the cgroup filesystem (`cgroupDriver`).
+    fn driver(&self) -> CgroupDriver {
+        CgroupDriver::Cgroupfs
+    }
     /// Whether the cgroup exists in every controller the kubelet needs.
     fn exists(&self, name: &CgroupName) -> bool;
     /// Creates the cgroup (and missing parents) and applies `resources`.
