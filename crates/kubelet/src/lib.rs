@@ -19,6 +19,7 @@ pub mod events;
 pub mod events_api;
 pub mod eviction;
 pub(crate) mod fsat;
+pub mod gostr;
 pub mod images;
 pub mod kuberuntime;
 pub mod logs;

@@ -18,12 +18,13 @@ mod logind;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::dbus::BusDaemon;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kubelet::agent::{Agent, AgentConfig};
 use kubelet::events::CollectingRecorder;
 use kubelet::nodeshutdown::{NodeShutdownSettings, PriorityBudget};
-use logind::{BusDaemon, FakeLogind};
+use logind::FakeLogind;
 use rkubelet_cri::fake::FakeRuntime;
 use serde_json::{Value, json};
 use tokio::time::Instant;

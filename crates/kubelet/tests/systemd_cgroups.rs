@@ -27,7 +27,8 @@ mod common;
 mod systemd1;
 
 use common::agent::{IMAGE, fake_deps, set, static_pod, wait_until};
-use systemd1::{DbusDaemon, FakeSystemd, Prop};
+use common::dbus::BusDaemon;
+use systemd1::{FakeSystemd, Prop};
 
 const NODE: &str = "node-sd";
 const BURSTABLE: &str = "{requests: {cpu: 250m, memory: 32Mi}, limits: {cpu: 500m, memory: 64Mi}}";
@@ -78,7 +79,7 @@ fn cgroup_parent_of(fake: &FakeRuntime, p: &Pod) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn systemd_driver_makes_pod_slices_through_systemd() {
-    let bus = DbusDaemon::start().await;
+    let bus = BusDaemon::start().await;
     let cg = v1_cgroupfs();
     let sd = FakeSystemd::v1(cg.path());
     let _served = sd.serve(&bus.address).await;
@@ -253,7 +254,7 @@ async fn systemd_driver_makes_pod_slices_through_systemd() {
 /// `StopUnit`, through the container manager over a temporary v2 cgroupfs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn systemd_driver_on_cgroup_v2_sets_weight_and_memory_max() {
-    let bus = DbusDaemon::start().await;
+    let bus = BusDaemon::start().await;
     let cg = tempfile::tempdir().unwrap();
     std::fs::write(
         cg.path().join("cgroup.controllers"),

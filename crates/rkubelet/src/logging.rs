@@ -11,6 +11,7 @@
 
 use std::fmt::{self, Write as _};
 
+use kubelet::gostr::go_quote;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
@@ -112,13 +113,19 @@ pub struct Record {
     /// `log` crate records carry their call site as fields.
     log_file: Option<String>,
     log_line: Option<u64>,
+    /// The macro records the event's message first; a later field that is also named
+    /// `message` (`info!(message, "evicting pod")`) is an ordinary key/value.
+    message_seen: bool,
 }
 
 impl Record {
     fn push(&mut self, field: &Field, value: Value) {
         let name = field.name();
         match (name, value) {
-            ("message", Value::Str(s) | Value::Text(s)) => self.message = s,
+            ("message", Value::Str(s) | Value::Text(s)) if !self.message_seen => {
+                self.message_seen = true;
+                self.message = s;
+            }
             ("log.file", Value::Str(s) | Value::Text(s)) => self.log_file = Some(s),
             ("log.line", Value::U64(n)) => self.log_line = Some(n),
             ("log.line", Value::I64(n)) => self.log_line = u64::try_from(n).ok(),
@@ -293,47 +300,6 @@ pub fn json_line(
 
 fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
-}
-
-/// Go's `strconv.Quote`: double quotes, Go escapes for `"` `\` and control characters, `\x`,
-/// `\u` and `\U` forms for other non-printable characters (control, non-ASCII spaces and
-/// the common invisible format characters).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if is_printable(c) => out.push(c),
-            c if (c as u32) < 0x80 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if (c as u32) < 0x10000 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\U{:08x}", c as u32);
-            }
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn is_printable(c: char) -> bool {
-    if c == ' ' {
-        return true;
-    }
-    let format_char = matches!(c as u32, 0xad | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x2064 | 0xfeff | 0xe0000..=0xe007f);
-    !c.is_control() && !c.is_whitespace() && !format_char
 }
 
 impl<S, N> FormatEvent<S, N> for Klog
@@ -517,22 +483,6 @@ mod tests {
     }
 
     #[test]
-    fn go_quote_matches_strconv_quote() {
-        for (s, want) in [
-            ("plain", "\"plain\""),
-            ("a\"b\\c", "\"a\\\"b\\\\c\""),
-            ("\u{7}\u{8}\u{c}\n\r\t\u{b}", "\"\\a\\b\\f\\n\\r\\t\\v\""),
-            ("\u{1}\u{7f}", "\"\\x01\\x7f\""),
-            ("caf\u{e9} \u{2603}", "\"caf\u{e9} \u{2603}\""),
-            ("\u{a0}\u{200b}\u{feff}", "\"\\u00a0\\u200b\\ufeff\""),
-            ("\u{e0001}", "\"\\U000e0001\""),
-            ("", "\"\""),
-        ] {
-            assert_eq!(go_quote(s), want, "{s:?}");
-        }
-    }
-
-    #[test]
     fn formats_parse_as_upstreams_registry() {
         assert_eq!(LogFormat::parse("text"), Ok(LogFormat::Text));
         assert_eq!(LogFormat::parse(""), Ok(LogFormat::Text));
@@ -585,6 +535,30 @@ mod tests {
                 tracing::warn!(error = %err, pod = "default/web", n = 3, "sync failed for {}", "web");
             });
             let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+            // A field that is itself called `message` stays a field; the text stays the text.
+            let sink = Buf::default();
+            let writer = sink.clone();
+            let subscriber = tracing_subscriber::registry().with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || writer.clone())
+                    .event_format(Klog::new(format)),
+            );
+            let message = "The node was low on resource";
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::info!(grace_period = 1, message, "evicting pod");
+            });
+            let line = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            match format {
+                LogFormat::Text => assert!(
+                    line.ends_with("] \"evicting pod\" grace_period=1 message=\"The node was low on resource\"\n"),
+                    "{line}"
+                ),
+                LogFormat::Json => {
+                    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                    assert_eq!(v["msg"], "evicting pod", "{line}");
+                    assert_eq!(v["message"], message, "{line}");
+                }
+            }
             match format {
                 LogFormat::Text => {
                     assert!(out.starts_with('W'), "{out}");

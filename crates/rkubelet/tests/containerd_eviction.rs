@@ -1,7 +1,9 @@
 //! Eviction end to end on the real containerd (API-server mode, so the pods are not static and
-//! can be evicted): with `evictionHard: {nodefs.available: <free space at test start − 100Mi> (a wider margin than the brief's 50Mi: other builds share this disk)}`
-//! a pod writing 300Mi into a disk emptyDir is evicted (Failed / Evicted, message naming
-//! ephemeral-storage), the node reports DiskPressure, and an idle pod keeps running.
+//! can be evicted). The kubelet's root dir is a 400Mi tmpfs the test mounts, so nodefs is a
+//! filesystem nothing else writes to (on the shared host disk, any build or log moved the
+//! threshold); with `evictionHard: {nodefs.available: 200Mi}` a pod writing 300Mi into a disk
+//! emptyDir is evicted (Failed / Evicted, message naming ephemeral-storage), the node reports
+//! DiskPressure, and an idle pod keeps running.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,16 +38,32 @@ fn api_pod(name: &str, script: &str) -> Pod {
     .unwrap()
 }
 
-/// Bytes available to unprivileged users on the filesystem holding `dir` (`statvfs` f_bavail).
-fn available_bytes(dir: &std::path::Path) -> u64 {
-    let out = Command::new("stat")
-        .args(["-f", "-c", "%a %S"])
-        .arg(dir)
-        .output()
-        .expect("stat -f");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut it = text.split_whitespace().map(|v| v.parse::<u64>().unwrap());
-    it.next().unwrap() * it.next().unwrap()
+/// A tmpfs mounted by the test; lazily unmounted on drop (also when the test fails).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, size: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mounting a tmpfs on {}", dir.display());
+        Self(dir.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("--lazy").arg(&self.0).status();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,12 +71,10 @@ async fn nodefs_threshold_evicts_the_writer_and_spares_the_idle_pod() {
     let mut k = Kubelet::new();
     let (server, client) = fixture(k.dir.path()).await;
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
-    std::fs::create_dir_all(k.root()).unwrap();
-    let free = available_bytes(&k.root());
-    let threshold = free - 100 * 1024 * 1024;
-    k.append_config(&format!(
-        "nodeStatusUpdateFrequency: 2s\nevictionMonitoringInterval: 2s\nevictionPressureTransitionPeriod: 1m\nevictionHard:\n  nodefs.available: \"{threshold}\"\n",
-    ));
+    let nodefs = Tmpfs::mount(&k.root(), "400M");
+    k.append_config(
+        "nodeStatusUpdateFrequency: 2s\nevictionMonitoringInterval: 2s\nevictionPressureTransitionPeriod: 1m\nevictionHard:\n  nodefs.available: 200Mi\n",
+    );
     k.start();
     let rt = cri().await;
 
@@ -189,4 +205,5 @@ async fn nodefs_threshold_evicts_the_writer_and_spares_the_idle_pod() {
     wait_pod_containers_gone(&k, &rt, &idle_uid, Duration::from_secs(30)).await;
     wait_pod_containers_gone(&k, &rt, &writer_uid, Duration::from_secs(30)).await;
     k.stop();
+    drop(nodefs);
 }

@@ -405,7 +405,7 @@ async fn host_users_false_is_refused_before_the_runtime() {
     let msg =
         "spec.hostUsers is false, but RuntimeClass handler \"\" does not support user namespaces";
     let deadline = std::time::Instant::now() + WAIT;
-    while !k.log_text().contains(msg) {
+    while !k.log_mentions(msg) {
         assert!(
             std::time::Instant::now() < deadline,
             "no user-namespace error in the log:\n{}",

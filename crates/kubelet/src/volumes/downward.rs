@@ -11,38 +11,7 @@ use super::atomic_writer::FileProjection;
 /// Upstream's default mode for projected files.
 pub const DEFAULT_MODE: i32 = 0o644;
 
-/// Quotes like Go's `%q` for the strings that appear in labels and annotations.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// `k="v"` lines in key order, without a trailing newline (upstream `FormatMap`).
-pub fn format_map(m: &BTreeMap<String, String>) -> String {
-    m.iter()
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+pub use crate::gostr::{format_map, go_quote};
 
 /// The value of a downward API field path as upstream `ExtractFieldPathAsString` allows it in
 /// volumes.

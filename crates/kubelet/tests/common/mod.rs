@@ -1,10 +1,12 @@
 //! Shared set-up of the kubelet library's integration tests: the in-repo fake API server with
 //! its kubeconfig in a temporary directory and a kubelet API client built from that kubeconfig
-//! exactly as `--kubeconfig` builds one; `agent`: the fake-runtime agent helpers.
+//! exactly as `--kubeconfig` builds one; `agent`: the fake-runtime agent helpers; `dbus`: a
+//! private D-Bus bus.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
+pub mod dbus;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

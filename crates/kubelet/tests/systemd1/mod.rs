@@ -1,6 +1,5 @@
-//! A private D-Bus system bus (a real `dbus-daemon` with its own configuration and socket in
-//! a temporary directory) and a test `org.freedesktop.systemd1` service on it, served from the
-//! test process: it implements exactly the manager calls the kubelet's systemd cgroup driver
+//! A test `org.freedesktop.systemd1` service on a private bus (`common::dbus`), served from
+//! the test process: it implements exactly the manager calls the kubelet's systemd cgroup driver
 //! makes (`StartTransientUnit`, `SetUnitProperties`, `StopUnit`, `ResetFailedUnit`,
 //! `Subscribe`, the `Version` property), creates and configures the slices' directories in a
 //! TEMPORARY cgroupfs directory (never the host's), records every call with the properties it
@@ -11,81 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio::io::AsyncBufReadExt;
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{ObjectPath, OwnedObjectPath, OwnedValue, Value};
-
-/// A running `dbus-daemon` on a private socket; killed on drop.
-pub struct DbusDaemon {
-    pub address: String,
-    _child: tokio::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl DbusDaemon {
-    /// Starts `dbus-daemon` with a configuration that lets every local client own and call
-    /// anything. Panics (the test fails) when it cannot start: the test needs it.
-    pub async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("system_bus_socket");
-        let config = dir.path().join("bus.conf");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_type="method_return"/>
-    <allow send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="signal"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-  </policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let mut child = tokio::process::Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .arg("--nofork")
-            .arg("--print-address")
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start dbus-daemon (Debian package dbus-daemon, installed by dev/runtime.sh): {e}")
-            });
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let address = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .expect("dbus-daemon printed no address within 20 s")
-            .expect("reading dbus-daemon's address")
-            .expect("dbus-daemon exited before printing its address");
-        assert!(
-            address.starts_with("unix:"),
-            "unexpected dbus-daemon address {address:?}"
-        );
-        Self {
-            address,
-            _child: child,
-            _dir: dir,
-        }
-    }
-}
 
 /// A property value as received.
 #[derive(Debug, Clone, PartialEq, Eq)]

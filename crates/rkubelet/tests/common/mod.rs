@@ -232,6 +232,14 @@ impl Kubelet {
         std::fs::read_to_string(self.log_file()).unwrap_or_default()
     }
 
+    /// Whether the log holds `text` whatever the log format: as is, or quoted the way klog's
+    /// text format quotes a value (`"` → `\"`).
+    pub fn log_mentions(&self, text: &str) -> bool {
+        let log = self.log_text();
+        let quoted = kubelet::gostr::go_quote(text);
+        log.contains(text) || log.contains(&quoted[1..quoted.len() - 1])
+    }
+
     pub async fn get(&self, port: u16, path: &str) -> Option<(u16, String)> {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await

@@ -529,38 +529,9 @@ fn field_ref_value(
     }
 }
 
-/// Upstream `fieldpath.FormatMap`: sorted `key="quoted value"` lines.
+/// Upstream `fieldpath.FormatMap` of an optional map.
 fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
-    map.into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Go's `%q` for strings (strconv.Quote), for printable and common control characters.
-fn go_quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    map.map(crate::gostr::format_map).unwrap_or_default()
 }
 
 /// Upstream `IsQualifiedName`: `[prefix/]name`, name ≤ 63 alphanumerics plus `-_.` inside,
