@@ -78,13 +78,6 @@ async fn kubectl(server: &FakeApiServer, stdin: Option<&str>, args: &[&str]) -> 
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 /// `curl` to the kubelet's HTTPS port with the API server's client certificate.
 fn curl_kubelet(k: &Kubelet, cert_dir: &Path, method: &str, path: &str) -> (u16, String) {
     let out = Command::new("curl")
@@ -268,7 +261,7 @@ async fn kubectl_exec_attach_port_forward_and_logs_through_the_api_server() {
     );
 
     // port-forward to httpd in container www.
-    let local = free_port();
+    let local = common::free_port();
     let mut pf = kubectl_cmd(
         &server,
         &["port-forward", "pod/web", &format!("{local}:8080")],

@@ -51,11 +51,24 @@ pub async fn exec_in(container_id: &str, cmd: &[&str]) -> (i32, String, String) 
     )
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+/// A free port for a process the test starts later. Taken below the kernel's ephemeral range
+/// (`ip_local_port_range` starts at 32768), never from it: a port found free by binding `:0`
+/// and released goes back to that pool, and the fake API server or any client socket opened
+/// before the kubelet binds could be handed the same port ("Address already in use").
+pub fn free_port() -> u16 {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(7919);
+    loop {
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(n < SPAN, "no free port in {LOW}..{}", LOW + SPAN);
+        let port = u16::try_from(LOW + start.wrapping_add(n.wrapping_mul(104_729)) % SPAN)
+            .expect("port below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// One rkubelet process with its own directories.
