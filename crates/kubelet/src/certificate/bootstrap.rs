@@ -208,15 +208,19 @@ enum Identity {
     Data { cert: String, key: String },
 }
 
-fn current_user(kubeconfig: &Kubeconfig) -> Option<&AuthInfo> {
-    let ctx_name = kubeconfig.current_context.as_deref()?;
-    let ctx = kubeconfig
+/// The context named by `current-context`.
+fn current_context(kubeconfig: &Kubeconfig) -> Option<&Context> {
+    let name = kubeconfig.current_context.as_deref()?;
+    kubeconfig
         .contexts
         .iter()
-        .find(|c| c.name == ctx_name)?
+        .find(|c| c.name == name)?
         .context
-        .as_ref()?;
-    let user = ctx.user.as_deref()?;
+        .as_ref()
+}
+
+fn current_user(kubeconfig: &Kubeconfig) -> Option<&AuthInfo> {
+    let user = current_context(kubeconfig)?.user.as_deref()?;
     kubeconfig
         .auth_infos
         .iter()
@@ -226,17 +230,11 @@ fn current_user(kubeconfig: &Kubeconfig) -> Option<&AuthInfo> {
 }
 
 fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&Cluster> {
-    let ctx_name = kubeconfig.current_context.as_deref()?;
-    let ctx = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == ctx_name)?
-        .context
-        .as_ref()?;
+    let cluster = &current_context(kubeconfig)?.cluster;
     kubeconfig
         .clusters
         .iter()
-        .find(|c| c.name == ctx.cluster)?
+        .find(|c| &c.name == cluster)?
         .cluster
         .as_ref()
 }
