@@ -3,8 +3,11 @@
 //! certificate authenticating on the same port, and the attacks a bootstrap token holder or a
 //! bad certificate can try.
 
+mod common;
+
 use base64::Engine as _;
 use bytes::Bytes;
+use common::{Conn, send_json};
 use fake_apiserver::{BootstrapToken, FakeApiServer, Options};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -62,8 +65,6 @@ fn tls_config(s: &FakeApiServer, auth: &Auth<'_>) -> Arc<rustls::ClientConfig> {
     Arc::new(cfg)
 }
 
-type Conn = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
 async fn connect(s: &FakeApiServer, auth: &Auth<'_>) -> Conn {
     let tcp = tokio::net::TcpStream::connect(s.addr)
         .await
@@ -87,44 +88,24 @@ async fn call(
     body: Option<Value>,
 ) -> (u16, Value) {
     let mut conn = connect(s, auth).await;
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "localhost")
-        .header("content-type", "application/json");
-    if let Auth::Bearer(t) = auth {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let resp = conn
-        .send_request(req.body(Full::new(Bytes::from(body))).expect("request"))
-        .await
-        .expect("response");
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    let token = match auth {
+        Auth::Bearer(t) => Some(*t),
+        _ => None,
+    };
+    send_json(&mut conn, method, path, "application/json", token, body).await
 }
 
 async fn patch(s: &FakeApiServer, path: &str, ct: &str, body: Value) -> (u16, Value) {
     let mut conn = connect(s, &Auth::None).await;
-    let req = http::Request::builder()
-        .method("PATCH")
-        .uri(path)
-        .header("host", "localhost")
-        .header("authorization", format!("Bearer {}", s.token))
-        .header("content-type", ct)
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("request");
-    let resp = conn.send_request(req).await.expect("response");
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    send_json(
+        &mut conn,
+        "PATCH",
+        path,
+        ct,
+        Some(s.token.as_str()),
+        Some(body),
     )
+    .await
 }
 
 /// A CSR object and its private key (PEM), as the kubelet builds them: ECDSA P-256.

@@ -1,6 +1,9 @@
 //! Raw HTTP tests of the API semantics a kubelet relies on (plain HTTP, in-process server).
 
+mod common;
+
 use bytes::Bytes;
+use common::{Conn, send_json};
 use fake_apiserver::{FakeApiServer, Options};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -20,8 +23,6 @@ async fn server(require_auth: bool) -> (FakeApiServer, tempfile::TempDir) {
     .expect("start");
     (s, dir)
 }
-
-type Conn = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 async fn connect(s: &FakeApiServer) -> Conn {
     let tcp = tokio::net::TcpStream::connect(s.addr)
@@ -43,25 +44,7 @@ async fn call(
     token: Option<&str>,
 ) -> (u16, Value) {
     let mut conn = connect(s).await;
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "localhost")
-        .header("content-type", ct);
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let resp = conn
-        .send_request(req.body(Full::new(Bytes::from(body))).expect("request"))
-        .await
-        .expect("response");
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    send_json(&mut conn, method, path, ct, token, body).await
 }
 
 const SMP: &str = "application/strategic-merge-patch+json";

@@ -1,5 +1,6 @@
 //! Shared helpers of the kubectl black-box suites: an in-process fake API server with its own
-//! kubeconfig and HOME, and kubectl invocations with timeouts.
+//! kubeconfig and HOME, and kubectl invocations with timeouts; one raw HTTP/1 JSON request for
+//! the suites that talk to the server without kubectl.
 
 #![allow(dead_code)]
 
@@ -111,4 +112,42 @@ pub async fn ok_stdin(server: &FakeApiServer, stdin: &str, args: &[&str]) -> Out
         out.stdout, out.stderr
     );
     out
+}
+
+/// An HTTP/1 connection to the server (plain or TLS).
+pub type Conn = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// Sends one request with a JSON (or patch) body of content type `ct` and an optional bearer
+/// token; the status and the body parsed as JSON (`Null` when it is not JSON).
+pub async fn send_json(
+    conn: &mut Conn,
+    method: &str,
+    path: &str,
+    ct: &str,
+    bearer: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    use http_body_util::BodyExt as _;
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost")
+        .header("content-type", ct);
+    if let Some(t) = bearer {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let resp = conn
+        .send_request(
+            req.body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .expect("request"),
+        )
+        .await
+        .expect("response");
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
