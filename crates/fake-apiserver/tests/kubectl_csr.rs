@@ -298,16 +298,6 @@ async fn binary_bootstraps_a_node_client_certificate_with_its_flags() {
         (45..=50).contains(&life),
         "--cluster-signing-duration 45s: {life} s"
     );
-    let pid = child.id().expect("pid").to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .expect("kill");
-    assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("wait");
+    let status = common::terminate(&mut child).await;
     assert!(status.success(), "{status:?}");
 }

@@ -131,17 +131,7 @@ async fn binary_writes_kubeconfig_and_stops_on_sigterm() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pid = child.id().expect("pid").to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .expect("kill");
-    assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("wait");
+    let status = common::terminate(&mut child).await;
     assert!(status.success(), "exit status {status:?}");
 }
 

@@ -151,3 +151,19 @@ pub async fn send_json(
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
+
+/// Stops a `fake-apiserver` binary the test started with SIGTERM and returns its exit status
+/// (it must exit within 10 s).
+pub async fn terminate(child: &mut tokio::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("pid").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill");
+    assert!(killed.success());
+    tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("wait")
+}
