@@ -35,6 +35,8 @@ disk_line start
 STARTED_RUNTIME=0
 STARTED_REGISTRY=0
 OUT=$(mktemp -d /tmp/rkubelet-test.XXXXXX)
+# The fault matrix's short form runs with the other tests; its rows are printed in the summary.
+export RKUBELET_FAULTS_REPORT=$OUT/faults.tsv
 
 finish() {
 	local rc=$? i failed=0
@@ -54,6 +56,10 @@ finish() {
 		printf '  %-10s %s\n' "${RESULTS[i]}" "${STEPS[i]}"
 		[[ ${RESULTS[i]} == PASS ]] || failed=1
 	done
+	if [[ -s $RKUBELET_FAULTS_REPORT ]]; then
+		echo "  fault matrix (short form; dev/faults.sh --full for the whole):"
+		sort -t$'\t' -k1,1V "$RKUBELET_FAULTS_REPORT" | awk -F'\t' '{ printf "    row %s: %s -> %s\n", $1, $3, $5 }'
+	fi
 	rm -rf "$OUT"
 	if ((rc == 0 && failed)); then rc=1; fi
 	if ((rc == 0)); then echo "dev/test.sh: ALL STEPS PASSED"; else echo "dev/test.sh: FAILED"; fi

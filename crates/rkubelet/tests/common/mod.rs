@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod api;
+pub mod faults;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
