@@ -233,6 +233,8 @@ pub struct Flags {
     pub bootstrap_kubeconfig: Option<PathBuf>,
     #[arg(long = "rotate-certificates", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Auto rotate the kubelet client certificates by requesting new certificates from the kube-apiserver when the certificate expiration approaches."))]
     pub rotate_certificates: Option<bool>,
+    #[arg(long = "rotate-server-certificates", value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool, help = deprecated!("Auto-request and rotate the kubelet serving certificates by requesting new certificates from the kube-apiserver when the certificate expiration approaches. Requires the RotateKubeletServerCertificate feature gate to be enabled, and approval of the submitted CertificateSigningRequest objects."))]
+    pub rotate_server_certificates: Option<bool>,
 }
 
 /// One `--manifest-url-header` occurrence: `key:value` pairs in order.
@@ -485,6 +487,11 @@ fn apply_flags(flags: &Flags, c: &mut KubeletConfiguration) -> Vec<String> {
         flags.rotate_certificates,
         "rotate-certificates",
         c.rotate_certificates
+    );
+    set!(
+        flags.rotate_server_certificates,
+        "rotate-server-certificates",
+        c.server_tls_bootstrap
     );
     // The first occurrence replaces the configured headers; later ones append per key.
     if !flags.manifest_url_header.is_empty() {
@@ -1457,5 +1464,24 @@ mod tests {
             resolve_with(&parse(&["--rotate-certificates=false"]), || Ok("n1".into())).unwrap();
         assert!(!c.rotate_certificates);
         assert_eq!(n.bootstrap_kubeconfig, None);
+        // kubeadm's documented flag for serving-certificate bootstrap: the config field.
+        let (c, n) = resolve_with(
+            &parse(&["--rotate-server-certificates"]),
+            || Ok("n1".into()),
+        )
+        .unwrap();
+        assert!(c.server_tls_bootstrap);
+        assert!(
+            n.warnings
+                .iter()
+                .any(|w| w.contains("rotate-server-certificates")),
+            "deprecated flag warned: {:?}",
+            n.warnings
+        );
+        let (c, _) = resolve_with(&parse(&["--rotate-server-certificates=false"]), || {
+            Ok("n1".into())
+        })
+        .unwrap();
+        assert!(!c.server_tls_bootstrap);
     }
 }

@@ -244,6 +244,7 @@ pub const FLAGS: &[(&str, FlagTarget)] = &[
     ("node-labels", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_labels_parse_and_refuse_foreign_kubernetes_io_labels" })),
     ("bootstrap-kubeconfig", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/tests/api_certificates.rs::token_bootstrap_to_a_ready_node_with_manual_approval" })),
     ("rotate-certificates", FlagTarget::Field("rotateCertificates")),
+    ("rotate-server-certificates", FlagTarget::Field("serverTLSBootstrap")),
     ("cert-dir", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/server/tls.rs::self_signed_pair_is_generated_once_and_reused" })),
     ("root-dir", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_name_and_identity_flags" })),
     ("image-credential-provider-config", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/tests/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret" })),
