@@ -300,6 +300,13 @@ impl GenericPleg {
         }
     }
 
+    /// How long without a successful relist before `health()` reports unhealthy (default
+    /// upstream's 3 min, [`RELIST_THRESHOLD`]). Call before taking `health()` handles.
+    pub fn with_relist_threshold(mut self, threshold: Duration) -> Self {
+        self.health.threshold = threshold;
+        self
+    }
+
     /// Records relist durations/intervals and the running pod/container gauges.
     pub fn with_metrics(mut self, metrics: KubeletMetrics) -> Self {
         self.metrics = Some(metrics);
@@ -761,6 +768,29 @@ mod tests {
             Err("pleg was last seen active 3m0.1s ago; threshold is 3m0s".to_string())
         );
 
+        pleg.relist().await.unwrap();
+        assert_eq!(health.healthy(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_relist_threshold_makes_the_pleg_unhealthy_sooner() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let (pleg, _cache, _rx) = pleg(&rt, 10);
+        let mut pleg = pleg.with_relist_threshold(Duration::from_secs(10));
+        let health = pleg.health();
+        pleg.relist().await.unwrap();
+        rt.fail_next(
+            "ListPodSandbox",
+            CriError::unavailable("ListPodSandbox", "/run/x.sock", "down"),
+        );
+        assert!(pleg.relist().await.is_err());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(health.healthy(), Ok(()), "not yet past the threshold");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(
+            health.healthy(),
+            Err("pleg was last seen active 10.5s ago; threshold is 10s".to_string())
+        );
         pleg.relist().await.unwrap();
         assert_eq!(health.healthy(), Ok(()));
     }

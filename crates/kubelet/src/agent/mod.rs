@@ -89,6 +89,9 @@ pub struct AgentConfig {
     pub serialize_image_pulls: bool,
     pub max_parallel_image_pulls: Option<u32>,
     pub relist_period: Duration,
+    /// How long without a successful relist before the PLEG is unhealthy (upstream's 3 min;
+    /// only the fault tests shorten it, through `RKUBELET_TEST_PLEG_RELIST_THRESHOLD`).
+    pub relist_threshold: Duration,
     pub loop_timings: LoopTimings,
     pub runtime_name: String,
     /// `maxPods`: admission refuses pods beyond this many (`OutOfpods`).
@@ -183,6 +186,7 @@ impl AgentConfig {
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             relist_period: Duration::from_secs(1),
+            relist_threshold: crate::pleg::RELIST_THRESHOLD,
             loop_timings: LoopTimings::default(),
             runtime_name: "containerd".to_owned(),
             max_pods: 110,
@@ -360,7 +364,9 @@ impl Agent {
             cfg.relist_period,
             pleg_tx,
         );
-        let pleg = pleg.with_metrics(metrics.clone());
+        let pleg = pleg
+            .with_relist_threshold(cfg.relist_threshold)
+            .with_metrics(metrics.clone());
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
