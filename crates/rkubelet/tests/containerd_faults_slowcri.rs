@@ -2,6 +2,9 @@
 //! containerd through a CRI proxy in the test (`common/cri_proxy.rs`) that adds latency to every
 //! call or holds chosen calls without answering.
 //!
+//! The runtime is a containerd of the test's own (`dev/runtime.sh`, dev dir
+//! /tmp/rkubelet-faults-cri), so the test does not depend on the shared one.
+//!
 //! What must hold: (4a) with 2 s on every call, pods still start and reach Running (no call
 //! exceeds `runtimeRequestTimeout`); (4b) one pod's `CreateContainer` never answers: the kubelet
 //! gives up after `runtimeRequestTimeout` (the pod shows `CreateContainerError` with the
@@ -21,8 +24,10 @@ mod cri_proxy;
 use std::time::{Duration, Instant};
 
 use common::faults;
-use common::{Kubelet, container, cri, endpoint, pod_containers, running, tail};
+use common::faults_runtime::OwnContainerd;
+use common::{Kubelet, container, pod_containers, running, tail};
 use cri_proxy::CriProxy;
+use rkubelet_cri::RemoteRuntime;
 use serde_json::Value;
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
@@ -46,10 +51,12 @@ fn uid(p: &Value) -> String {
     p["metadata"]["uid"].as_str().unwrap().to_owned()
 }
 
+/// The dev dir of this test's own containerd (row 2 has another one).
+const DEV_DIR: &str = "/tmp/rkubelet-faults-cri";
+
 /// IDs of the running containers of pod `uid`, straight from containerd.
-async fn running_ids(uid: &str) -> Vec<String> {
-    let rt = cri().await;
-    let mut ids: Vec<String> = pod_containers(&rt, uid)
+async fn running_ids(rt: &RemoteRuntime, uid: &str) -> Vec<String> {
+    let mut ids: Vec<String> = pod_containers(rt, uid)
         .await
         .into_iter()
         .filter(|c| c.state == rkubelet_cri::api::ContainerState::ContainerRunning as i32)
@@ -89,8 +96,10 @@ async fn slow_and_stuck_runtime() {
     let pleg_threshold = faults::pick(Duration::from_secs(10), Duration::from_secs(180));
     let threshold_env = faults::pick(Some("10s"), None);
 
+    let ctd = OwnContainerd::up(DEV_DIR);
+    let rt = ctd.cri().await;
     let sock_dir = tempfile::tempdir().unwrap();
-    let proxy = CriProxy::start(&endpoint(), &sock_dir.path().join("cri-proxy.sock")).await;
+    let proxy = CriProxy::start(ctd.endpoint(), &sock_dir.path().join("cri-proxy.sock")).await;
     let mut k = Kubelet::new();
     k.append_config(&format!(
         "runtimeRequestTimeout: {}s\n",
@@ -105,7 +114,7 @@ async fn slow_and_stuck_runtime() {
     // A pod started with a healthy runtime: the baseline start time.
     let baseline = start_pod(&k, "base", "main", Duration::from_secs(60)).await;
     let base = k.pod("base").await.unwrap();
-    let base_ids = running_ids(&uid(&base)).await;
+    let base_ids = running_ids(&rt, &uid(&base)).await;
     assert_eq!(base_ids.len(), 1, "{base_ids:?}");
 
     // 4a: 2 s on every call.
@@ -210,7 +219,7 @@ async fn slow_and_stuck_runtime() {
     )
     .await;
     assert_eq!(
-        running_ids(&uid(&base)).await,
+        running_ids(&rt, &uid(&base)).await,
         base_ids,
         "pod base was disturbed"
     );
@@ -232,7 +241,7 @@ async fn slow_and_stuck_runtime() {
 
     // 4c: the relist calls hang: the PLEG turns unhealthy after its threshold, then recovers.
     let fresh_uid = uid(&k.pod("fresh").await.unwrap());
-    let fresh_ids = running_ids(&fresh_uid).await;
+    let fresh_ids = running_ids(&rt, &fresh_uid).await;
     assert_eq!(pleg_ok(&k).await, Some(200));
     proxy.faults.hold("ListPodSandbox", None);
     proxy.faults.hold("ListContainers", None);
@@ -263,12 +272,12 @@ async fn slow_and_stuck_runtime() {
         "PLEG healthy {healthy_after:?} after the runtime answered again"
     );
     assert_eq!(
-        running_ids(&uid(&base)).await,
+        running_ids(&rt, &uid(&base)).await,
         base_ids,
         "pod base was disturbed"
     );
     assert_eq!(
-        running_ids(&fresh_uid).await,
+        running_ids(&rt, &fresh_uid).await,
         fresh_ids,
         "pod fresh was disturbed"
     );
@@ -288,4 +297,5 @@ async fn slow_and_stuck_runtime() {
     // The kubelet (declared after the proxy) stops first, through the proxy.
     drop(k);
     drop(proxy);
+    drop(ctd);
 }

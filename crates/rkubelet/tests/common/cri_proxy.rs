@@ -94,30 +94,30 @@ impl Faults {
         s.held_max.get(method).copied().unwrap_or(0)
     }
 
-    fn matches(&self, method: &'static str, describe: &dyn Fn() -> String) -> bool {
+    fn matches(&self, method: &'static str, request: &str) -> bool {
         let s = self.state.lock().unwrap();
-        let mut text = None;
         s.holds.iter().any(|h| {
             h.method == method
                 && h.marker
                     .as_ref()
-                    .is_none_or(|m| text.get_or_insert_with(describe).contains(m.as_str()))
+                    .is_none_or(|m| request.contains(m.as_str()))
         })
     }
 
-    /// Applies the latency, then waits while a hold matches the call. A held call whose client
+    /// Applies the latency, then waits while a hold matches the call (`request`: its debug
+    /// form). A held call whose client
     /// gives up is dropped with the server's handler future; the counters stay right.
-    async fn gate(&self, method: &'static str, describe: &dyn Fn() -> String) {
+    async fn gate(&self, method: &'static str, request: &str) {
         let latency = self.state.lock().unwrap().latency;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        if !self.matches(method, describe) {
+        if !self.matches(method, request) {
             return;
         }
         let _held = HeldGuard::new(self, method);
         let mut rx = self.changed.subscribe();
-        while self.matches(method, describe) {
+        while self.matches(method, request) {
             if rx.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
@@ -172,7 +172,7 @@ macro_rules! proxy {
                     request: Request<api::$req>,
                 ) -> Result<Response<api::$resp>, Status> {
                     let req = request.into_inner();
-                    self.faults.gate($method, &|| format!("{req:?}")).await;
+                    self.faults.gate($method, &format!("{req:?}")).await;
                     $trait_::$name(&self.upstream, req)
                         .await
                         .map(Response::new)

@@ -51,25 +51,7 @@ impl OwnContainerd {
 
     /// Runs `dev/runtime.sh CMD` for this dev dir; the last stdout line (panics on failure).
     fn script(&self, cmd: &str) -> String {
-        let out = Command::new(runtime_sh())
-            .arg(cmd)
-            .env("RKUBELET_DEV_DIR", &self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("run dev/runtime.sh {cmd}: {e}"));
-        assert!(
-            out.status.success(),
-            "dev/runtime.sh {cmd} (RKUBELET_DEV_DIR={}) failed: {}\nstdout:\n{}\nstderr:\n{}",
-            self.dir.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_owned()
+        run_script(&self.dir, cmd)
     }
 
     pub fn endpoint(&self) -> &str {
@@ -114,10 +96,13 @@ impl OwnContainerd {
         }
     }
 
-    /// Starts the daemon again (`dev/runtime.sh up`: idempotent, reuses cached images).
-    pub fn start(&self) {
-        let ep = self.script("up");
-        assert_eq!(ep, self.endpoint);
+    /// Starts the daemon again (`dev/runtime.sh up`: idempotent, reuses cached images) on a
+    /// blocking thread, so the caller can watch for the first answer meanwhile; await the
+    /// handle for the script's end.
+    pub fn start(&self) -> tokio::task::JoinHandle<()> {
+        let dir = self.dir.clone();
+        let endpoint = self.endpoint.clone();
+        tokio::task::spawn_blocking(move || assert_eq!(run_script(&dir, "up"), endpoint))
     }
 
     /// Pids of the shims serving this containerd.
@@ -170,6 +155,29 @@ impl OwnContainerd {
             .await
             .expect("connect to the test's own containerd")
     }
+}
+
+/// Runs `dev/runtime.sh CMD` with dev dir `dir`: the last stdout line (panics on failure).
+fn run_script(dir: &Path, cmd: &str) -> String {
+    let out = Command::new(runtime_sh())
+        .arg(cmd)
+        .env("RKUBELET_DEV_DIR", dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run dev/runtime.sh {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "dev/runtime.sh {cmd} (RKUBELET_DEV_DIR={}) failed: {}\nstdout:\n{}\nstderr:\n{}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 impl Drop for OwnContainerd {
