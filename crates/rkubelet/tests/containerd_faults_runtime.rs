@@ -170,7 +170,7 @@ async fn assert_untouched(
 async fn containerd_restart_and_outage_leave_pods_alone() {
     let pods_n = faults::pick(8, 30);
     let outage = faults::pick(Duration::from_secs(40), Duration::from_secs(60));
-    let ctd = OwnContainerd::up(DEV_DIR);
+    let ctd = OwnContainerd::up(DEV_DIR).await;
     let mut k = Kubelet::new();
     let (server, client) = fixture(k.dir.path()).await;
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];

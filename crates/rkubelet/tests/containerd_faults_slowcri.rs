@@ -96,7 +96,7 @@ async fn slow_and_stuck_runtime() {
     let pleg_threshold = faults::pick(Duration::from_secs(10), Duration::from_secs(180));
     let threshold_env = faults::pick(Some("10s"), None);
 
-    let ctd = OwnContainerd::up(DEV_DIR);
+    let ctd = OwnContainerd::up(DEV_DIR).await;
     let rt = ctd.cri().await;
     let sock_dir = tempfile::tempdir().unwrap();
     let proxy = CriProxy::start(ctd.endpoint(), &sock_dir.path().join("cri-proxy.sock")).await;

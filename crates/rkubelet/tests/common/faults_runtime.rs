@@ -28,9 +28,10 @@ pub struct OwnContainerd {
 }
 
 impl OwnContainerd {
-    /// Brings the daemon up (packages, config, images, containerd); panics with the script's
-    /// output when it cannot.
-    pub fn up(dir: &str) -> Self {
+    /// Brings the daemon up (packages, config, images, containerd) and waits until its CRI
+    /// server answers `Version` (`dev/runtime.sh up` returns once the CRI plugin is loaded,
+    /// which can be before the server is initialized); panics when it cannot.
+    pub async fn up(dir: &str) -> Self {
         assert_ne!(
             Path::new(dir),
             Path::new("/tmp/rkubelet-dev"),
@@ -46,6 +47,7 @@ impl OwnContainerd {
             "dev/runtime.sh up printed {:?} as its last line",
             c.endpoint
         );
+        c.wait_answering(Duration::from_secs(60)).await;
         c
     }
 
