@@ -169,13 +169,13 @@ async fn assert_untouched(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_restart_and_outage_leave_pods_alone() {
     let pods_n = faults::pick(8, 30);
-    let outage = faults::pick(Duration::from_secs(40), Duration::from_secs(60));
+    let outage = faults::pick(Duration::from_secs(45), Duration::from_secs(60));
     let ctd = OwnContainerd::up(DEV_DIR).await;
     let mut k = Kubelet::new();
     let (server, client) = fixture(k.dir.path()).await;
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
-    // An upstream field; 5 s keeps "Ready again ≤ 10 s" meaningful (default 10 s).
-    k.append_config("nodeStatusUpdateFrequency: 5s\n");
+    // nodeStatusUpdateFrequency stays upstream's 10 s: Ready comes back when the PLEG sees the
+    // runtime again, not at the next period.
     k.start_on(ctd.endpoint(), &[]);
 
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -257,10 +257,10 @@ async fn containerd_restart_and_outage_leave_pods_alone() {
         message, "container runtime is down",
         "Ready=False message (upstream's runtimeErrors)"
     );
-    // The 30 s run from the last successful status check, up to one status period (5 s)
+    // The 30 s run from the last successful status check, up to one status period (10 s)
     // before the kill.
     assert!(
-        not_ready_after >= Duration::from_secs(25),
+        not_ready_after >= Duration::from_secs(20),
         "NotReady after {not_ready_after:?}, before upstream's 30 s threshold"
     );
     if let Some(rest) = outage.checked_sub(down_at.elapsed()) {

@@ -364,8 +364,11 @@ impl Agent {
             cfg.relist_period,
             pleg_tx,
         );
+        // Updates the node status at once: on shutdown, and when the runtime answers again.
+        let node_sync = Arc::new(tokio::sync::Notify::new());
         let pleg = pleg
             .with_relist_threshold(cfg.relist_threshold)
+            .with_runtime_back(node_sync.clone())
             .with_metrics(metrics.clone());
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
@@ -555,7 +558,6 @@ impl Agent {
         let (pressure_tx, pressure) = watch::channel(NodePressure::default());
         // Node shutdown: the shutting-down flag admission and node status read.
         let shutdown_state = crate::nodeshutdown::ShutdownState::default();
-        let node_sync = Arc::new(tokio::sync::Notify::new());
 
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
@@ -722,7 +724,9 @@ impl Agent {
                     status: status.clone(),
                     workers: workers.clone(),
                     pressure: pressure.clone(),
-                    shutdown: cfg.node_shutdown.is_some().then(|| {
+                    // Always wired: the trigger also serves the PLEG's "runtime back", and the
+                    // reason stays `None` without a shutdown manager (nothing shuts down).
+                    shutdown: Some({
                         let state = shutdown_state.clone();
                         let reason: crate::nodestatus::manager::NotReadyFn =
                             Arc::new(move || state.not_ready_reason());
