@@ -296,6 +296,64 @@ async fn slow_and_stuck_runtime() {
             healthy_after.as_secs_f64()
         ),
     );
+    // 4d: deleting pod `stuck`, whose StopContainer never answers: the kill gives up at its
+    // deadline (runtimeRequestTimeout + grace), the pod still goes, other pods keep starting.
+    let stuck_uid = uid(&k.pod("stuck").await.unwrap());
+    let stuck_ids = running_ids(&rt, &stuck_uid).await;
+    assert_eq!(stuck_ids.len(), 1, "{stuck_ids:?}");
+    proxy.faults.hold("StopContainer", Some(&stuck_ids[0]));
+    k.remove_manifest("stuck.yaml");
+    let deleted_at = Instant::now();
+    wait_until(
+        &k,
+        Duration::from_secs(30),
+        "the held StopContainer",
+        || async { proxy.faults.held_total("StopContainer") >= 1 },
+    )
+    .await;
+    let fresh2 = start_pod(&k, "fresh2", "main", Duration::from_secs(60)).await;
+    assert!(
+        fresh2 <= fresh_bound,
+        "pod fresh2 took {fresh2:?} with another pod's StopContainer stuck (baseline {baseline:?})"
+    );
+    let gone_after = wait_until(
+        &k,
+        request_timeout * 3 + Duration::from_secs(60),
+        "pod stuck gone from /pods and its containers from the runtime",
+        || async {
+            k.pod("stuck").await.is_none() && pod_containers(&rt, &stuck_uid).await.is_empty()
+        },
+    )
+    .await;
+    assert!(
+        k.log_mentions("CRI StopContainer: deadline exceeded"),
+        "the kubelet log does not name the timed-out StopContainer:\n{}",
+        tail(&k.log_text(), 60)
+    );
+    assert!(
+        proxy.faults.held_max("StopContainer") <= 1,
+        "StopContainer calls piled up"
+    );
+    proxy.faults.release_all();
+    assert_eq!(
+        running_ids(&rt, &uid(&base)).await,
+        base_ids,
+        "pod base was disturbed"
+    );
+    faults::report(
+        "4d",
+        "one pod's StopContainer never answers while it is deleted",
+        "the kill times out, the pod is still removed, other pods start",
+        &format!(
+            "pod removed {:.1} s after deletion; fresh pod Running in {:.1} s meanwhile",
+            deleted_at
+                .elapsed()
+                .min(gone_after + Duration::from_secs(30))
+                .as_secs_f64(),
+            fresh2.as_secs_f64()
+        ),
+    );
+
     // The kubelet (declared after the proxy) stops first, through the proxy.
     drop(k);
     drop(proxy);
