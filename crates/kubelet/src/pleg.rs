@@ -255,6 +255,10 @@ pub struct GenericPleg {
     health: PlegHealth,
     trigger: RelistTrigger,
     metrics: Option<KubeletMetrics>,
+    /// Whether the last relist could not list the runtime.
+    listing_failed: bool,
+    /// Notified when a listing succeeds after one failed (the runtime answers again).
+    runtime_back: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// Asks the PLEG for a relist now instead of at the next tick. The syncer uses it right after
@@ -297,7 +301,23 @@ impl GenericPleg {
             health: PlegHealth::new(RELIST_THRESHOLD),
             trigger: RelistTrigger::default(),
             metrics: None,
+            listing_failed: false,
+            runtime_back: None,
         }
+    }
+
+    /// How long without a successful relist before `health()` reports unhealthy (default
+    /// upstream's 3 min, [`RELIST_THRESHOLD`]). Call before taking `health()` handles.
+    pub fn with_relist_threshold(mut self, threshold: Duration) -> Self {
+        self.health.threshold = threshold;
+        self
+    }
+
+    /// Notifies `runtime_back` when the runtime can be listed again after a failed relist, so
+    /// the node status reports the runtime up at once rather than at its next period.
+    pub fn with_runtime_back(mut self, runtime_back: Arc<tokio::sync::Notify>) -> Self {
+        self.runtime_back = Some(runtime_back);
+        self
     }
 
     /// Records relist durations/intervals and the running pod/container gauges.
@@ -361,10 +381,17 @@ impl GenericPleg {
             Ok(listed) => listed,
             Err(e) => {
                 error!(error = %e, "PLEG: unable to retrieve pods");
+                self.listing_failed = true;
                 return Err(e);
             }
         };
         self.health.record(timestamp);
+        if std::mem::take(&mut self.listing_failed) {
+            info!("PLEG: the container runtime answers again");
+            if let Some(n) = &self.runtime_back {
+                n.notify_one();
+            }
+        }
         if let Some(m) = &self.metrics {
             record_running_metrics(m, &listed);
         }
@@ -763,6 +790,61 @@ mod tests {
 
         pleg.relist().await.unwrap();
         assert_eq!(health.healthy(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_relist_threshold_makes_the_pleg_unhealthy_sooner() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let (pleg, _cache, _rx) = pleg(&rt, 10);
+        let mut pleg = pleg.with_relist_threshold(Duration::from_secs(10));
+        let health = pleg.health();
+        pleg.relist().await.unwrap();
+        rt.fail_next(
+            "ListPodSandbox",
+            CriError::unavailable("ListPodSandbox", "/run/x.sock", "down"),
+        );
+        assert!(pleg.relist().await.is_err());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(health.healthy(), Ok(()), "not yet past the threshold");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(
+            health.healthy(),
+            Err("pleg was last seen active 10.5s ago; threshold is 10s".to_string())
+        );
+        pleg.relist().await.unwrap();
+        assert_eq!(health.healthy(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_listing_after_a_failed_one_says_the_runtime_is_back() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let (pleg, _cache, _rx) = pleg(&rt, 10);
+        let back = Arc::new(tokio::sync::Notify::new());
+        let mut pleg = pleg.with_runtime_back(back.clone());
+        let notified = |n: Arc<tokio::sync::Notify>| async move {
+            tokio::time::timeout(Duration::ZERO, n.notified())
+                .await
+                .is_ok()
+        };
+        pleg.relist().await.unwrap();
+        pleg.relist().await.unwrap();
+        assert!(!notified(back.clone()).await, "no failure, no notification");
+        rt.fail_next(
+            "ListPodSandbox",
+            CriError::unavailable("ListPodSandbox", "/run/x.sock", "down"),
+        );
+        assert!(pleg.relist().await.is_err());
+        assert!(
+            !notified(back.clone()).await,
+            "not while the runtime is down"
+        );
+        pleg.relist().await.unwrap();
+        assert!(
+            notified(back.clone()).await,
+            "the first good listing notifies"
+        );
+        pleg.relist().await.unwrap();
+        assert!(!notified(back).await, "once");
     }
 
     #[tokio::test(start_paused = true)]

@@ -249,6 +249,27 @@ fn socket(addr: &str, port: i32) -> Result<Option<SocketAddr>> {
     Ok(Some(SocketAddr::new(ip, port)))
 }
 
+/// Test-only (the fault matrix, issue 17): a shorter PLEG relist threshold than upstream's
+/// 3 min, so a stuck runtime makes the PLEG unhealthy within a test's time. Not a user flag.
+const TEST_PLEG_RELIST_THRESHOLD_ENV: &str = "RKUBELET_TEST_PLEG_RELIST_THRESHOLD";
+
+/// The PLEG relist threshold: upstream's 3 min unless the test-only variable (a Go duration,
+/// e.g. `10s`, greater than zero) says otherwise.
+fn pleg_relist_threshold(value: Option<&str>) -> Result<Duration> {
+    let Some(value) = value else {
+        return Ok(kubelet::pleg::RELIST_THRESHOLD);
+    };
+    let d = kubelet::config::parse_go_duration(value).with_context(|| {
+        format!("{TEST_PLEG_RELIST_THRESHOLD_ENV}={value:?}: expected a duration such as 10s")
+    })?;
+    if d.is_zero() || d.is_negative() {
+        anyhow::bail!("{TEST_PLEG_RELIST_THRESHOLD_ENV}={value:?}: must be greater than 0");
+    }
+    let d = d.as_std();
+    warn!(threshold = ?d, "{TEST_PLEG_RELIST_THRESHOLD_ENV} is set: the PLEG relist threshold is not upstream's 3m (test-only setting)");
+    Ok(d)
+}
+
 fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<AgentConfig> {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let reserved_cpus = CpuSet::parse(&c.reserved_system_cpus).context("reservedSystemCPUs")?;
@@ -365,6 +386,11 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
             .max_parallel_image_pulls
             .and_then(|n| u32::try_from(n).ok()),
         relist_period: Duration::from_secs(1),
+        relist_threshold: pleg_relist_threshold(
+            std::env::var(TEST_PLEG_RELIST_THRESHOLD_ENV)
+                .ok()
+                .as_deref(),
+        )?,
         loop_timings: LoopTimings {
             housekeeping: c.pod_housekeeping_period.as_std(),
             ..LoopTimings::default()
@@ -623,6 +649,25 @@ mod tests {
             external_cloud_provider: false,
             kubelet_version: kubelet::version::KUBERNETES_VERSION.to_owned(),
             bootstrap_kubeconfig: None,
+        }
+    }
+
+    #[test]
+    fn pleg_relist_threshold_is_upstreams_unless_the_test_variable_says_otherwise() {
+        assert_eq!(
+            pleg_relist_threshold(None).unwrap(),
+            Duration::from_secs(180)
+        );
+        assert_eq!(
+            pleg_relist_threshold(Some("7s")).unwrap(),
+            Duration::from_secs(7)
+        );
+        for bad in ["", "seven", "0s", "-3s"] {
+            let err = format!("{:#}", pleg_relist_threshold(Some(bad)).unwrap_err());
+            assert!(
+                err.contains("RKUBELET_TEST_PLEG_RELIST_THRESHOLD"),
+                "{bad:?}: {err}"
+            );
         }
     }
 

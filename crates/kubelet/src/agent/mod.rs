@@ -89,6 +89,9 @@ pub struct AgentConfig {
     pub serialize_image_pulls: bool,
     pub max_parallel_image_pulls: Option<u32>,
     pub relist_period: Duration,
+    /// How long without a successful relist before the PLEG is unhealthy (upstream's 3 min;
+    /// only the fault tests shorten it, through `RKUBELET_TEST_PLEG_RELIST_THRESHOLD`).
+    pub relist_threshold: Duration,
     pub loop_timings: LoopTimings,
     pub runtime_name: String,
     /// `maxPods`: admission refuses pods beyond this many (`OutOfpods`).
@@ -183,6 +186,7 @@ impl AgentConfig {
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             relist_period: Duration::from_secs(1),
+            relist_threshold: crate::pleg::RELIST_THRESHOLD,
             loop_timings: LoopTimings::default(),
             runtime_name: "containerd".to_owned(),
             max_pods: 110,
@@ -360,7 +364,12 @@ impl Agent {
             cfg.relist_period,
             pleg_tx,
         );
-        let pleg = pleg.with_metrics(metrics.clone());
+        // Updates the node status at once: on shutdown, and when the runtime answers again.
+        let node_sync = Arc::new(tokio::sync::Notify::new());
+        let pleg = pleg
+            .with_relist_threshold(cfg.relist_threshold)
+            .with_runtime_back(node_sync.clone())
+            .with_metrics(metrics.clone());
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
@@ -549,7 +558,6 @@ impl Agent {
         let (pressure_tx, pressure) = watch::channel(NodePressure::default());
         // Node shutdown: the shutting-down flag admission and node status read.
         let shutdown_state = crate::nodeshutdown::ShutdownState::default();
-        let node_sync = Arc::new(tokio::sync::Notify::new());
 
         // Sync loop.
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
@@ -716,7 +724,9 @@ impl Agent {
                     status: status.clone(),
                     workers: workers.clone(),
                     pressure: pressure.clone(),
-                    shutdown: cfg.node_shutdown.is_some().then(|| {
+                    // Always wired: the trigger also serves the PLEG's "runtime back", and the
+                    // reason stays `None` without a shutdown manager (nothing shuts down).
+                    shutdown: Some({
                         let state = shutdown_state.clone();
                         let reason: crate::nodestatus::manager::NotReadyFn =
                             Arc::new(move || state.not_ready_reason());

@@ -402,8 +402,7 @@ impl PodSyncer for Syncer {
             };
             info!(pod = %pod.full_name(), uid = %pod.uid(), reason, "killing pod");
             let targets = self.kill_targets(pod, status.running_containers(), status);
-            kill_containers(self, Some(pod), targets, None).await?;
-            self.stop_sandboxes(pod, status).await?;
+            self.kill_pod(pod, status, targets, None).await?;
             self.runtime_changed();
             if !actions.create_sandbox {
                 return Ok(false);
@@ -541,8 +540,8 @@ impl PodSyncer for Syncer {
         }
         self.update_status(pod, status, false);
         let targets = self.kill_targets(pod, status.running_containers(), status);
-        kill_containers(self, Some(pod), targets, Some(grace_period)).await?;
-        self.stop_sandboxes(pod, status).await?;
+        self.kill_pod(pod, status, targets, Some(grace_period))
+            .await?;
         let after = self.refetch(pod).await?;
         let still_running: Vec<&str> = after
             .running_containers()
@@ -655,6 +654,26 @@ impl Syncer {
             .unmount_pod_volumes(uid)
             .await
             .map_err(|e| SyncError(e.to_string()))
+    }
+
+    /// Upstream `killPodWithSyncResult`: stops `targets`, then every sandbox even when a
+    /// container could not be stopped (a StopContainer that timed out on a stuck runtime):
+    /// stopping the sandbox stops what still runs in it, so the pod can terminate. Both
+    /// failures are reported, and the caller retries.
+    async fn kill_pod(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        targets: Vec<KillTarget>,
+        grace_override: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let killed = kill_containers(self, Some(pod), targets, grace_override).await;
+        let stopped = self.stop_sandboxes(pod, status).await;
+        match (killed, stopped) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+            (Err(a), Err(b)) => Err(SyncError(format!("{}; {}", a.0, b.0))),
+        }
     }
 
     /// Stops every sandbox of the pod, ready or not (upstream `killPodWithSyncResult`): a

@@ -32,9 +32,9 @@ use crate::server::HealthCheck;
 
 /// Upstream `nodeStatusUpdateRetry`: attempts per status update before waiting a period.
 pub const NODE_STATUS_UPDATE_RETRY: usize = 5;
-/// Upstream `baseRuntimeSyncThreshold`: without a successful runtime status check for this
-/// long the runtime is reported down.
-pub const RUNTIME_SYNC_THRESHOLD: Duration = Duration::from_secs(120);
+/// Upstream `baseRuntimeSyncThreshold` (`maxWaitForContainerRuntime`, 30 s): without a
+/// successful runtime status check for this long the runtime is reported down.
+pub const RUNTIME_SYNC_THRESHOLD: Duration = Duration::from_secs(30);
 /// Registration back-off: 100 ms doubling to 7 s, as upstream `registerWithAPIServer`.
 const REGISTER_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(7));
 

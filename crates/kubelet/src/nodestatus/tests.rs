@@ -752,8 +752,13 @@ fn runtime_state_messages_follow_upstream() {
     );
 
     let pleg: HealthCheck = Arc::new(|| Err("pleg has yet to be successful".to_owned()));
+    // Upstream's maxWaitForContainerRuntime: up at 29.9 s after the last good check, down at 30 s.
+    assert!(
+        !rs.not_ready(start + Duration::from_millis(29_900), &[])
+            .contains(&"container runtime is down".to_owned())
+    );
     let errs = rs.not_ready(
-        start + Duration::from_secs(121),
+        start + Duration::from_secs(30),
         &[("PLEG".to_owned(), pleg)],
     );
     assert_eq!(errs[0], "container runtime is down");

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod faults;
+pub mod faults_runtime;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
