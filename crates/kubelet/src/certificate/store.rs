@@ -152,22 +152,11 @@ fn load_pair(cert: &Path, key: &Path) -> Result<CertKey, CertError> {
     CertKey::from_pem(&what, &read(cert)?, &read(key)?)
 }
 
-/// Writes `data` to `path` with mode 0600 (created so; an existing file is truncated and its
-/// mode tightened).
+/// Replaces `path` with `data`, mode 0600, atomically and flushed to disk
+/// ([`crate::fsat::atomic_write`]): a crash or a full disk leaves the old file whole.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<(), CertError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| CertError::io(path, e))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| CertError::io(path, e))?;
-    f.write_all(data).map_err(|e| CertError::io(path, e))?;
-    f.sync_all().map_err(|e| CertError::io(path, e))
+    crate::fsat::atomic_write(path, data, crate::fsat::WriteOptions::durable(0o600))
+        .map_err(|e| CertError::io(path, e))
 }
 
 #[cfg(test)]
