@@ -409,3 +409,83 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
         ),
     );
 }
+
+/// Waits until the kubelet exits on its own; its exit status.
+async fn wait_exit(k: &mut Kubelet, what: &str) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = k.try_exit_status() {
+            return st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the kubelet still runs: {what}\n{}",
+            tail(&k.log_text(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Damaged state files at start, through the binary: the CPU manager's and the allocation
+/// manager's stop the kubelet with upstream's message naming the file (exit status 1, no
+/// panic), and it starts once they are removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_state_files_at_start_give_upstreams_behaviour() {
+    let mut k = Kubelet::new();
+    let root = k.root();
+    std::fs::create_dir_all(&root).unwrap();
+    let cases: [(&str, &[u8], &str); 4] = [
+        (
+            "cpu_manager_state",
+            b"\x00\xffnot json",
+            "please drain this node and delete the CPU manager checkpoint file",
+        ),
+        (
+            "cpu_manager_state",
+            br#"{"policyName":"none","defaultCpuSet":"","checksum":12"#,
+            "please drain this node and delete the CPU manager checkpoint file",
+        ),
+        (
+            "allocated_pods_state",
+            b"",
+            "please drain this node and delete pod resource information checkpoint file",
+        ),
+        (
+            "actuated_pods_state",
+            br#"{"data":{},"checksum":1}"#,
+            "please drain this node and delete pod resource information checkpoint file",
+        ),
+    ];
+    for (name, blob, advice) in cases {
+        let path = root.join(name);
+        std::fs::write(&path, blob).unwrap();
+        let from = k.log_text().len();
+        k.start();
+        let st = wait_exit(&mut k, name).await;
+        let log = k.log_text()[from..].to_owned();
+        assert_eq!(st.code(), Some(1), "{name}: {st:?}\n{}", tail(&log, 30));
+        assert!(!log.contains("panicked"), "{name}\n{}", tail(&log, 30));
+        let line = log
+            .lines()
+            .find(|l| l.contains("could not restore state from checkpoint"))
+            .unwrap_or_else(|| panic!("{name}: no restore error\n{}", tail(&log, 30)));
+        assert!(line.contains(advice), "{line}");
+        assert!(line.contains(&path.display().to_string()), "{line}");
+        std::fs::remove_file(&path).unwrap();
+    }
+    // With the damaged files gone (the operator's fix), the kubelet starts and writes a fresh
+    // CPU manager checkpoint.
+    k.start();
+    wait_healthy(&k, "healthz once the damaged files are removed").await;
+    assert_eq!(k.try_exit_status(), None);
+    kubelet::cm::cpumanager::state::Checkpoint::new(&root, "none")
+        .restore()
+        .unwrap();
+    k.stop();
+    faults::report(
+        "5-start",
+        "damaged state files at start (garbage, truncated, empty, bad checksum)",
+        "CPU manager and allocation checkpoints: exit 1 with upstream's drain-and-delete message naming the file, no panic",
+        "4/4 refused with the message; 0 panics",
+    );
+}
