@@ -194,7 +194,7 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
     let root = Tmpfs::mount(&k.root(), "160M");
     let logs = Tmpfs::mount(&k.logs(), "64M");
     k.append_config(
-        "nodeStatusUpdateFrequency: 2s\nevictionMonitoringInterval: 2s\nevictionPressureTransitionPeriod: 5s\ncontainerLogMonitorInterval: 2s\nevictionHard:\n  memory.available: 100Mi\n  nodefs.available: 40Mi\n  imagefs.available: 1%\n",
+        "nodeStatusUpdateFrequency: 2s\nevictionMonitoringInterval: 2s\nevictionPressureTransitionPeriod: 5s\ncontainerLogMonitorInterval: 3s\nevictionHard:\n  memory.available: 100Mi\n  nodefs.available: 40Mi\n  imagefs.available: 1%\n",
     );
     k.start();
     let rt = cri().await;
@@ -323,7 +323,11 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
     })
     .await;
     assert_eq!(st["reason"], "Evicted", "{st}");
-    assert_eq!(st["message"], "The node had condition: [DiskPressure]. ", "{st}");
+    assert_eq!(
+        st["message"],
+        "Pod was rejected: The node had condition: [DiskPressure]. ",
+        "{st}"
+    );
     assert!(healthy(&k).await);
 
     k.kill9();
@@ -363,7 +367,7 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
         running_in_api(&server, "chatty")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await; // two log monitor periods, full disk
+    tokio::time::sleep(Duration::from_secs(7)).await; // two log monitor periods, full disk
     assert!(healthy(&k).await, "healthz with a full log dir");
     let chatty = api_status(&server, "chatty").unwrap();
     assert_eq!(chatty["containerStatuses"][0]["restartCount"], 0, "{chatty}");
