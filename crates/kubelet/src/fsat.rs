@@ -179,8 +179,7 @@ pub(crate) fn atomic_write_with(
         }
         drop(file);
         step(Step::Rename, before)?;
-        rustix::fs::renameat(&dir, &*tmp_name, &dir, name)
-            .map_err(|e| fail(Step::Rename, e.into()))
+        rustix::fs::renameat(&dir, &*tmp_name, &dir, name).map_err(|e| fail(Step::Rename, e.into()))
     })();
     if let Err(e) = filled {
         let _ = rustix::fs::unlinkat(&dir, &*tmp_name, rustix::fs::AtFlags::empty());

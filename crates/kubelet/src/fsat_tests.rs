@@ -184,7 +184,11 @@ fn a_full_disk_keeps_the_old_file_and_gives_its_space_back() {
     assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
     assert!(e.to_string().contains("No space left on device"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), old, "the old file is intact");
-    assert_eq!(names(fs.path()), ["fill", "state"], "no temporary file left");
+    assert_eq!(
+        names(fs.path()),
+        ["fill", "state"],
+        "no temporary file left"
+    );
     fs.free();
     atomic_write(&path, &new, WriteOptions::durable(0o600)).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), new);

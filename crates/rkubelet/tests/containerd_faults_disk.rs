@@ -71,7 +71,13 @@ impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Self {
         std::fs::create_dir_all(dir).unwrap();
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
             .arg(dir)
             .status()
             .expect("run mount");
@@ -206,9 +212,12 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
         running_in_api(&server, "idle")
     })
     .await;
-    wait_for(&k, Duration::from_secs(20), "DiskPressure=False", || async {
-        disk_pressure(&server, "False")
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(20),
+        "DiskPressure=False",
+        || async { disk_pressure(&server, "False") },
+    )
     .await;
     assert_eq!(corrupted_state_files(&k.root()), Vec::<String>::new());
 
@@ -252,13 +261,19 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
             .join("pods")
             .join(uid(&server, &name))
             .join("volumes/kubernetes.io~empty-dir/scratch");
-        wait_for(&k, Duration::from_secs(30), "writer's emptyDir removed", || async {
-            (!volume.exists()).then_some(())
-        })
+        wait_for(
+            &k,
+            Duration::from_secs(30),
+            "writer's emptyDir removed",
+            || async { (!volume.exists()).then_some(()) },
+        )
         .await;
-        wait_for(&k, Duration::from_secs(60), "DiskPressure=False again", || async {
-            disk_pressure(&server, "False")
-        })
+        wait_for(
+            &k,
+            Duration::from_secs(60),
+            "DiskPressure=False again",
+            || async { disk_pressure(&server, "False") },
+        )
         .await;
         assert!(healthy(&k).await);
         let idle = api_status(&server, "idle").unwrap();
@@ -269,28 +284,43 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
         assert!(bad.is_empty(), "corrupted after fill {i}: {bad:?}");
     }
     let log = k.log_text();
-    assert_eq!(log.matches("evicting pod").count(), fills, "{}", tail(&log, 60));
+    assert_eq!(
+        log.matches("evicting pod").count(),
+        fills,
+        "{}",
+        tail(&log, 60)
+    );
     // nodefs has its own filesystem (images are on containerd's): upstream reclaims nothing
     // at node level for nodefs, it evicts.
     assert!(!log.contains("deleted unused images"), "{}", tail(&log, 60));
-    assert!(!log.contains("deleted dead containers"), "{}", tail(&log, 60));
+    assert!(
+        !log.contains("deleted dead containers"),
+        "{}",
+        tail(&log, 60)
+    );
 
     // 5b: the root dir full with nothing to evict: a checkpoint write fails and leaves the old
     // files whole; admission refuses new pods; a restart on the full disk comes up.
     pods.create(&PostParams::default(), &api_pod("victim", IDLE, false))
         .await
         .unwrap();
-    wait_for(&k, Duration::from_secs(60), "pod victim Running", || async {
-        running_in_api(&server, "victim")
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(60),
+        "pod victim Running",
+        || async { running_in_api(&server, "victim") },
+    )
     .await;
     let victim_uid = uid(&server, "victim");
     let before = snapshot(&k.root());
     root.fill();
     let filled = Instant::now();
-    wait_for(&k, Duration::from_secs(30), "DiskPressure=True (test fill)", || async {
-        disk_pressure(&server, "True")
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(30),
+        "DiskPressure=True (test fill)",
+        || async { disk_pressure(&server, "True") },
+    )
     .await;
     let pressure_after_fill = filled.elapsed();
     pods.delete("victim", &DeleteParams::default().grace_period(0))
@@ -312,7 +342,11 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
         },
     )
     .await;
-    assert_eq!(snapshot(&k.root()), before, "a failed write changed a state file");
+    assert_eq!(
+        snapshot(&k.root()),
+        before,
+        "a failed write changed a state file"
+    );
     assert_eq!(temporaries(&k.root()), Vec::<String>::new());
     pods.create(&PostParams::default(), &api_pod("late", IDLE, false))
         .await
@@ -324,8 +358,7 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
     .await;
     assert_eq!(st["reason"], "Evicted", "{st}");
     assert_eq!(
-        st["message"],
-        "Pod was rejected: The node had condition: [DiskPressure]. ",
+        st["message"], "Pod was rejected: The node had condition: [DiskPressure]. ",
         "{st}"
     );
     assert!(healthy(&k).await);
@@ -346,9 +379,12 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
         "{}",
         tail(&k.log_text(), 60)
     );
-    wait_for(&k, Duration::from_secs(60), "DiskPressure=False after freeing", || async {
-        disk_pressure(&server, "False")
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(60),
+        "DiskPressure=False after freeing",
+        || async { disk_pressure(&server, "False") },
+    )
     .await;
 
     // 5c: the pod log dir is full: a chatty pod starts and runs; its log grows once freed.
@@ -363,14 +399,20 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
     )
     .await
     .unwrap();
-    wait_for(&k, Duration::from_secs(60), "pod chatty Running", || async {
-        running_in_api(&server, "chatty")
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(60),
+        "pod chatty Running",
+        || async { running_in_api(&server, "chatty") },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(7)).await; // two log monitor periods, full disk
     assert!(healthy(&k).await, "healthz with a full log dir");
     let chatty = api_status(&server, "chatty").unwrap();
-    assert_eq!(chatty["containerStatuses"][0]["restartCount"], 0, "{chatty}");
+    assert_eq!(
+        chatty["containerStatuses"][0]["restartCount"], 0,
+        "{chatty}"
+    );
     let chatty_uid = uid(&server, "chatty");
     let log_file = k
         .logs()
@@ -379,9 +421,12 @@ async fn disk_full_on_the_root_dir_and_the_pod_log_dir() {
     let size = || std::fs::metadata(&log_file).map(|m| m.len()).unwrap_or(0);
     let full_size = size();
     logs.free();
-    wait_for(&k, Duration::from_secs(30), "the chatty log growing again", || async {
-        (size() > full_size + 100).then_some(())
-    })
+    wait_for(
+        &k,
+        Duration::from_secs(30),
+        "the chatty log growing again",
+        || async { (size() > full_size + 100).then_some(()) },
+    )
     .await;
 
     // Clean up.

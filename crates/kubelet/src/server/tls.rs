@@ -220,8 +220,12 @@ pub fn serving_files(settings: &TlsSettings) -> Result<(PathBuf, PathBuf), TlsEr
     std::fs::create_dir_all(&settings.cert_dir).map_err(|e| gen_err(e.to_string()))?;
     // Each file whole or absent; the certificate last, so a pair is complete once both exist.
     let write = |path: &Path, data: &str, mode| {
-        crate::fsat::atomic_write(path, data.as_bytes(), crate::fsat::WriteOptions::durable(mode))
-            .map_err(|e| gen_err(format!("{}: {e}", path.display())))
+        crate::fsat::atomic_write(
+            path,
+            data.as_bytes(),
+            crate::fsat::WriteOptions::durable(mode),
+        )
+        .map_err(|e| gen_err(format!("{}: {e}", path.display())))
     };
     write(&key, &key_pem, 0o600)?;
     write(&crt, &cert_pem, 0o644)?;
