@@ -275,4 +275,40 @@ mod tests {
         let err = store.current().unwrap_err().to_string();
         assert!(err.contains("kubelet-client-current.pem"), "{err}");
     }
+
+    #[test]
+    fn write_private_replaces_whole_files_and_never_writes_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubelet.conf");
+        std::fs::write(&kubeconfig, "old: config\n").unwrap();
+        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&kubeconfig, b"new: config\n").unwrap();
+        assert_eq!(std::fs::read(&kubeconfig).unwrap(), b"new: config\n");
+        assert_eq!(
+            std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A link in the file's place (or at the temporary name) is replaced, not followed.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::fs::remove_file(&kubeconfig).unwrap();
+        std::os::unix::fs::symlink(&victim, &kubeconfig).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(".kubelet.conf.tmp")).unwrap();
+        write_private(&kubeconfig, b"newer\n").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(std::fs::symlink_metadata(&kubeconfig).unwrap().is_file());
+        // A full disk keeps the old file and names it.
+        let fs = crate::fsat::tests::Tmpfs::new("128k");
+        let pem = fs.path().join("kubelet-client-current.pem");
+        write_private(&pem, b"old pair").unwrap();
+        fs.fill();
+        let err = write_private(&pem, &vec![b'x'; 32 * 1024])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("kubelet-client-current.pem") && err.contains("No space left"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&pem).unwrap(), b"old pair");
+    }
 }
