@@ -1,11 +1,15 @@
 //! No-follow, fd-relative file system helpers shared by everything that walks a tree a pod or
 //! a container can write (volume walks, the atomic writer, subPath, removal, `/logs/`) and by
 //! the kubelet's own data directories. Owns nothing; receives an open directory fd and a name;
-//! emits fds opened without ever following a link in the name's place.
+//! emits fds opened without ever following a link in the name's place. Also the one way the
+//! kubelet replaces a state file it reads back ([`atomic_write`]): the old content or the new,
+//! never a torn one, whatever fails (a crash, a full disk) in between.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
+use std::path::Path;
 
 use rustix::fs::{Dir, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -56,3 +60,139 @@ pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     }
     Ok(names)
 }
+
+/// How [`atomic_write`] leaves the file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteOptions {
+    /// Permission bits of the new file (set exactly, whatever the umask).
+    pub mode: u32,
+    /// Flush the file and the directory entry to the disk before returning (state the kubelet
+    /// reads back after a crash or a power cut); without it the replacement is still atomic
+    /// for readers but may be lost on a power cut (files rebuilt at every use).
+    pub durable: bool,
+}
+
+impl WriteOptions {
+    /// A state file the kubelet reads back: flushed to disk.
+    pub(crate) const fn durable(mode: u32) -> Self {
+        Self {
+            mode,
+            durable: true,
+        }
+    }
+}
+
+/// The steps of [`atomic_write`], named in its errors (and the points a test can fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    OpenDir,
+    CreateTemp,
+    Write,
+    SyncFile,
+    Rename,
+    SyncDir,
+}
+
+impl Step {
+    fn describe(self) -> &'static str {
+        match self {
+            Step::OpenDir => "opening the directory",
+            Step::CreateTemp => "creating the temporary file",
+            Step::Write => "writing the temporary file",
+            Step::SyncFile => "flushing the temporary file",
+            Step::Rename => "renaming the temporary file over it",
+            Step::SyncDir => "flushing the directory",
+        }
+    }
+}
+
+/// Replaces `path` with a file holding `data`: a temporary file `.<name>.tmp` in the same
+/// directory (a stale one removed first, then created with `O_EXCL | O_NOFOLLOW`, so nothing
+/// planted there is followed or reused), written, flushed, renamed over `path` (which replaces
+/// a link in `path`'s place rather than following it) and the directory flushed. Readers and a
+/// restart after a crash at any point see the old content or the new one. On a failure the
+/// temporary file is removed (a full disk gets its space back) and `path` is untouched; the
+/// error keeps the `io::ErrorKind` (`StorageFull` on ENOSPC) and names the step that failed.
+/// The directory's own path is followed: it is the operator's (a root dir may be a symlink).
+pub(crate) fn atomic_write(path: &Path, data: &[u8], opts: WriteOptions) -> std::io::Result<()> {
+    atomic_write_with(path, data, opts, &mut |_| Ok(()))
+}
+
+/// [`atomic_write`] with `before` called ahead of each step (a test fails or inspects there).
+pub(crate) fn atomic_write_with(
+    path: &Path,
+    data: &[u8],
+    opts: WriteOptions,
+    before: &mut dyn FnMut(Step) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let fail = |step: Step, e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("{}: {e}", step.describe()))
+    };
+    let Some(name) = path.file_name() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "expected a path ending in a file name",
+        ));
+    };
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp_name = OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(".tmp");
+    let step = |s: Step, before: &mut dyn FnMut(Step) -> std::io::Result<()>| {
+        before(s).map_err(|e| fail(s, e))
+    };
+
+    step(Step::OpenDir, before)?;
+    let dir = rustix::fs::openat(
+        rustix::fs::CWD,
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| fail(Step::OpenDir, e.into()))?;
+
+    step(Step::CreateTemp, before)?;
+    match rustix::fs::unlinkat(&dir, &*tmp_name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(e) => return Err(fail(Step::CreateTemp, e.into())),
+    }
+    let fd = rustix::fs::openat(
+        &dir,
+        &*tmp_name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(opts.mode & 0o7777),
+    )
+    .map_err(|e| fail(Step::CreateTemp, e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    let filled = (|| {
+        // The umask may have narrowed the mode asked for.
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(opts.mode & 0o7777))
+            .map_err(|e| fail(Step::CreateTemp, e.into()))?;
+        step(Step::Write, before)?;
+        file.write_all(data).map_err(|e| fail(Step::Write, e))?;
+        if opts.durable {
+            step(Step::SyncFile, before)?;
+            file.sync_all().map_err(|e| fail(Step::SyncFile, e))?;
+        }
+        drop(file);
+        step(Step::Rename, before)?;
+        rustix::fs::renameat(&dir, &*tmp_name, &dir, name).map_err(|e| fail(Step::Rename, e.into()))
+    })();
+    if let Err(e) = filled {
+        let _ = rustix::fs::unlinkat(&dir, &*tmp_name, rustix::fs::AtFlags::empty());
+        return Err(e);
+    }
+    if opts.durable {
+        step(Step::SyncDir, before)?;
+        rustix::fs::fsync(&dir).map_err(|e| fail(Step::SyncDir, e.into()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "fsat_tests.rs"]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests;

@@ -237,6 +237,8 @@ pub enum AgentError {
     #[error(transparent)]
     CpuManager(#[from] CpuManagerError),
     #[error(transparent)]
+    Allocation(#[from] crate::allocation::AllocationError),
+    #[error(transparent)]
     ImageGc(#[from] crate::images::gc::ImageGcError),
     #[error("container manager: {0}")]
     ContainerManager(#[from] crate::cm::CmError),
@@ -481,7 +483,7 @@ impl Agent {
             s.with_crash_loop_max(max)
         });
         // In-place pod resize: allocations checkpointed in the root dir, bounded by the Node.
-        let allocation = crate::allocation::AllocationManager::new(&cfg.root_dir)
+        let allocation = crate::allocation::AllocationManager::new(&cfg.root_dir)?
             .with_node(admission_node.clone())
             .with_static_cpu_manager(cfg.cpu_manager.policy == CpuManagerPolicy::Static);
         let syncer = syncer.with_allocation(allocation.clone());

@@ -7,12 +7,13 @@
 //! rebuild it).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::{Deserialize, Serialize};
 use tracing::info;
+
+use crate::fsat::{WriteOptions, atomic_write};
 
 /// Container name → resources.
 pub type PodResources = BTreeMap<String, ResourceRequirements>;
@@ -188,30 +189,8 @@ impl Checkpoint {
         let blob = serde_json::to_vec(&file).map_err(other)?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(err)?;
-        let name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tmp"));
-        // A stale (or planted) temp file is removed, never followed: O_EXCL creates anew.
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(err(e)),
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(err)?;
-        f.write_all(&blob).map_err(err)?;
-        f.sync_all().map_err(err)?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(err)?;
-        let d = std::fs::File::open(dir).map_err(err)?;
-        d.sync_all().map_err(err)?;
-        Ok(())
+        // Mode 0600 as upstream's checkpoint manager creates its files.
+        atomic_write(&self.path, &blob, WriteOptions::durable(0o600)).map_err(err)
     }
 }
 

@@ -36,6 +36,15 @@ use crate::types::PodExt;
 pub enum AllocationError {
     #[error("failed to checkpoint pod resources: {0}")]
     Checkpoint(#[from] CheckpointError),
+    /// Upstream `NewStateCheckpoint`'s refusal (the Go kubelet panics with it): a damaged
+    /// record cannot be told from a resize in flight, so the operator drains and deletes.
+    #[error(
+        "could not restore state from checkpoint: {source}, please drain this node and delete pod resource information checkpoint file {path:?} before restarting Kubelet"
+    )]
+    Restore {
+        path: std::path::PathBuf,
+        source: CheckpointError,
+    },
 }
 
 /// The currently active pods (admitted, not terminal) with their desired specs.
@@ -47,20 +56,17 @@ struct Store {
 }
 
 impl Store {
-    /// Loads the checkpoint; a corrupt one is logged and replaced by an empty record, which
-    /// the pods' specs refill as they sync (never a crash).
-    fn open(file: Option<Checkpoint>) -> Self {
-        let data = match &file {
-            None => Allocations::new(),
-            Some(cp) => match cp.load() {
-                Ok(d) => d,
-                Err(e) => {
-                    error!(error = %e, path = %cp.path().display(), "pod resource checkpoint unreadable; starting empty and rebuilding it from the pods' specs");
-                    Allocations::new()
-                }
-            },
-        };
-        Self { data, file }
+    /// Loads the checkpoint (a missing one is an empty record); a damaged one is upstream's
+    /// start-up error naming the file, never a panic and never a silent reset.
+    fn open(file: Checkpoint) -> Result<Self, AllocationError> {
+        let data = file.load().map_err(|source| AllocationError::Restore {
+            path: file.path().to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            data,
+            file: Some(file),
+        })
     }
 
     fn persist(&self) -> Result<(), AllocationError> {
@@ -205,24 +211,29 @@ pub fn update_pod_from_allocation(pod: &Pod, alloc: &PodResources) -> (Pod, bool
 }
 
 impl AllocationManager {
-    /// A manager checkpointing to `dir` (the kubelet root dir).
-    pub fn new(dir: &std::path::Path) -> Self {
-        Self::build(
-            Some(Checkpoint::new(dir, ALLOCATED_FILE)),
-            Some(Checkpoint::new(dir, ACTUATED_FILE)),
-        )
+    /// A manager checkpointing to `dir` (the kubelet root dir); a damaged checkpoint there is
+    /// [`AllocationError::Restore`].
+    pub fn new(dir: &std::path::Path) -> Result<Self, AllocationError> {
+        Ok(Self::build(
+            Store::open(Checkpoint::new(dir, ALLOCATED_FILE))?,
+            Store::open(Checkpoint::new(dir, ACTUATED_FILE))?,
+        ))
     }
 
     /// A manager that keeps nothing on disk (tests).
     pub fn in_memory() -> Self {
-        Self::build(None, None)
+        let empty = || Store {
+            data: Allocations::new(),
+            file: None,
+        };
+        Self::build(empty(), empty())
     }
 
-    fn build(allocated: Option<Checkpoint>, actuated: Option<Checkpoint>) -> Self {
+    fn build(allocated: Store, actuated: Store) -> Self {
         Self {
             inner: Arc::new(Mutex::new(Inner {
-                allocated: Store::open(allocated),
-                actuated: Store::open(actuated),
+                allocated,
+                actuated,
             })),
             node: None,
             active: Arc::new(OnceLock::new()),

@@ -181,16 +181,16 @@ fn in_progress_until_actuated() {
 }
 
 #[test]
-fn checkpoint_survives_a_restart_and_corruption_is_rebuilt() {
+fn checkpoint_survives_a_restart_and_corruption_stops_the_start() {
     let d = tempfile::tempdir().unwrap();
     let p = pod("a", "500m", "1Gi");
     {
-        let m = AllocationManager::new(d.path());
+        let m = AllocationManager::new(d.path()).unwrap();
         m.add_pod(&p);
         m.set_actuated_resources("a", &p.spec.as_ref().unwrap().containers[0])
             .unwrap();
     }
-    let m = AllocationManager::new(d.path());
+    let m = AllocationManager::new(d.path()).unwrap();
     assert_eq!(
         m.allocated_resources("a", "c").unwrap().requests.unwrap()["cpu"].0,
         "500m"
@@ -199,22 +199,40 @@ fn checkpoint_survives_a_restart_and_corruption_is_rebuilt() {
     m.remove_pod("a");
     assert!(
         AllocationManager::new(d.path())
+            .unwrap()
             .allocated_resources("a", "c")
             .is_none()
     );
 
-    // Truncated file: a clear error is logged, the manager starts empty, and the next
-    // admission rewrites a valid checkpoint.
+    // A truncated, garbage or empty file of either checkpoint stops the start with upstream's
+    // advice naming the file (never a panic, never a silent reset); once the operator has
+    // deleted it, the manager starts empty and the next admission rewrites a valid one.
     m.add_pod(&p);
-    let path = d.path().join(ALLOCATED_FILE);
-    let full = std::fs::read(&path).unwrap();
-    std::fs::write(&path, &full[..full.len() - 7]).unwrap();
-    let m = AllocationManager::new(d.path());
+    m.set_actuated_resources("a", &p.spec.as_ref().unwrap().containers[0])
+        .unwrap();
+    for name in [ALLOCATED_FILE, ACTUATED_FILE] {
+        let path = d.path().join(name);
+        let full = std::fs::read(&path).unwrap();
+        for damaged in [&full[..full.len() - 7], b"\x00\xffgarbage".as_slice(), b""] {
+            std::fs::write(&path, damaged).unwrap();
+            let e = AllocationManager::new(d.path()).err().unwrap().to_string();
+            assert!(
+                e.starts_with("could not restore state from checkpoint: ")
+                    && e.ends_with(&format!(
+                        "please drain this node and delete pod resource information checkpoint file {path:?} before restarting Kubelet"
+                    )),
+                "{e}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+    let m = AllocationManager::new(d.path()).unwrap();
     assert!(m.allocated_resources("a", "c").is_none());
     m.add_pod(&p);
     assert!(Checkpoint::new(d.path(), ALLOCATED_FILE).load().is_ok());
     assert!(
         AllocationManager::new(d.path())
+            .unwrap()
             .allocated_resources("a", "c")
             .is_some()
     );

@@ -152,22 +152,11 @@ fn load_pair(cert: &Path, key: &Path) -> Result<CertKey, CertError> {
     CertKey::from_pem(&what, &read(cert)?, &read(key)?)
 }
 
-/// Writes `data` to `path` with mode 0600 (created so; an existing file is truncated and its
-/// mode tightened).
+/// Replaces `path` with `data`, mode 0600, atomically and flushed to disk
+/// ([`crate::fsat::atomic_write`]): a crash or a full disk leaves the old file whole.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<(), CertError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| CertError::io(path, e))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| CertError::io(path, e))?;
-    f.write_all(data).map_err(|e| CertError::io(path, e))?;
-    f.sync_all().map_err(|e| CertError::io(path, e))
+    crate::fsat::atomic_write(path, data, crate::fsat::WriteOptions::durable(0o600))
+        .map_err(|e| CertError::io(path, e))
 }
 
 #[cfg(test)]
@@ -285,5 +274,41 @@ mod tests {
         std::os::unix::fs::symlink(&junk, other.path().join("kubelet-client-current.pem")).unwrap();
         let err = store.current().unwrap_err().to_string();
         assert!(err.contains("kubelet-client-current.pem"), "{err}");
+    }
+
+    #[test]
+    fn write_private_replaces_whole_files_and_never_writes_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubelet.conf");
+        std::fs::write(&kubeconfig, "old: config\n").unwrap();
+        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&kubeconfig, b"new: config\n").unwrap();
+        assert_eq!(std::fs::read(&kubeconfig).unwrap(), b"new: config\n");
+        assert_eq!(
+            std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A link in the file's place (or at the temporary name) is replaced, not followed.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::fs::remove_file(&kubeconfig).unwrap();
+        std::os::unix::fs::symlink(&victim, &kubeconfig).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(".kubelet.conf.tmp")).unwrap();
+        write_private(&kubeconfig, b"newer\n").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(std::fs::symlink_metadata(&kubeconfig).unwrap().is_file());
+        // A full disk keeps the old file and names it.
+        let fs = crate::fsat::tests::Tmpfs::new("128k");
+        let pem = fs.path().join("kubelet-client-current.pem");
+        write_private(&pem, b"old pair").unwrap();
+        fs.fill();
+        let err = write_private(&pem, &vec![b'x'; 32 * 1024])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("kubelet-client-current.pem") && err.contains("No space left"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&pem).unwrap(), b"old pair");
     }
 }

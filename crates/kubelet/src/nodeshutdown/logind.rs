@@ -6,8 +6,6 @@
 //! `PrepareForShutdown` signals — only those sent by the owner of `org.freedesktop.login1`
 //! (upstream matches any sender, so any local client could fake a shutdown).
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -259,23 +257,15 @@ pub fn override_inhibit_delay(dir: &Path, inhibit_delay_max: Duration) -> Result
         source,
     })?;
     let path = dir.join(DROP_IN_NAME);
-    let tmp = dir.join(format!(".{DROP_IN_NAME}.tmp"));
-    let write_err = |source| LogindError::WriteOverride {
+    crate::fsat::atomic_write(
+        &path,
+        drop_in_content(inhibit_delay_max).as_bytes(),
+        crate::fsat::WriteOptions::durable(0o644),
+    )
+    .map_err(|source| LogindError::WriteOverride {
         path: path.clone(),
         source,
-    };
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(&tmp)
-        .map_err(write_err)?;
-    f.write_all(drop_in_content(inhibit_delay_max).as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(write_err)?;
-    drop(f);
-    std::fs::rename(&tmp, &path).map_err(write_err)?;
+    })?;
     debug!(path = %path.display(), ?inhibit_delay_max, "wrote the logind drop-in");
     Ok(())
 }

@@ -218,22 +218,19 @@ pub fn serving_files(settings: &TlsSettings) -> Result<(PathBuf, PathBuf), TlsEr
     let (cert_pem, key_pem) =
         generate_self_signed(&settings.hostname, &settings.ips).map_err(gen_err)?;
     std::fs::create_dir_all(&settings.cert_dir).map_err(|e| gen_err(e.to_string()))?;
-    write_private(&key, key_pem.as_bytes()).map_err(|e| gen_err(e.to_string()))?;
-    std::fs::write(&crt, cert_pem).map_err(|e| gen_err(e.to_string()))?;
+    // Each file whole or absent; the certificate last, so a pair is complete once both exist.
+    let write = |path: &Path, data: &str, mode| {
+        crate::fsat::atomic_write(
+            path,
+            data.as_bytes(),
+            crate::fsat::WriteOptions::durable(mode),
+        )
+        .map_err(|e| gen_err(format!("{}: {e}", path.display())))
+    };
+    write(&key, &key_pem, 0o600)?;
+    write(&crt, &cert_pem, 0o644)?;
     tracing::info!(cert = %crt.display(), "generated a self-signed serving certificate");
     Ok((crt, key))
-}
-
-fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(data)
 }
 
 /// The serving pair of `serverTLSBootstrap` in the cert dir (certificates and key in one

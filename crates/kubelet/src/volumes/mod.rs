@@ -798,12 +798,10 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
         .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
-/// Replaces `path` with a file holding `data`, created with its final `mode` (a fresh
-/// temporary file opened with that mode and without following links, its mode corrected only
-/// when the umask narrowed it, then renamed over `path`).
+/// Replaces `path` with a file holding `data` and exactly `mode`, atomically and without
+/// following links ([`crate::fsat::atomic_write`]). Not flushed to disk: these files (the
+/// pod's `/etc/hosts`, a fresh termination-log file) are written anew at every container start.
 fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let io = |source| VolumeError::Io {
         path: path.to_path_buf(),
         source,
@@ -811,25 +809,11 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    let tmp = path.with_extension("tmp");
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
-        _ => {}
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(io)?;
-    if f.metadata().map_err(io)?.permissions().mode() & 0o7777 != mode {
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-            .map_err(io)?;
-    }
-    f.write_all(data).map_err(io)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io)
+    let opts = crate::fsat::WriteOptions {
+        mode,
+        durable: false,
+    };
+    crate::fsat::atomic_write(path, data, opts).map_err(io)
 }
 
 #[cfg(test)]

@@ -233,6 +233,18 @@ impl Kubelet {
         }
     }
 
+    /// The exit status once the process has exited on its own (it is then no longer
+    /// running: `start` may be called again); `None` while it runs.
+    pub fn try_exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self
+            .child
+            .as_mut()?
+            .try_wait()
+            .expect("wait for the kubelet")?;
+        self.child = None;
+        Some(status)
+    }
+
     /// `kill -9`: no shutdown path at all.
     pub fn kill9(&mut self) {
         self.signal("KILL");

@@ -1,16 +1,16 @@
 //! CPU manager state and its checkpoint (upstream `cpumanager/state`): the shared pool
 //! (`defaultCpuSet`) and the exclusive assignments per pod UID and container name, persisted
 //! as `<rootDir>/cpu_manager_state` in upstream's JSON shape and checksum so the file is
-//! interchangeable with the Go kubelet's. Written atomically (tmp + fsync + rename); read and
+//! interchangeable with the Go kubelet's. Written atomically ([`atomic_write`]); read and
 //! verified at start-up. Owned by the CPU manager; nobody else touches the file.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::cpuset::CpuSet;
+use crate::fsat::{WriteOptions, atomic_write};
 
 /// File name of the checkpoint inside the kubelet root directory.
 pub const CHECKPOINT_FILE: &str = "cpu_manager_state";
@@ -214,16 +214,8 @@ impl Checkpoint {
             serde_json::to_vec(&file).map_err(|e| err(std::io::Error::other(e.to_string())))?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(err)?;
-        let tmp = dir.join(format!(".{CHECKPOINT_FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp).map_err(err)?;
-        f.write_all(&blob).map_err(err)?;
-        f.sync_all().map_err(err)?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(err)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        // Mode 0600 as upstream's checkpoint manager creates its files.
+        atomic_write(&self.path, &blob, WriteOptions::durable(0o600)).map_err(err)
     }
 }
 
@@ -332,5 +324,60 @@ mod tests {
             let err = cp.restore().unwrap_err().to_string();
             assert!(err.contains(want), "{content}: {err}");
         }
+    }
+
+    #[test]
+    fn truncated_empty_garbage_and_old_version_files_are_errors_never_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(dir.path(), "static");
+        let mut state = State {
+            default_cpu_set: set("0,3"),
+            ..Default::default()
+        };
+        state.set("uid-1", "app", set("1-2"));
+        cp.store(&state).unwrap();
+        let full = std::fs::read(cp.path()).unwrap();
+        let mut damaged: Vec<Vec<u8>> = (1..full.len()).map(|n| full[..n].to_vec()).collect();
+        damaged.push(Vec::new());
+        damaged.push(b"\x00\xff\xfe garbage".to_vec());
+        // Upstream's v1 layout (entries keyed by container ID), which needs the runtime's
+        // container list to migrate: refused, as upstream does without that list.
+        damaged.push(
+            br#"{"policyName":"static","defaultCpuSet":"0,3","entries":{"cid":"1-2"},"checksum":1}"#
+                .to_vec(),
+        );
+        for blob in damaged {
+            std::fs::write(cp.path(), &blob).unwrap();
+            assert!(
+                cp.restore().is_err(),
+                "{:?} was accepted",
+                String::from_utf8_lossy(&blob)
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_disk_keeps_the_old_checkpoint() {
+        let fs = crate::fsat::tests::Tmpfs::new("128k");
+        let cp = Checkpoint::new(fs.path(), "static");
+        let mut state = State {
+            default_cpu_set: set("0,3"),
+            ..Default::default()
+        };
+        cp.store(&state).unwrap();
+        fs.fill();
+        for n in 0..200 {
+            state.set(&format!("pod-{n:04}-with-a-long-uid"), "app", set("1-2"));
+        }
+        let err = cp.store(&state).unwrap_err().to_string();
+        assert!(
+            err.contains(&cp.path().display().to_string()) && err.contains("No space left"),
+            "{err}"
+        );
+        assert_eq!(cp.restore().unwrap().default_cpu_set, set("0,3"));
+        assert!(cp.restore().unwrap().assignments.is_empty());
+        fs.free();
+        cp.store(&state).unwrap();
+        assert_eq!(cp.restore().unwrap(), state);
     }
 }
