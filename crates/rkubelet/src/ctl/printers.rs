@@ -655,19 +655,20 @@ pub(crate) mod tests {
         let two = serde_json::json!({"containers": [{"name": "a"}, {"name": "b"}]});
         let running = serde_json::json!({"running": {"startedAt": "2026-11-26T11:00:05Z"}});
         // Running, one of two ready; restarts with the last termination's age.
+        let mut b = cs(
+            "b",
+            serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+            false,
+            5,
+        );
+        b["lastState"] = serde_json::json!({"terminated": {"exitCode": 1, "reason": "Error",
+            "finishedAt": "2026-11-26T11:55:00Z"}});
         let r = pod_row(
             &base(
                 two.clone(),
                 serde_json::json!({"phase": "Running", "podIP": "10.0.0.7",
                 "podIPs": [{"ip": "10.0.0.7"}],
-                "containerStatuses": [
-                    cs("a", running.clone(), true, 0),
-                    {
-                        let mut b = cs("b", serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}), false, 5);
-                        b["lastState"] = serde_json::json!({"terminated": {"exitCode": 1, "reason": "Error",
-                            "finishedAt": "2026-11-26T11:55:00Z"}});
-                        b
-                    }]}),
+                "containerStatuses": [cs("a", running.clone(), true, 0), b]}),
             ),
             now(),
         );
