@@ -324,6 +324,82 @@ async fn next(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout
         .expect("output")
 }
 
+/// `get pods -w` on a real terminal (tmux): the screen shows the table, then the new pod's
+/// row once it is added, as an operator would see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_pods_watch_updates_the_screen_in_tmux() {
+    let k = Kubelet::start().await;
+    let web = static_pod("web");
+    k.set(vec![web.clone()]).await;
+    k.wait_ready(&web).await;
+    let sock = k.dir.path().join("tmux.sock");
+    let cmd = format!(
+        "{} get pods -w --socket {}",
+        env!("CARGO_BIN_EXE_rkubelet"),
+        k.socket.display()
+    );
+    tmux(
+        &sock,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "w",
+            "-x",
+            "160",
+            "-y",
+            "40",
+            &cmd,
+        ],
+    );
+    let has_row = |screen: &str, name: &str, status: &str| {
+        screen.lines().any(|l| {
+            let c = cells(l);
+            c.first() == Some(&name) && c.get(2) == Some(&status)
+        })
+    };
+    let screen = screen_until(&sock, "the table", |s| has_row(s, "web-node-a", "Running")).await;
+    assert!(screen.starts_with("NAME "), "{screen}");
+    k.set(vec![web, static_pod("db")]).await;
+    screen_until(&sock, "the new pod running", |s| {
+        has_row(s, "db-node-a", "Running")
+    })
+    .await;
+    tmux(&sock, &["kill-server"]);
+    k.stop().await;
+}
+
+fn tmux(sock: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("tmux")
+        .arg("-S")
+        .arg(sock)
+        .args(args)
+        .output()
+        .expect("tmux must be installed (dev/runtime.sh installs it)");
+    assert!(
+        out.status.success(),
+        "tmux {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Captures the tmux pane until `pred` holds (30 s at most).
+async fn screen_until(sock: &Path, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let screen = tmux(sock, &["capture-pane", "-p", "-t", "w"]);
+        if pred(&screen) {
+            return screen;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "screen never showed {what}:\n{screen}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The socket's identity is the peer's uid: root may read, any other uid is refused with
 /// 403 even when the file mode would let it connect; with the real mode it cannot connect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

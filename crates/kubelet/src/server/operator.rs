@@ -197,7 +197,7 @@ impl NodeView {
             runtime_name: runtime.name.clone(),
             runtime_version: runtime.version.clone(),
             not_ready: not_ready(&runtime, &pleg),
-            pressure: self.pressure.borrow().clone(),
+            pressure: *self.pressure.borrow(),
             ..StatusInputs::default()
         };
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

@@ -521,3 +521,52 @@ async fn describe_pod(args: &DescribePodArgs) -> Result<(), CtlError> {
     };
     print(&describe::describe_pod(&report, Utc::now()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definitions_are_consistent() {
+        Ctl::command().debug_assert();
+        full_command().debug_assert();
+    }
+
+    /// Only an operator command as the first argument leaves the kubelet's flag parsing.
+    #[test]
+    fn dispatch_is_by_the_first_argument_only() {
+        let arg = |s: &str| Some(OsString::from(s));
+        for c in COMMANDS {
+            assert!(is_ctl_command(arg(c).as_ref()), "{c}");
+        }
+        for kubelet in [
+            "--config",
+            "--root-dir",
+            "-v",
+            "--help",
+            "--version",
+            "pods",
+            "",
+        ] {
+            assert!(!is_ctl_command(arg(kubelet).as_ref()), "{kubelet}");
+        }
+        assert!(!is_ctl_command(None));
+        // The kubelet's flags keep parsing as before.
+        let flags = crate::cli::Flags::try_parse_from(["rkubelet", "--root-dir", "/x", "--v", "2"])
+            .unwrap();
+        assert_eq!(flags.root_dir, PathBuf::from("/x"));
+        // An operator command's own flags.
+        let ctl = Ctl::try_parse_from(["rkubelet", "get", "po", "-A", "-o", "wide", "-w"]).unwrap();
+        let Command::Get(GetArgs {
+            what: GetWhat::Pods(p),
+        }) = ctl.command
+        else {
+            panic!("not get pods");
+        };
+        assert!(p.all_namespaces && p.watch && p.output == Some(Output::Wide));
+        assert_eq!(
+            p.target.socket_path(),
+            PathBuf::from("/var/lib/kubelet/rkubelet/rkubelet.sock")
+        );
+    }
+}
