@@ -341,8 +341,11 @@ async fn fetch_pods(client: &Client, args: &GetPodsArgs) -> Result<Vec<Pod>, Ctl
     Ok(pods)
 }
 
+/// What makes a watched row worth printing again: READY, STATUS, the restart count, IP.
+type RowKey = (String, String, String, String);
+
 /// What makes a watched row worth printing again (not its age).
-fn row_key(r: &PodRow) -> (String, String, String, String) {
+fn row_key(r: &PodRow) -> RowKey {
     let restarts = r.restarts.split(' ').next().unwrap_or_default().to_owned();
     (r.ready.clone(), r.status.clone(), restarts, r.ip.clone())
 }
@@ -383,7 +386,7 @@ async fn get_pods(args: &GetPodsArgs) -> Result<(), CtlError> {
         return Ok(());
     }
     let mut printed_header = !rows.is_empty();
-    let mut seen: BTreeMap<(String, String), (PodRow, (String, String, String, String))> = rows
+    let mut seen: BTreeMap<(String, String), (PodRow, RowKey)> = rows
         .into_iter()
         .map(|r| {
             (
@@ -523,6 +526,7 @@ async fn describe_pod(args: &DescribePodArgs) -> Result<(), CtlError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
