@@ -49,7 +49,10 @@ struct Kubelet {
 
 impl Kubelet {
     async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap()).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir) -> Self {
         let fake = FakeRuntime::with_images(&[IMAGE]);
         let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
         let socket = kubelet::server::local::socket_path(&cfg.root_dir);
@@ -459,6 +462,42 @@ fn rustix_uid() -> u32 {
     // The owner of a file this process creates is its effective uid.
     let f = tempfile::NamedTempFile::new().unwrap();
     std::os::unix::fs::MetadataExt::uid(&f.as_file().metadata().unwrap())
+}
+
+/// Attack: a symlink planted at the socket path (pointing at a file the kubelet would clobber)
+/// is neither followed nor removed; the kubelet runs on without the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_symlink_is_left_alone_and_the_kubelet_runs_without_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = kubelet::server::local::socket_path(&dir.path().join("kubelet"));
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    std::fs::set_permissions(
+        socket.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, &socket).unwrap();
+    let k = Kubelet::start_in(dir).await;
+    let web = static_pod("web");
+    k.set(vec![web.clone()]).await;
+    k.wait_ready(&web).await;
+    assert!(
+        std::fs::symlink_metadata(&k.socket)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let out = rkubelet(&["get", "pods", "--socket", k.socket.to_str().unwrap()]).await;
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("(is rkubelet running?)"),
+        "{}",
+        out.stderr
+    );
+    k.stop().await;
 }
 
 #[tokio::test]

@@ -834,12 +834,17 @@ impl Agent {
                 );
             }
         }
+        // The operator's socket is an addition to upstream's kubelet: when it cannot be made
+        // safely (something planted at its path, a path too long for a unix socket) the
+        // kubelet runs without it and says why; `rkubelet get` then reports it unreachable.
         if let Some(path) = &cfg.local_socket {
-            let listener = server::local::bind_local(path)?;
-            sup.spawn_critical(
-                "local socket",
-                server::local::serve_local(listener, state.clone(), cancel.child_token()),
-            );
+            match server::local::bind_local(path) {
+                Ok(listener) => sup.spawn_critical(
+                    "local socket",
+                    server::local::serve_local(listener, state.clone(), cancel.child_token()),
+                ),
+                Err(e) => tracing::error!(error = %e, "not serving the operator's local socket"),
+            }
         }
         info!(node = %cfg.node_name, "kubelet started");
         Ok(Self {
