@@ -17,6 +17,7 @@ pub mod container;
 pub mod credentialprovider;
 pub mod events;
 pub mod events_api;
+pub mod events_ring;
 pub mod eviction;
 pub(crate) mod fsat;
 pub mod gostr;

@@ -37,6 +37,8 @@ struct Recorder {
     block_until_cancelled: Mutex<HashSet<String>>,
     /// A kill takes its whole grace period (a container that ignores SIGTERM).
     kill_takes_grace: Mutex<bool>,
+    /// Every sync fails with this error.
+    fail_with: Mutex<Option<String>>,
 }
 
 impl Recorder {
@@ -88,6 +90,9 @@ impl PodSyncer for Recorder {
         self.leave(&uid);
         if cancel.is_cancelled() {
             return Err(SyncError("cancelled".into()));
+        }
+        if let Some(e) = self.fail_with.lock().unwrap().clone() {
+            return Err(SyncError(e));
         }
         Ok(false)
     }
@@ -459,6 +464,16 @@ async fn static_pods_with_one_full_name_start_only_after_the_previous_terminated
     ));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(!w.is_started("v2"), "v2 must wait while v1 terminates");
+    // The operator sees why (`rkubelet describe pod`).
+    let report = w.report("v2").unwrap();
+    assert_eq!(
+        report.step,
+        "waiting for the previous static pod with the same full name to terminate"
+    );
+    assert_eq!(
+        w.report("v1").unwrap().step,
+        "terminating (grace period 20s)"
+    );
     assert!(w.is_started("o1") && w.is_started("a1"));
     assert_eq!(w.phase("v2"), Some(WorkerPhase::Syncing));
     wait_until_started(&w, "v2", Duration::from_secs(60)).await;
@@ -502,6 +517,43 @@ async fn static_pods_with_one_full_name_start_only_after_the_previous_terminated
         }),
         "{:?}",
         rec.calls()
+    );
+    cancel.cancel();
+    w.shutdown().await;
+}
+
+/// The worker report carries the error that stops the pod until a round succeeds.
+#[tokio::test(start_paused = true)]
+async fn worker_report_names_the_last_sync_error_until_a_sync_succeeds() {
+    let rec = Arc::new(Recorder::default());
+    let msg = "failed to \"StartContainer\" for \"c\" with CrashLoopBackOff: \"back-off 40s restarting failed container=c\"";
+    *rec.fail_with.lock().unwrap() = Some(msg.to_owned());
+    let (w, cancel) = setup(rec.clone());
+    assert!(w.report("p1").is_none());
+    w.update_pod(PodWork::sync(UpdateType::Create, pod("p1", 0, 30)));
+    settle().await;
+    let report = w.report("p1").unwrap();
+    assert_eq!(report.phase, "Syncing");
+    assert_eq!(report.step, "sync failed; retrying after back-off");
+    assert_eq!(report.last_error.as_deref(), Some(msg));
+    assert!(report.last_error_seconds_ago.unwrap() < 6);
+    // The next retry (after the 10s back-off) succeeds: the error is gone.
+    *rec.fail_with.lock().unwrap() = None;
+    let start = Instant::now();
+    loop {
+        for uid in w.take_due(Instant::now()) {
+            w.update_pod(PodWork::sync(UpdateType::Sync, pod(&uid, 0, 30)));
+        }
+        if w.report("p1").unwrap().last_error.is_none() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never retried");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    settle().await;
+    assert_eq!(
+        w.report("p1").unwrap().step,
+        "synced; resyncing periodically"
     );
     cancel.cancel();
     w.shutdown().await;

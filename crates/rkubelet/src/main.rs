@@ -4,6 +4,7 @@
 //! Stopping the kubelet never stops pods; the next start adopts them.
 
 mod cli;
+mod ctl;
 mod flagvalues;
 mod logging;
 mod sdnotify;
@@ -36,7 +37,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 fn main() -> ExitCode {
-    let flags = match cli::Flags::try_parse() {
+    // `rkubelet get|describe|logs|doctor|completion|man …` are operator commands; anything
+    // else is the kubelet with upstream's flags.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if ctl::is_ctl_command(args.get(1)) {
+        return ctl::main(args);
+    }
+    let flags = match cli::Flags::try_parse_from(&args) {
         Ok(flags) => flags,
         Err(e) => match flagvalues::flag_error(&e) {
             None => {
@@ -413,6 +420,8 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
             c.shutdown_grace_period_critical_pods.as_std(),
             &c.shutdown_grace_period_by_pod_priority,
         ),
+        // The operator's local socket (`rkubelet get/describe`).
+        local_socket: Some(kubelet::server::local::socket_path(&node.root_dir)),
     })
 }
 

@@ -122,6 +122,8 @@ pub struct AgentConfig {
     pub client_certificates: Option<Arc<crate::certificate::manager::CertificateManager>>,
     /// Graceful node shutdown (`shutdownGracePeriod*`); `None`: shutdowns are immediate.
     pub node_shutdown: Option<crate::nodeshutdown::NodeShutdownSettings>,
+    /// The operator's local socket (`server::local::socket_path`); `None`: not served.
+    pub local_socket: Option<PathBuf>,
 }
 
 /// Container manager settings (`cgroupsPerQOS`, `cgroupRoot`, node allocatable, CFS quota…).
@@ -206,6 +208,7 @@ impl AgentConfig {
             credential_providers: None,
             client_certificates: None,
             node_shutdown: None,
+            local_socket: None,
         }
     }
 }
@@ -309,6 +312,14 @@ impl Agent {
             Some(client) => api::start_events(client, &cfg.node_name, &cfg.api, &sup, &cancel),
             None => deps.events.clone(),
         };
+        // Every event is also kept in the operator's ring (`rkubelet get events`).
+        let event_ring =
+            crate::events_ring::EventRing::new(crate::events_ring::DEFAULT_CAPACITY, Clock::new());
+        let events: Arc<dyn EventRecorder> = Arc::new(crate::events_ring::TeeRecorder::new(
+            events,
+            event_ring.clone(),
+            &cfg.node_name,
+        ));
         if let Some(certs) = &cfg.client_certificates {
             metrics.register(certs.clone());
             sup.spawn_critical(
@@ -320,6 +331,7 @@ impl Agent {
         // Node once registered.
         let host = HostInfo::read(&cfg.root_dir);
         let machine = Arc::new(host.clone());
+        let view_host = machine.clone();
         let local_node = initial_node(
             &cfg.node_status,
             &host,
@@ -374,6 +386,7 @@ impl Agent {
             .with_metrics(metrics.clone());
         let pleg_health = pleg.health();
         let node_pleg_health = pleg_health.clone();
+        let view_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
         sup.spawn_critical("pleg", pleg.run(cancel.child_token()));
         let (prober, probe_updates) = ProbeManager::new(
@@ -768,6 +781,18 @@ impl Agent {
         state.pod_cgroup_driver = cfg.cgroups.driver;
         state.machine = Some(machine);
         state.cancel = cancel.child_token();
+        state.operator = Some(server::operator::OperatorState {
+            events: event_ring,
+            workers: workers.clone(),
+            node: Arc::new(server::operator::NodeView {
+                settings: cfg.node_status.clone(),
+                host: view_host,
+                pressure: pressure.clone(),
+                pleg: Arc::new(move || view_pleg_health.healthy()),
+                runtime: deps.runtime.clone(),
+                certificates: certificate_files(&cfg),
+            }),
+        });
         let mut secure_addr = None;
         if let Some(sc) = &cfg.server {
             let reviews = deps.api.clone().map(server::setup::kube_reviews);
@@ -821,6 +846,18 @@ impl Agent {
                 );
             }
         }
+        // The operator's socket is an addition to upstream's kubelet: when it cannot be made
+        // safely (something planted at its path, a path too long for a unix socket) the
+        // kubelet runs without it and says why; `rkubelet get` then reports it unreachable.
+        if let Some(path) = &cfg.local_socket {
+            match server::local::bind_local(path) {
+                Ok(listener) => sup.spawn_critical(
+                    "local socket",
+                    server::local::serve_local(listener, state.clone(), cancel.child_token()),
+                ),
+                Err(e) => tracing::error!(error = %e, "not serving the operator's local socket"),
+            }
+        }
         info!(node = %cfg.node_name, "kubelet started");
         Ok(Self {
             pods,
@@ -863,6 +900,25 @@ impl Agent {
         self.prober.shutdown().await;
         info!("kubelet stopped");
     }
+}
+
+/// The certificates `rkubelet get node` shows the expiry of: the serving certificate (the
+/// configured file, else the bootstrapped or self-signed one in the cert dir) and the client
+/// certificate of `--kubeconfig`'s rotation.
+fn certificate_files(cfg: &AgentConfig) -> Vec<(String, PathBuf)> {
+    let Some(sc) = &cfg.server else {
+        return Vec::new();
+    };
+    let dir = &sc.tls.cert_dir;
+    let serving = match &sc.tls.cert_file {
+        Some(f) => f.clone(),
+        None if sc.tls.server_tls_bootstrap => dir.join(server::tls::BOOTSTRAP_SERVING_FILE),
+        None => dir.join("kubelet.crt"),
+    };
+    vec![
+        ("serving".to_owned(), serving),
+        ("client".to_owned(), dir.join("kubelet-client-current.pem")),
+    ]
 }
 
 /// `serverTLSBootstrap`: the serving certificate manager, which needs the API server (without

@@ -159,6 +159,20 @@ pub enum WorkerPhase {
     Finished,
 }
 
+/// A pod worker's lifecycle step and the error that stops the pod from progressing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerReport {
+    /// `Syncing`, `Terminating`, `Terminated` or `Finished`.
+    pub phase: String,
+    /// What the worker does now, in words.
+    pub step: String,
+    /// The last round's error (a failed sync: "back-off 40s restarting failed container…",
+    /// a volume that cannot be mounted…); `None` once a round succeeds.
+    pub last_error: Option<String>,
+    pub last_error_seconds_ago: Option<u64>,
+}
+
 /// Timing knobs (upstream: resync = syncFrequency, backoff = 10s).
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerTimings {
@@ -195,6 +209,8 @@ struct PodSyncStatus {
     /// Cancels the round in flight: a sync when a kill arrives, a kill when its grace period
     /// is shortened.
     round_cancel: Option<CancellationToken>,
+    /// The error of the last round, when it failed (cleared by a successful one).
+    last_error: Option<(String, Instant)>,
     wake: mpsc::Sender<()>,
 }
 
@@ -452,6 +468,7 @@ impl PodWorkers {
             started: false,
             wait_logged: false,
             round_cancel: None,
+            last_error: None,
             wake: tx,
         }
     }
@@ -530,6 +547,42 @@ impl PodWorkers {
     /// The lifecycle phase of a pod's worker, if it has one.
     pub fn phase(&self, uid: &str) -> Option<WorkerPhase> {
         self.lock().workers.get(uid).map(|s| s.phase)
+    }
+
+    /// What the pod's worker is doing and what stops it, for the operator
+    /// (`/debug/rkubelet/pods/{ns}/{name}`); `None` without a worker.
+    pub fn report(&self, uid: &str) -> Option<WorkerReport> {
+        let state = self.lock();
+        let st = state.workers.get(uid)?;
+        let step = match st.phase {
+            WorkerPhase::Syncing if !st.started && st.is_static && st.pending.is_some() => {
+                "waiting for the previous static pod with the same full name to terminate"
+                    .to_owned()
+            }
+            WorkerPhase::Syncing if st.round_cancel.is_some() => "syncing".to_owned(),
+            WorkerPhase::Syncing if st.last_error.is_some() => {
+                "sync failed; retrying after back-off".to_owned()
+            }
+            WorkerPhase::Syncing if !st.started => "waiting to start".to_owned(),
+            WorkerPhase::Syncing => "synced; resyncing periodically".to_owned(),
+            WorkerPhase::Terminating { grace_period } => {
+                format!("terminating (grace period {grace_period}s)")
+            }
+            WorkerPhase::Terminated => "terminated; cleaning up".to_owned(),
+            WorkerPhase::Finished => "finished".to_owned(),
+        };
+        Some(WorkerReport {
+            phase: match st.phase {
+                WorkerPhase::Syncing => "Syncing",
+                WorkerPhase::Terminating { .. } => "Terminating",
+                WorkerPhase::Terminated => "Terminated",
+                WorkerPhase::Finished => "Finished",
+            }
+            .to_owned(),
+            step,
+            last_error: st.last_error.as_ref().map(|(e, _)| e.clone()),
+            last_error_seconds_ago: st.last_error.as_ref().map(|(_, at)| at.elapsed().as_secs()),
+        })
     }
 
     /// True if the pod has a worker that is not terminating or done (upstream

@@ -30,8 +30,8 @@ struct Round {
 enum Outcome {
     /// Requeue after the resync interval.
     Resync,
-    /// Retry after the backoff period.
-    Retry,
+    /// Retry after the backoff period; the error is what stops the pod from progressing.
+    Retry(String),
     /// Move to the next phase and run it at once.
     Advance(WorkerPhase),
     /// Nothing more to do.
@@ -101,7 +101,7 @@ impl Worker {
                     // Upstream: no sync on a guessed status; FailedSync, then retry with
                     // backoff. The last sync time stays, so the retry takes the next data.
                     self.status_failed(&round, &e);
-                    self.finish_round(Outcome::Retry);
+                    self.finish_round(Outcome::Retry(format!("error determining status: {e}")));
                     continue;
                 }
                 Fetched::Shutdown => break,
@@ -234,7 +234,7 @@ impl Worker {
                     Err(_) if round.cancel.is_cancelled() => Outcome::Idle,
                     Err(e) => {
                         info!(pod = %pod.full_name(), uid = %self.uid, error = %e, "error syncing pod, will retry");
-                        Outcome::Retry
+                        Outcome::Retry(e.to_string())
                     }
                 }
             }
@@ -254,7 +254,7 @@ impl Worker {
                     Some(Ok(())) => Outcome::Advance(WorkerPhase::Terminated),
                     Some(Err(e)) => {
                         warn!(pod = %pod.full_name(), uid = %self.uid, error = %e, "error terminating pod, will retry");
-                        Outcome::Retry
+                        Outcome::Retry(e.to_string())
                     }
                 }
             }
@@ -263,7 +263,7 @@ impl Worker {
                     Ok(()) => Outcome::Advance(WorkerPhase::Finished),
                     Err(e) => {
                         warn!(uid = %self.uid, error = %e, "error killing orphaned runtime pod, will retry");
-                        Outcome::Retry
+                        Outcome::Retry(e.to_string())
                     }
                 },
                 None => Outcome::Advance(WorkerPhase::Finished),
@@ -273,7 +273,7 @@ impl Worker {
                     Ok(()) => Outcome::Advance(WorkerPhase::Finished),
                     Err(e) => {
                         warn!(pod = %pod.full_name(), uid = %self.uid, error = %e, "error cleaning up terminated pod, will retry");
-                        Outcome::Retry
+                        Outcome::Retry(e.to_string())
                     }
                 }
             }
@@ -293,6 +293,11 @@ impl Worker {
                 return;
             };
             st.round_cancel = None;
+            st.last_error = match &outcome {
+                Outcome::Retry(e) => Some((e.clone(), Instant::now())),
+                Outcome::Resync | Outcome::Advance(_) => None,
+                Outcome::Idle => st.last_error.take(),
+            };
             let mut finished = false;
             let delay = match outcome {
                 Outcome::Advance(next) => {
@@ -308,7 +313,7 @@ impl Worker {
                     None
                 }
                 Outcome::Resync => Some(timings.resync_interval),
-                Outcome::Retry => Some(timings.backoff_period),
+                Outcome::Retry(_) => Some(timings.backoff_period),
                 Outcome::Idle => None,
             };
             if st.pending.is_some() {

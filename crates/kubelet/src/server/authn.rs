@@ -47,6 +47,51 @@ impl UserInfo {
     }
 }
 
+/// The group of the local administrator (root on the node's local socket): every kubelet
+/// API request is allowed to it there, as to `system:masters` in a cluster.
+pub const LOCAL_ADMINS_GROUP: &str = "system:masters";
+/// The user name of root on the local socket.
+pub const LOCAL_ROOT_USER: &str = "system:rkubelet:local-root";
+
+/// A client of the local unix socket, identified by the uid the kernel reports for the
+/// connection (`SO_PEERCRED`), never by anything the client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalPeer {
+    /// uid 0: the node's administrator.
+    Root,
+    /// Any other uid: authenticated as itself, allowed nothing.
+    User(u32),
+}
+
+impl LocalPeer {
+    pub fn from_uid(uid: u32) -> Self {
+        if uid == 0 {
+            LocalPeer::Root
+        } else {
+            LocalPeer::User(uid)
+        }
+    }
+
+    /// The identity the authorizer sees.
+    pub fn user(self) -> UserInfo {
+        match self {
+            LocalPeer::Root => UserInfo {
+                name: LOCAL_ROOT_USER.to_owned(),
+                uid: "0".to_owned(),
+                groups: vec![
+                    LOCAL_ADMINS_GROUP.to_owned(),
+                    AUTHENTICATED_GROUP.to_owned(),
+                ],
+            },
+            LocalPeer::User(uid) => UserInfo {
+                name: format!("system:rkubelet:uid:{uid}"),
+                uid: uid.to_string(),
+                groups: vec![AUTHENTICATED_GROUP.to_owned()],
+            },
+        }
+    }
+}
+
 /// Why a presented credential was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthnError {

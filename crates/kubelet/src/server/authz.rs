@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::authn::UserInfo;
+use super::authn::{LOCAL_ADMINS_GROUP, UserInfo};
 use super::cache::ReviewCache;
 use super::path::Route;
 use super::review::ReviewApi;
@@ -70,10 +70,13 @@ pub struct AuthzError {
     pub message: String,
 }
 
-/// `authorization.mode`.
+/// `authorization.mode`, or the local socket's fixed policy.
 pub enum Authorizer {
     AlwaysAllow,
     Webhook(WebhookAuthorizer),
+    /// The local unix socket: members of [`LOCAL_ADMINS_GROUP`] (root, by `SO_PEERCRED`) may
+    /// do everything, anyone else nothing.
+    LocalAdmins,
 }
 
 /// How many SubjectAccessReview answers are kept (least recently used evicted first).
@@ -138,8 +141,12 @@ impl WebhookAuthorizer {
 impl Authorizer {
     /// Whether `user` may do `attrs`.
     pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Result<bool, AuthzError> {
-        let Authorizer::Webhook(w) = self else {
-            return Ok(true);
+        let w = match self {
+            Authorizer::AlwaysAllow => return Ok(true),
+            Authorizer::LocalAdmins => {
+                return Ok(user.groups.iter().any(|g| g == LOCAL_ADMINS_GROUP));
+            }
+            Authorizer::Webhook(w) => w,
         };
         let mut last_err = None;
         for sub in attrs.subresources {
@@ -327,6 +334,44 @@ mod tests {
         assert_eq!(
             Authorizer::AlwaysAllow.authorize(&user("x"), &logs).await,
             Ok(true)
+        );
+    }
+
+    /// The local socket: root (by peer uid) may do everything, any other uid nothing, and a
+    /// user merely named like root gets nothing.
+    #[tokio::test]
+    async fn local_socket_allows_root_only() {
+        use crate::server::authn::{LOCAL_ROOT_USER, LocalPeer};
+        let exec = request_attributes(
+            &Method::POST,
+            &crate::server::path::parse("/exec/ns/p/c"),
+            "n",
+        );
+        let events = request_attributes(
+            &Method::GET,
+            &crate::server::path::parse("/debug/rkubelet/events"),
+            "n",
+        );
+        for attrs in [&exec, &events] {
+            assert_eq!(
+                Authorizer::LocalAdmins
+                    .authorize(&LocalPeer::from_uid(0).user(), attrs)
+                    .await,
+                Ok(true)
+            );
+            assert_eq!(
+                Authorizer::LocalAdmins
+                    .authorize(&LocalPeer::from_uid(1000).user(), attrs)
+                    .await,
+                Ok(false)
+            );
+        }
+        assert_eq!(LocalPeer::from_uid(65534), LocalPeer::User(65534));
+        assert_eq!(
+            Authorizer::LocalAdmins
+                .authorize(&user(LOCAL_ROOT_USER), &events)
+                .await,
+            Ok(false)
         );
     }
 

@@ -13,8 +13,10 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 mod conn;
+pub mod local;
 mod log_handlers;
 pub mod logs;
+pub mod operator;
 pub mod path;
 pub mod review;
 pub mod routes;
@@ -101,6 +103,8 @@ pub struct ServerState {
     pub header_read_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request ([`IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+    /// rkubelet's operator views (`/debug/rkubelet/…`); `None`: 404.
+    pub operator: Option<operator::OperatorState>,
 }
 
 impl ServerState {
@@ -131,6 +135,7 @@ impl ServerState {
             streams: streaming::StreamTasks::default(),
             header_read_timeout: HEADER_READ_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
+            operator: None,
         }
     }
 }
@@ -153,6 +158,8 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     #[error("{0}")]
     Config(String),
+    #[error("local socket {}: {message}", path.display())]
+    LocalSocket { path: PathBuf, message: String },
 }
 
 /// Which endpoints a listener serves.
@@ -198,9 +205,10 @@ fn http1() -> hyper::server::conn::http1::Builder {
 /// Serves HTTP/1.1 on one accepted (and, on the HTTPS port, handshaken) connection until it
 /// ends, is upgraded (the upgraded stream is not timed here), or its request head or
 /// idleness outlasts the state's timeouts.
-async fn serve_connection<S, H, F>(io: S, state: &ServerState, peer: SocketAddr, handler: H)
+async fn serve_connection<S, P, H, F>(io: S, state: &ServerState, peer: P, handler: H)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    P: std::fmt::Display,
     H: Fn(Request<Incoming>) -> F + Send + 'static,
     F: std::future::Future<Output = Resp> + Send + 'static,
 {
@@ -392,11 +400,23 @@ async fn handle_secure<B>(
             return text(StatusCode::UNAUTHORIZED, "Unauthorized".into());
         }
     };
-    let attrs = authz::request_attributes(req.method(), &route, &state.node_name);
-    match auth.authorizer.authorize(&user, &attrs).await {
-        Ok(true) => routes::dispatch(state, Endpoints::Secure, &route, req).await,
+    authorize_and_dispatch(state, &auth.authorizer, &user, &route, req).await
+}
+
+/// Authorizes an authenticated request by its parsed route and dispatches it to every
+/// endpoint (the HTTPS port and the local socket): 403 with upstream's text when refused.
+async fn authorize_and_dispatch<B>(
+    state: &ServerState,
+    authorizer: &Authorizer,
+    user: &UserInfo,
+    route: &path::Route,
+    req: &Request<B>,
+) -> Resp {
+    let attrs = authz::request_attributes(req.method(), route, &state.node_name);
+    match authorizer.authorize(user, &attrs).await {
+        Ok(true) => routes::dispatch(state, Endpoints::Secure, route, req).await,
         Ok(false) => {
-            let msg = authz::forbidden_message(&user, &attrs);
+            let msg = authz::forbidden_message(user, &attrs);
             debug!(msg = msg.trim_end(), "request forbidden");
             text(StatusCode::FORBIDDEN, msg)
         }

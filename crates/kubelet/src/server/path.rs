@@ -138,6 +138,19 @@ pub struct ContainerRef {
     pub container: String,
 }
 
+/// rkubelet's operator views under `/debug/rkubelet/` (a namespace upstream's kubelet does
+/// not use), read by `rkubelet get/describe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorView {
+    /// `/debug/rkubelet/events`: the ring of recent pod and node events.
+    Events,
+    /// `/debug/rkubelet/node`: capacity, conditions, runtime, PLEG, certificates.
+    Node,
+    /// `/debug/rkubelet/pods/{ns}/{name}`: the pod, its worker's step and last error, its
+    /// events.
+    Pod { namespace: String, name: String },
+}
+
 /// A parsed request path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -167,6 +180,8 @@ pub enum Route {
     /// `/exec|attach/{ns}/{pod}[/{uid}]/{container}`, `/portForward/{ns}/{pod}[/{uid}]`
     /// (port-forward has an empty `container`).
     Stream(StreamKind, ContainerRef),
+    /// `/debug/rkubelet/…`.
+    Operator(OperatorView),
     /// A well-formed path that names no endpoint (404, or 405 for a debug root with debugging
     /// handlers off).
     Unknown(Root),
@@ -191,6 +206,7 @@ impl Route {
             Route::Stream(StreamKind::Exec, _) => Root::Exec,
             Route::Stream(StreamKind::Attach, _) => Root::Attach,
             Route::Stream(StreamKind::PortForward, _) => Root::PortForward,
+            Route::Operator(_) => Root::Debug,
             Route::Unknown(r) => *r,
             Route::Malformed => Root::Other,
         }
@@ -353,6 +369,15 @@ pub fn parse(path: &str) -> Route {
             ([ns, pod, uid], false) => {
                 Route::Stream(StreamKind::PortForward, cref(ns, pod, Some(uid), ""))
             }
+            _ => unknown,
+        },
+        Root::Debug if literal(1) && literal(2) => match (args.as_slice(), trailing) {
+            (["rkubelet", "events"], false) => Route::Operator(OperatorView::Events),
+            (["rkubelet", "node"], false) => Route::Operator(OperatorView::Node),
+            (["rkubelet", "pods", ns, name], false) => Route::Operator(OperatorView::Pod {
+                namespace: (*ns).to_owned(),
+                name: (*name).to_owned(),
+            }),
             _ => unknown,
         },
         Root::Spec | Root::Debug | Root::Other => unknown,

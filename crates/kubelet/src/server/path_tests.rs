@@ -232,3 +232,37 @@ fn debug_roots() {
         assert!(!parse(p).root().is_debug(), "{p}");
     }
 }
+
+#[test]
+fn operator_views_live_under_debug_rkubelet() {
+    assert_eq!(
+        parse("/debug/rkubelet/events"),
+        Route::Operator(OperatorView::Events)
+    );
+    assert_eq!(
+        parse("/debug/rkubelet/node"),
+        Route::Operator(OperatorView::Node)
+    );
+    assert_eq!(
+        parse("/debug/rkubelet/pods/kube-system/etcd-n%31"),
+        Route::Operator(OperatorView::Pod {
+            namespace: "kube-system".into(),
+            name: "etcd-n1".into()
+        })
+    );
+    let r = parse("/debug/rkubelet/events");
+    assert!(r.root().is_debug());
+    // Authorized as upstream's debug paths: nodes/proxy.
+    assert_eq!(r.root().subresources(), &["proxy"]);
+    for p in [
+        "/debug/rkubelet/events/",
+        "/debug/rkubelet/pods/ns",
+        "/debug/rkubelet/pods/ns/p/x",
+        "/debug/rkubelet",
+        "/debug/r%6Bubelet/events",
+        "/debug/rkubelet/%65vents",
+    ] {
+        assert_eq!(parse(p), Route::Unknown(Root::Debug), "{p}");
+    }
+    assert_eq!(parse("/debug/rkubelet/pods/ns/..%2f"), Route::Malformed);
+}

@@ -139,6 +139,7 @@ async fn route_request<B>(
             };
             super::streaming::serve(state, &target, req).await
         }
+        Route::Operator(view) if get_or_head(method) => super::operator::serve(state, view).await,
         Route::Unknown(Root::Run | Root::Checkpoint) if method != Method::POST => {
             method_not_allowed()
         }
