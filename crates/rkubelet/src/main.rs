@@ -4,6 +4,7 @@
 //! Stopping the kubelet never stops pods; the next start adopts them.
 
 mod cli;
+mod ctl;
 mod flagvalues;
 mod logging;
 mod sdnotify;
@@ -36,6 +37,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 fn main() -> ExitCode {
+    if let Some(code) = ctl::dispatch() {
+        return code;
+    }
     let flags = match cli::Flags::try_parse() {
         Ok(flags) => flags,
         Err(e) => match flagvalues::flag_error(&e) {
