@@ -58,11 +58,16 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
         ),
     );
     k.start();
-    k.wait_pod("lg", Duration::from_secs(120), "crash restarted once", |p| {
-        container(p, "containerStatuses", "crash")
-            .and_then(|c| c["restartCount"].as_u64())
-            .is_some_and(|n| n >= 1)
-    })
+    k.wait_pod(
+        "lg",
+        Duration::from_secs(120),
+        "crash restarted once",
+        |p| {
+            container(p, "containerStatuses", "crash")
+                .and_then(|c| c["restartCount"].as_u64())
+                .is_some_and(|n| n >= 1)
+        },
+    )
     .await;
     // The restarted instance has written its line too.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -108,7 +113,12 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
     assert!(stamp(&previous) < stamp(&current));
     // --timestamps prefixes the runtime's RFC3339Nano time.
     let ts = text(&logs(&["lg", "-c", "crash", "--timestamps"]).stdout);
-    assert!(ts.split(' ').next().is_some_and(|t| t.ends_with('Z') && t.len() == 30), "{ts:?}");
+    assert!(
+        ts.split(' ')
+            .next()
+            .is_some_and(|t| t.ends_with('Z') && t.len() == 30),
+        "{ts:?}"
+    );
 
     // -f on an instance that has exited ends: the runtime says it does not run.
     let started = Instant::now();
@@ -196,9 +206,15 @@ async fn containerd_doctor_reports_the_dev_runtime_and_exits_as_its_findings_say
         stdout.contains(&format!("[ok]    log-dir: {} is writable", logs.display())),
         "{stdout}"
     );
-    assert!(stdout.contains("[warn]  clock: cannot reach the API server"), "{stdout}");
+    assert!(
+        stdout.contains("[warn]  clock: cannot reach the API server"),
+        "{stdout}"
+    );
     assert_eq!(o.status.code(), Some(implied_exit(&stdout)), "{stdout}");
-    assert!(o.status.code().unwrap() >= 1, "the clock warning at least:\n{stdout}");
+    assert!(
+        o.status.code().unwrap() >= 1,
+        "the clock warning at least:\n{stdout}"
+    );
 
     // The same findings as JSON, with the same exit code.
     let mut json_args = args.to_vec();
@@ -238,6 +254,9 @@ fn containerd_doctor_with_no_runtime_at_the_endpoint_exits_2() {
         stdout.contains("        fix: start the runtime"),
         "{stdout}"
     );
-    assert!(stdout.contains("[skip]  cni: the runtime did not answer"), "{stdout}");
+    assert!(
+        stdout.contains("[skip]  cni: the runtime did not answer"),
+        "{stdout}"
+    );
     assert_eq!(implied_exit(&stdout), 2);
 }

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use rustls::pki_types::pem::PemObject;
 use rkubelet_cri::{CriError, ImageService, RemoteRuntime, RuntimeService, api};
+use rustls::pki_types::pem::PemObject;
 
 use super::{
     CertFacts, ClockFacts, CniFacts, ConfigFacts, DiskFacts, Facts, FsStat, KernelFacts,
@@ -97,9 +97,13 @@ pub async fn gather(o: &GatherOptions) -> Facts {
         clock,
         certs,
         disks,
-        log_dir: LogDirFacts {
-            writable: writable(&pod_logs_dir),
-            path: pod_logs_dir,
+        log_dir: {
+            let (exists, writable) = writable(&pod_logs_dir);
+            LogDirFacts {
+                path: pod_logs_dir,
+                exists,
+                writable,
+            }
         },
     }
 }
@@ -307,12 +311,16 @@ fn list_cni(dir: &Path) -> Result<Vec<String>, String> {
 
 fn kernel_facts() -> KernelFacts {
     let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
-    let br = if Path::new("/sys/module/br_netfilter").exists() {
+    // The net.bridge sysctls exist only while the module is loaded (or built in).
+    let br = if Path::new("/sys/module/br_netfilter").exists()
+        || Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
+    {
         Some(true)
     } else {
-        std::fs::read_to_string("/proc/modules")
-            .ok()
-            .map(|m| m.lines().any(|l| l.split(' ').next() == Some("br_netfilter")))
+        std::fs::read_to_string("/proc/modules").ok().map(|m| {
+            m.lines()
+                .any(|l| l.split(' ').next() == Some("br_netfilter"))
+        })
     };
     KernelFacts {
         br_netfilter_loaded: br,
@@ -324,25 +332,27 @@ fn kernel_facts() -> KernelFacts {
 /// The API server's `Date` against the local clock, and the client certificate the
 /// kubeconfig names (if it names a file).
 async fn ask_api_server(path: &Path, timeout: Duration) -> (ClockFacts, Option<PathBuf>) {
-    let cert = kube::config::Kubeconfig::read_from(path).ok().and_then(|k| {
-        let ctx = k.current_context.clone()?;
-        let user = k
-            .contexts
-            .iter()
-            .find(|c| c.name == ctx)?
-            .context
-            .as_ref()?
-            .user
-            .clone()?;
-        let auth = k.auth_infos.iter().find(|a| a.name == user)?;
-        let file = auth.auth_info.as_ref()?.client_certificate.clone()?;
-        let file = PathBuf::from(file);
-        Some(if file.is_relative() {
-            path.parent().map(|d| d.join(&file)).unwrap_or(file)
-        } else {
-            file
-        })
-    });
+    let cert = kube::config::Kubeconfig::read_from(path)
+        .ok()
+        .and_then(|k| {
+            let ctx = k.current_context.clone()?;
+            let user = k
+                .contexts
+                .iter()
+                .find(|c| c.name == ctx)?
+                .context
+                .as_ref()?
+                .user
+                .clone()?;
+            let auth = k.auth_infos.iter().find(|a| a.name == user)?;
+            let file = auth.auth_info.as_ref()?.client_certificate.clone()?;
+            let file = PathBuf::from(file);
+            Some(if file.is_relative() {
+                path.parent().map(|d| d.join(&file)).unwrap_or(file)
+            } else {
+                file
+            })
+        });
     let clock = match tokio::time::timeout(timeout, server_date(path, timeout)).await {
         Ok(c) => c,
         Err(_) => ClockFacts::Unreachable {
@@ -403,8 +413,8 @@ fn cert_validity(path: &Path) -> Result<(SystemTime, SystemTime), String> {
         .ok_or("no CERTIFICATE block")?;
     let der = rustls::pki_types::CertificateDer::from_pem_slice(der.text.as_bytes())
         .map_err(|e| format!("certificate: {e}"))?;
-    let info = crate::certificate::CertInfo::parse(der.as_ref())
-        .ok_or("not a valid X.509 certificate")?;
+    let info =
+        crate::certificate::CertInfo::parse(der.as_ref()).ok_or("not a valid X.509 certificate")?;
     Ok((info.not_before, info.not_after))
 }
 
@@ -463,9 +473,18 @@ fn same_device(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn writable(dir: &Path) -> Result<(), String> {
-    if !dir.is_dir() {
-        return Err("it does not exist or is not a directory".to_owned());
+/// Whether `dir` is writable, or, while it does not exist, whether the kubelet can create it
+/// (its nearest existing ancestor is writable).
+fn writable(dir: &Path) -> (bool, Result<(), String>) {
+    let access = |p: &Path| {
+        rustix::fs::access(p, rustix::fs::Access::WRITE_OK).map_err(|e| format!("{p:?}: {e}"))
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => (true, access(dir)),
+        Ok(_) => (true, Err("it is not a directory".to_owned())),
+        Err(_) => {
+            let parent = dir.ancestors().skip(1).find(|a| a.is_dir());
+            (false, parent.map_or(Ok(()), access))
+        }
     }
-    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).map_err(|e| e.to_string())
 }

@@ -196,6 +196,8 @@ pub struct FsStat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogDirFacts {
     pub path: PathBuf,
+    /// `false`: not created yet; `writable` then tells whether the kubelet can create it.
+    pub exists: bool,
     pub writable: Result<(), String>,
 }
 
@@ -383,12 +385,7 @@ fn check_cni(c: Option<&CniFacts>) -> Finding {
         Ok(files) if !files.is_empty() => Finding::new(
             "cni",
             Severity::Ok,
-            format!(
-                "{} in {} ({})",
-                files.join(", "),
-                c.dir.display(),
-                c.source
-            ),
+            format!("{} in {} ({})", files.join(", "), c.dir.display(), c.source),
         ),
         Ok(_) => Finding::new(
             "cni",
@@ -485,9 +482,7 @@ fn check_swap(c: &ConfigFacts, swap: &Result<Vec<SwapArea>, String>) -> Finding 
         Finding::new(
             "swap",
             Severity::Error,
-            format!(
-                "swap is on ({list}) and failSwapOn is true: the kubelet refuses to start"
-            ),
+            format!("swap is on ({list}) and failSwapOn is true: the kubelet refuses to start"),
         )
         .fix(format!(
             "swapoff -a and remove the swap entries from /etc/fstab, or set failSwapOn: false {}",
@@ -506,33 +501,40 @@ fn check_kernel(k: &KernelFacts) -> Vec<Finding> {
     let mut out = Vec::new();
     out.push(match k.br_netfilter_loaded {
         Some(true) => Finding::new("kernel", Severity::Ok, "module br_netfilter is loaded"),
-        Some(false) => Finding::new("kernel", Severity::Warn, "module br_netfilter is not loaded")
-            .fix(
-                "modprobe br_netfilter, and add it to /etc/modules-load.d/k8s.conf so it loads \
+        Some(false) => Finding::new(
+            "kernel",
+            Severity::Warn,
+            "module br_netfilter is not loaded",
+        )
+        .fix(
+            "modprobe br_netfilter, and add it to /etc/modules-load.d/k8s.conf so it loads \
                  at boot (bridge CNI plugins and kube-proxy need it)",
-            ),
+        ),
         None => Finding::new(
             "kernel",
             Severity::Skip,
             "cannot tell whether br_netfilter is loaded (/sys/module and /proc/modules unreadable)",
         ),
     });
-    let sysctl = |name: &str, value: &Option<String>, sev: Severity, why: &str| match value
-        .as_deref()
-    {
-        Some("1") => Finding::new("kernel", Severity::Ok, format!("{name} = 1")),
-        Some(v) => Finding::new("kernel", sev, format!("{name} = {v} (want 1: {why})")).fix(
-            format!(
-                "sysctl -w {name}=1, and put \"{name} = 1\" in /etc/sysctl.d/k8s.conf so it \
+    let sysctl =
+        |name: &str, value: &Option<String>, sev: Severity, why: &str| match value.as_deref() {
+            Some("1") => Finding::new("kernel", Severity::Ok, format!("{name} = 1")),
+            Some(v) => {
+                Finding::new("kernel", sev, format!("{name} = {v} (want 1: {why})")).fix(format!(
+                    "sysctl -w {name}=1, and put \"{name} = 1\" in /etc/sysctl.d/k8s.conf so it \
                  survives a reboot"
-            ),
-        ),
-        None => Finding::new("kernel", sev, format!("{name} is not available (want 1: {why})"))
+                ))
+            }
+            None => Finding::new(
+                "kernel",
+                sev,
+                format!("{name} is not available (want 1: {why})"),
+            )
             .fix(format!(
                 "modprobe br_netfilter (it provides net.bridge.*), then sysctl -w {name}=1 and \
                  put it in /etc/sysctl.d/k8s.conf"
             )),
-    };
+        };
     out.push(sysctl(
         "net.ipv4.ip_forward",
         &k.ip_forward,
@@ -584,7 +586,10 @@ fn check_clock(c: &ClockFacts) -> Finding {
                 return Finding::new(
                     "clock",
                     Severity::Ok,
-                    format!("local clock within {}s of the API server {server}", SKEW_WARN.as_secs()),
+                    format!(
+                        "local clock within {}s of the API server {server}",
+                        SKEW_WARN.as_secs()
+                    ),
                 );
             };
             Finding::new(
@@ -744,8 +749,12 @@ fn check_disk(d: &DiskFacts, eviction: &BTreeMap<String, ThresholdValue>) -> Vec
             d.path.display()
         );
         out.push(if free < need {
-            Finding::new(check, Severity::Error, format!("{msg}: the kubelet is evicting pods"))
-                .fix(fix)
+            Finding::new(
+                check,
+                Severity::Error,
+                format!("{msg}: the kubelet is evicting pods"),
+            )
+            .fix(fix)
         } else if free < need.saturating_mul(2) {
             Finding::new(
                 check,
@@ -762,6 +771,27 @@ fn check_disk(d: &DiskFacts, eviction: &BTreeMap<String, ThresholdValue>) -> Vec
 
 fn check_log_dir(l: &LogDirFacts) -> Finding {
     match &l.writable {
+        Ok(()) if !l.exists => Finding::new(
+            "log-dir",
+            Severity::Ok,
+            format!(
+                "{} does not exist yet; the kubelet creates it at start (its parent is writable)",
+                l.path.display()
+            ),
+        ),
+        Err(e) if !l.exists => Finding::new(
+            "log-dir",
+            Severity::Error,
+            format!(
+                "{} does not exist and cannot be created: {e}",
+                l.path.display()
+            ),
+        )
+        .fix(format!(
+            "create {} (mode 0755, owned by root) on a writable file system; containers' \
+             logs are written there",
+            l.path.display()
+        )),
         Ok(()) => Finding::new(
             "log-dir",
             Severity::Ok,

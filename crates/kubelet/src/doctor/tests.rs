@@ -73,7 +73,10 @@ fn healthy() -> Facts {
         certs: vec![CertFacts {
             role: "client",
             path: "/var/lib/kubelet/pki/kubelet-client-current.pem".into(),
-            validity: Ok((now - Duration::from_secs(10 * DAY), now + Duration::from_secs(355 * DAY))),
+            validity: Ok((
+                now - Duration::from_secs(10 * DAY),
+                now + Duration::from_secs(355 * DAY),
+            )),
         }],
         disks: vec![DiskFacts {
             signal_prefix: "nodefs",
@@ -87,6 +90,7 @@ fn healthy() -> Facts {
         }],
         log_dir: LogDirFacts {
             path: "/var/log/pods".into(),
+            exists: true,
             writable: Ok(()),
         },
     }
@@ -116,7 +120,10 @@ fn a_healthy_node_has_only_ok_findings_and_exits_0() {
         text.contains("[ok]    runtime: containerd 1.6.20 (CRI v1) at unix:///run/containerd/containerd.sock\n"),
         "{text}"
     );
-    assert!(text.ends_with("summary: 13 ok, 0 warnings, 0 errors, 0 skipped\n"), "{text}");
+    assert!(
+        text.ends_with("summary: 13 ok, 0 warnings, 0 errors, 0 skipped\n"),
+        "{text}"
+    );
     assert!(!text.contains("fix:"), "{text}");
 }
 
@@ -145,7 +152,10 @@ fn a_false_runtime_condition_warns() {
     )];
     let p = only_problem(&facts);
     assert_eq!(p.severity, Severity::Warn);
-    assert!(p.message.contains("NetworkReady is false: NetworkPluginNotReady"));
+    assert!(
+        p.message
+            .contains("NetworkReady is false: NetworkPluginNotReady")
+    );
     assert!(p.fix.unwrap().contains("CNI"));
     assert_eq!(exit_code(&check(&facts)), 1);
 }
@@ -166,7 +176,11 @@ fn missing_cni_configuration_warns_and_names_the_directory_and_its_source() {
     );
     assert!(p.fix.unwrap().contains("/etc/cni/custom"));
     facts.cni.as_mut().unwrap().files = Err("No such file or directory (os error 2)".into());
-    assert!(only_problem(&facts).message.contains("cannot list /etc/cni/custom"));
+    assert!(
+        only_problem(&facts)
+            .message
+            .contains("cannot list /etc/cni/custom")
+    );
 }
 
 #[test]
@@ -179,12 +193,22 @@ fn cgroup_driver_mismatch_is_an_error_and_unknown_a_warning() {
     let p = only_problem(&facts);
     assert_eq!((p.check, p.severity), ("cgroup-driver", Severity::Error));
     assert!(p.message.contains("the kubelet uses systemd but the runtime uses cgroupfs (runtime: SystemdCgroup in /etc/containerd/config.toml)"), "{}", p.message);
-    assert!(p.fix.as_deref().unwrap().contains("cgroupDriver: cgroupfs in /var/lib/kubelet/config.yaml"));
+    assert!(
+        p.fix
+            .as_deref()
+            .unwrap()
+            .contains("cgroupDriver: cgroupfs in /var/lib/kubelet/config.yaml")
+    );
     facts.runtime_cgroup_driver =
         RuntimeCgroupDriver::Unknown("the runtime does not implement CRI RuntimeConfig".into());
     let p = only_problem(&facts);
     assert_eq!(p.severity, Severity::Warn);
-    assert!(p.message.contains("unknown (the runtime does not implement"), "{}", p.message);
+    assert!(
+        p.message
+            .contains("unknown (the runtime does not implement"),
+        "{}",
+        p.message
+    );
     // An empty cgroupDriver is the kubelet's default, cgroupfs.
     facts.config.cgroup_driver = String::new();
     facts.runtime_cgroup_driver = RuntimeCgroupDriver::Known {
@@ -209,7 +233,11 @@ fn swap_on_is_an_error_only_with_fail_swap_on() {
     let p = only_problem(&facts);
     assert_eq!((p.check, p.severity), ("swap", Severity::Error));
     assert!(p.message.contains("/swapfile 2047 MiB"), "{}", p.message);
-    assert!(p.fix.unwrap().contains("failSwapOn: false in /var/lib/kubelet/config.yaml"));
+    assert!(
+        p.fix
+            .unwrap()
+            .contains("failSwapOn: false in /var/lib/kubelet/config.yaml")
+    );
     facts.config.fail_swap_on = false;
     assert!(problems(&facts).is_empty());
     assert!(parse_proc_swaps("Filename Type Size Used Priority\n").is_empty());
@@ -230,8 +258,16 @@ fn kernel_modules_and_sysctls() {
     let p = problems(&facts);
     assert_eq!(p.len(), 2, "{p:#?}");
     assert!(p.iter().all(|f| f.severity == Severity::Warn));
-    assert!(p[0].fix.as_deref().unwrap().contains("modprobe br_netfilter"));
-    assert!(p[1].message.contains("net.bridge.bridge-nf-call-iptables is not available"));
+    assert!(
+        p[0].fix
+            .as_deref()
+            .unwrap()
+            .contains("modprobe br_netfilter")
+    );
+    assert!(
+        p[1].message
+            .contains("net.bridge.bridge-nf-call-iptables is not available")
+    );
     assert_eq!(exit_code(&check(&facts)), 1);
 }
 
@@ -253,7 +289,10 @@ fn clock_skew_thresholds_and_skip_without_kubeconfig() {
     facts.clock = at(-5);
     let p = only_problem(&facts);
     assert_eq!(p.severity, Severity::Warn);
-    assert!(p.message.starts_with("local clock is 5s behind the API server https://api:6443"));
+    assert!(
+        p.message
+            .starts_with("local clock is 5s behind the API server https://api:6443")
+    );
     facts.clock = at(90);
     let p = only_problem(&facts);
     assert_eq!(p.severity, Severity::Error);
@@ -275,7 +314,10 @@ fn certificate_expiry_thresholds() {
     let mut facts = healthy();
     let now = facts.now;
     let cert = |before: u64, after: u64| {
-        Ok((now - Duration::from_secs(before), now + Duration::from_secs(after)))
+        Ok((
+            now - Duration::from_secs(before),
+            now + Duration::from_secs(after),
+        ))
     };
     // One year, 30 days left: less than 10 % of the lifetime.
     facts.certs[0].validity = cert(335 * DAY, 30 * DAY);
@@ -317,7 +359,9 @@ fn disk_and_inode_headroom_against_eviction_hard() {
     let p = only_problem(&facts);
     assert_eq!((p.check, p.severity), ("nodefs", Severity::Warn));
     assert!(
-        p.message.starts_with("15.0GiB free of 100.0GiB on /var/lib/kubelet; evictionHard nodefs.available<10%"),
+        p.message.starts_with(
+            "15.0GiB free of 100.0GiB on /var/lib/kubelet; evictionHard nodefs.available<10%"
+        ),
         "{}",
         p.message
     );
@@ -336,10 +380,10 @@ fn disk_and_inode_headroom_against_eviction_hard() {
         "nodefs.available".into(),
         ThresholdValue::parse("60Gi").unwrap(),
     );
-    facts
-        .config
-        .eviction_hard
-        .insert("nodefs.inodesFree".into(), ThresholdValue::parse("0%").unwrap());
+    facts.config.eviction_hard.insert(
+        "nodefs.inodesFree".into(),
+        ThresholdValue::parse("0%").unwrap(),
+    );
     let p = only_problem(&facts);
     assert_eq!(p.severity, Severity::Error);
     assert!(p.message.contains("nodefs.available<60Gi"));
@@ -358,6 +402,17 @@ fn an_unwritable_log_directory_is_an_error() {
         p.message,
         "/var/log/pods is not writable: Read-only file system (os error 30)"
     );
+    // Not created yet: fine while the kubelet can create it.
+    facts.log_dir.exists = false;
+    let p = only_problem(&facts);
+    assert_eq!(p.severity, Severity::Error);
+    assert!(
+        p.message.contains("does not exist and cannot be created"),
+        "{}",
+        p.message
+    );
+    facts.log_dir.writable = Ok(());
+    assert!(problems(&facts).is_empty());
 }
 
 #[test]
@@ -378,7 +433,10 @@ fn exit_code_is_the_worst_severity() {
     assert_eq!(exit_code(&[]), 0);
     assert_eq!(exit_code(&[f(Severity::Ok), f(Severity::Skip)]), 0);
     assert_eq!(exit_code(&[f(Severity::Ok), f(Severity::Warn)]), 1);
-    assert_eq!(exit_code(&[f(Severity::Warn), f(Severity::Error), f(Severity::Ok)]), 2);
+    assert_eq!(
+        exit_code(&[f(Severity::Warn), f(Severity::Error), f(Severity::Ok)]),
+        2
+    );
 }
 
 #[test]

@@ -28,8 +28,13 @@ fn line(msg: &str) -> String {
 /// Reads what `find_pod_log` found, through the reader.
 fn read(log: &PodLog) -> String {
     let mut out = Vec::new();
-    read_logs_blocking(&log.reader_path(), &LogOptions::default(), &mut out, &mut || false)
-        .unwrap();
+    read_logs_blocking(
+        &log.reader_path(),
+        &LogOptions::default(),
+        &mut out,
+        &mut || false,
+    )
+    .unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -82,21 +87,34 @@ fn several_containers_need_a_name_as_kubectl_says() {
 fn unknown_pod_and_namespace_are_not_found() {
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join("default_web_uid1/app/0.log"), &line("x"));
-    for (ns, pod) in [("default", "other"), ("kube-system", "web"), ("default", "we")] {
+    for (ns, pod) in [
+        ("default", "other"),
+        ("kube-system", "web"),
+        ("default", "we"),
+    ] {
         let err = find_pod_log(dir.path(), &q(ns, pod, None, false)).unwrap_err();
         assert!(
             matches!(err, PodLogError::PodNotFound { .. }),
             "{ns}/{pod}: {err}"
         );
-        assert!(err.to_string().starts_with(&format!("pods \"{pod}\" not found in namespace \"{ns}\"")));
+        assert!(
+            err.to_string()
+                .starts_with(&format!("pods \"{pod}\" not found in namespace \"{ns}\""))
+        );
     }
 }
 
 #[test]
 fn the_newest_uid_directory_wins() {
     let dir = tempfile::tempdir().unwrap();
-    write(&dir.path().join("default_web_zzz-old/app/0.log"), &line("old"));
-    write(&dir.path().join("default_web_aaa-new/app/0.log"), &line("new"));
+    write(
+        &dir.path().join("default_web_zzz-old/app/0.log"),
+        &line("old"),
+    );
+    write(
+        &dir.path().join("default_web_aaa-new/app/0.log"),
+        &line("new"),
+    );
     let old = std::fs::File::open(dir.path().join("default_web_zzz-old")).unwrap();
     old.set_modified(std::time::SystemTime::UNIX_EPOCH).unwrap();
     let log = find_pod_log(dir.path(), &q("default", "web", None, false)).unwrap();
@@ -107,7 +125,10 @@ fn the_newest_uid_directory_wins() {
 #[test]
 fn a_static_pod_is_found_by_its_manifest_name_and_its_full_name() {
     let dir = tempfile::tempdir().unwrap();
-    write(&dir.path().join("kube-system_etcd-node1_abc/etcd/0.log"), &line("etcd"));
+    write(
+        &dir.path().join("kube-system_etcd-node1_abc/etcd/0.log"),
+        &line("etcd"),
+    );
     for name in ["etcd", "etcd-node1"] {
         let log = find_pod_log(dir.path(), &q("kube-system", name, None, false)).unwrap();
         assert_eq!(log.pod, "etcd-node1");
@@ -131,7 +152,10 @@ fn path_characters_in_names_are_rejected_before_any_lookup() {
         ("default", "web_x", None),
     ] {
         let err = find_pod_log(dir.path(), &q(ns, pod, c, false)).unwrap_err();
-        assert!(matches!(err, PodLogError::BadName { .. }), "{ns} {pod} {c:?}: {err}");
+        assert!(
+            matches!(err, PodLogError::BadName { .. }),
+            "{ns} {pod} {c:?}: {err}"
+        );
     }
     let err = check_name("pod name", "../x").unwrap_err();
     assert_eq!(
@@ -150,7 +174,10 @@ fn attack_a_symlinked_pod_or_container_directory_is_refused() {
     symlink(&secret, pods.join("default_web_uid1")).unwrap();
     let err = find_pod_log(&pods, &q("default", "web", None, false)).unwrap_err();
     assert!(matches!(err, PodLogError::Symlink(_)), "{err}");
-    assert!(err.to_string().contains("refusing to follow the symlink"), "{err}");
+    assert!(
+        err.to_string().contains("refusing to follow the symlink"),
+        "{err}"
+    );
 
     std::fs::create_dir(pods.join("default_db_uid2")).unwrap();
     symlink(secret.join("app"), pods.join("default_db_uid2/app")).unwrap();
@@ -166,8 +193,8 @@ fn attack_a_symlinked_log_file_is_refused_here_and_by_the_reader() {
     let c = dir.path().join("pods/default_web_uid1/app");
     std::fs::create_dir_all(&c).unwrap();
     symlink(&secret, c.join("0.log")).unwrap();
-    let err = find_pod_log(&dir.path().join("pods"), &q("default", "web", None, false))
-        .unwrap_err();
+    let err =
+        find_pod_log(&dir.path().join("pods"), &q("default", "web", None, false)).unwrap_err();
     assert!(matches!(err, PodLogError::Symlink(_)), "{err}");
     // Swapped in after the check: the reader does not follow it either.
     std::fs::remove_file(c.join("0.log")).unwrap();
@@ -176,12 +203,18 @@ fn attack_a_symlinked_log_file_is_refused_here_and_by_the_reader() {
     std::fs::remove_file(c.join("0.log")).unwrap();
     symlink(&secret, c.join("0.log")).unwrap();
     let mut out = Vec::new();
-    let err = read_logs_blocking(&log.reader_path(), &LogOptions::default(), &mut out, &mut || {
-        false
-    })
+    let err = read_logs_blocking(
+        &log.reader_path(),
+        &LogOptions::default(),
+        &mut out,
+        &mut || false,
+    )
     .unwrap_err();
     assert!(out.is_empty());
-    assert!(log.describe(&err.to_string()).contains(&c.join("0.log").display().to_string()));
+    assert!(
+        log.describe(&err.to_string())
+            .contains(&c.join("0.log").display().to_string())
+    );
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub struct DoctorArgs {
 }
 
 pub async fn run(args: DoctorArgs) -> ExitCode {
-    let timeout = match parse_go_duration(&args.timeout) {
+    let timeout = match parse_go_duration(&args.timeout).map(|d| d.as_std()) {
         Ok(t) if !t.is_zero() => t,
         Ok(_) => {
             eprintln!("error: --timeout must be greater than 0");

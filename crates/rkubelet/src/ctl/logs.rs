@@ -78,7 +78,9 @@ fn log_options(a: &LogsArgs, now: chrono::DateTime<chrono::Utc>) -> Result<LogOp
     }
     let since = match (&a.since, &a.since_time) {
         (Some(d), _) => {
-            let d = parse_go_duration(d).map_err(|e| format!("invalid --since {d:?}: {e}"))?;
+            let d = parse_go_duration(d)
+                .map_err(|e| format!("invalid --since {d:?}: {e}"))?
+                .as_std();
             if d.is_zero() {
                 return Err("--since must be greater than 0".into());
             }
@@ -277,7 +279,16 @@ mod tests {
 
     #[test]
     fn flags_map_to_the_readers_options_as_the_query_does() {
-        let o = opts(&["p", "--tail", "3", "--limit-bytes", "10", "--timestamps", "-f"]).unwrap();
+        let o = opts(&[
+            "p",
+            "--tail",
+            "3",
+            "--limit-bytes",
+            "10",
+            "--timestamps",
+            "-f",
+        ])
+        .unwrap();
         assert_eq!(o.tail, Some(3));
         assert_eq!(o.limit_bytes, Some(10));
         assert!(o.timestamps && o.follow);
@@ -295,8 +306,10 @@ mod tests {
     #[test]
     fn bad_flag_values_are_named() {
         let err = |argv: &[&str]| opts(argv).unwrap_err();
-        assert!(err(&["p", "--since", "5s", "--since-time", "2024-01-01T00:00:00Z"])
-            .contains("at most one of --since or --since-time"));
+        assert!(
+            err(&["p", "--since", "5s", "--since-time", "2024-01-01T00:00:00Z"])
+                .contains("at most one of --since or --since-time")
+        );
         assert!(err(&["p", "--since", "soon"]).starts_with("invalid --since \"soon\""));
         assert!(err(&["p", "--since", "0s"]).contains("--since must be greater than 0"));
         assert!(err(&["p", "--since-time", "yesterday"]).starts_with("invalid --since-time"));
