@@ -21,6 +21,30 @@ fn rkubelet(args: &[&str]) -> Output {
         .expect("run rkubelet")
 }
 
+/// `rkubelet args…`, killed (and the test failed) if it has not ended within `limit`.
+fn rkubelet_within(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rkubelet");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "rkubelet {args:?} still running after {limit:?}; stdout {:?} stderr {:?}",
+                text(&o.stdout),
+                text(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -54,7 +78,7 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
     k.write_manifest(
         "lg.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: lg\nspec:\n  restartPolicy: Always\n  containers:\n  - name: crash\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo crash $(date +%s%N); exit 1\"]\n  - name: tick\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done\"]\n"
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: lg\nspec:\n  restartPolicy: Always\n  containers:\n  - name: crash\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"echo crash $(cut -d' ' -f1 /proc/uptime); exit 1\"]\n  - name: tick\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", \"i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done\"]\n"
         ),
     );
     k.start();
@@ -73,7 +97,16 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let config = k.dir.path().join("config.yaml");
     let config = config.to_str().unwrap();
-    let base = ["logs", "--config", config, "--hostname-override", NODE];
+    let ep = endpoint();
+    let base = [
+        "logs",
+        "--config",
+        config,
+        "--hostname-override",
+        NODE,
+        "--container-runtime-endpoint",
+        &ep,
+    ];
     let logs = |extra: &[&str]| {
         let mut args: Vec<&str> = base.to_vec();
         args.extend_from_slice(extra);
@@ -104,7 +137,8 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
     assert_eq!(text(&full.stdout), text(&current.stdout));
     let previous = logs(&["lg", "-c", "crash", "--previous"]);
     assert!(previous.status.success(), "{}", text(&previous.stderr));
-    let stamp = |o: &Output| -> u128 {
+    // Host uptime when the instance started: later instances print more.
+    let stamp = |o: &Output| -> f64 {
         let t = text(&o.stdout);
         let line = t.trim_end();
         assert!(line.starts_with("crash ") && !line.contains('\n'), "{t:?}");
@@ -122,7 +156,9 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
 
     // -f on an instance that has exited ends: the runtime says it does not run.
     let started = Instant::now();
-    let f = logs(&["lg", "-c", "crash", "-f"]);
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend_from_slice(&["lg", "-c", "crash", "-f"]);
+    let f = rkubelet_within(&args, Duration::from_secs(30));
     assert!(f.status.success(), "{}", text(&f.stderr));
     assert_eq!(text(&f.stdout), text(&current.stdout));
     assert!(started.elapsed() < Duration::from_secs(20));
@@ -145,12 +181,11 @@ async fn containerd_logs_are_read_with_the_kubelet_stopped() {
         }
         numbers
     });
-    let numbers = tokio::time::timeout(Duration::from_secs(30), read_lines)
-        .await
-        .expect("five followed lines within 30s")
-        .unwrap();
+    let numbers = tokio::time::timeout(Duration::from_secs(30), read_lines).await;
+    // Killed first, so that a failed wait does not leave the reading thread blocked.
     let _ = child.kill();
     let _ = child.wait();
+    let numbers = numbers.expect("five followed lines within 30s").unwrap();
     assert!(
         numbers.windows(2).all(|w| w[1] == w[0] + 1),
         "consecutive lines: {numbers:?}"
@@ -259,4 +294,56 @@ fn containerd_doctor_with_no_runtime_at_the_endpoint_exits_2() {
         "{stdout}"
     );
     assert_eq!(implied_exit(&stdout), 2);
+}
+
+#[test]
+fn containerd_logs_refuses_path_names_and_symlinks_in_the_pod_log_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let pods = dir.path().join("pods");
+    let secret = dir.path().join("secret/app");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(
+        secret.join("0.log"),
+        "2024-01-01T00:00:00Z stdout F secret\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(pods.join("default_web_uid1")).unwrap();
+    std::os::unix::fs::symlink(&secret, pods.join("default_web_uid1/app")).unwrap();
+    std::fs::create_dir_all(pods.join("default_db_uid2/app")).unwrap();
+    std::os::unix::fs::symlink(secret.join("0.log"), pods.join("default_db_uid2/app/0.log"))
+        .unwrap();
+    let pods = pods.to_str().unwrap();
+    for (argv, want) in [
+        (
+            vec!["../secret"],
+            "error: invalid pod name \"../secret\": must not contain '/'\n".to_owned(),
+        ),
+        (
+            vec!["web", "-n", ".."],
+            "error: invalid namespace \"..\": must not be \".\" or \"..\"\n".to_owned(),
+        ),
+        (
+            vec!["web", "-c", "../../secret/app"],
+            "error: invalid container \"../../secret/app\": must not contain '/'\n".to_owned(),
+        ),
+        (
+            vec!["web"],
+            format!(
+                "error: refusing to follow the symlink {pods}/default_web_uid1/app in the pod log directory\n"
+            ),
+        ),
+        (
+            vec!["db"],
+            format!(
+                "error: refusing to follow the symlink {pods}/default_db_uid2/app/0.log in the pod log directory\n"
+            ),
+        ),
+    ] {
+        let mut args = vec!["logs", "--pod-logs-dir", pods];
+        args.extend(argv.iter().copied());
+        let o = rkubelet(&args);
+        assert_eq!(o.status.code(), Some(1), "{argv:?}");
+        assert!(o.stdout.is_empty(), "{argv:?}: {}", text(&o.stdout));
+        assert_eq!(text(&o.stderr), want, "{argv:?}");
+    }
 }

@@ -566,7 +566,7 @@ fn check_clock(c: &ClockFacts) -> Finding {
             Severity::Warn,
             format!("cannot reach the API server {server} to compare clocks: {error}"),
         )
-        .fix("check the network path and the kubeconfig's server address"),
+        .fix("check the kubeconfig and the network path to its server"),
         ClockFacts::Measured {
             server,
             server_time,
