@@ -73,9 +73,9 @@ pub async fn gather(o: &GatherOptions) -> Facts {
         path: o.root_dir.clone(),
         stat: statvfs(&o.root_dir),
     }];
-    if let Some(img) = &rt.image_fs
-        && !same_device(img, &o.root_dir)
-    {
+    // Observed also when it shares nodefs's file system: the eviction manager checks the
+    // imagefs thresholds (upstream default 15 %) against it all the same.
+    if let Some(img) = &rt.image_fs {
         disks.push(DiskFacts {
             signal_prefix: "imagefs",
             path: img.clone(),
@@ -132,8 +132,6 @@ fn read_config(o: &GatherOptions) -> (ConfigFacts, KubeletConfiguration) {
         fail_swap_on: kc.fail_swap_on,
         eviction_hard: kc.eviction_hard.clone(),
         pod_logs_dir,
-        root_dir: o.root_dir.clone(),
-        runtime_endpoint: kc.container_runtime_endpoint.clone(),
     };
     (facts, kc)
 }
@@ -463,14 +461,6 @@ fn statvfs(path: &Path) -> Result<FsStat, String> {
         inodes_total: s.f_files,
         inodes_free: s.f_ffree,
     })
-}
-
-fn same_device(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev(),
-        _ => false,
-    }
 }
 
 /// Whether `dir` is writable, or, while it does not exist, whether the kubelet can create it

@@ -83,8 +83,6 @@ pub struct ConfigFacts {
     pub fail_swap_on: bool,
     pub eviction_hard: BTreeMap<String, ThresholdValue>,
     pub pod_logs_dir: PathBuf,
-    pub root_dir: PathBuf,
-    pub runtime_endpoint: String,
 }
 
 impl ConfigFacts {

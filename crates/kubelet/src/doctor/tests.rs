@@ -38,8 +38,6 @@ fn healthy() -> Facts {
             fail_swap_on: true,
             eviction_hard: eviction(),
             pod_logs_dir: "/var/log/pods".into(),
-            root_dir: "/var/lib/kubelet".into(),
-            runtime_endpoint: String::new(),
         },
         runtime: RuntimeFacts {
             endpoint: "unix:///run/containerd/containerd.sock".into(),
