@@ -15,6 +15,7 @@ pub mod config;
 pub mod config_merge;
 pub mod container;
 pub mod credentialprovider;
+pub mod doctor;
 pub mod events;
 pub mod events_api;
 pub mod events_ring;

@@ -6,6 +6,7 @@
 //! the live file renamed and the runtime asked to reopen it (CRI `ReopenContainerLog`; renamed
 //! back when that fails). Emits nothing but logs; file naming lives in `rotate`.
 
+pub mod pod_dir;
 pub mod rotate;
 
 use std::path::{Path, PathBuf};

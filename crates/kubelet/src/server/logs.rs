@@ -455,9 +455,23 @@ struct Source {
     ino: u64,
 }
 
+/// Opens a log file for reading: never through a symlink in its place (`O_NOFOLLOW`), never
+/// blocking on a FIFO; anything but a regular file is refused.
+fn open_log_file(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(path, crate::fsat::FILE_FLAGS, rustix::fs::Mode::empty())?;
+    let file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
 impl Source {
     fn open(path: &Path, live: bool) -> io::Result<Self> {
-        let file = File::open(path)?;
+        let file = open_log_file(path)?;
         let meta = file.metadata()?;
         Ok(Self {
             gz: !live && path.extension().is_some_and(|e| e == "gz"),
@@ -766,7 +780,7 @@ impl LiveFile {
 
     /// `path` from its start, or `None` when it does not exist (yet).
     fn open(path: &Path) -> Result<Option<Self>, LogError> {
-        let file = match File::open(path) {
+        let file = match open_log_file(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {

@@ -574,3 +574,31 @@ async fn a_consumer_that_goes_away_mid_read_stops_the_reader() {
     drop(rx);
     until(&dropped).await;
 }
+
+#[test]
+fn attack_the_reader_follows_no_symlink_and_opens_no_fifo() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, LOG).unwrap();
+    let live = dir.path().join("0.log");
+    std::os::unix::fs::symlink(&secret, &live).unwrap();
+    let err = try_read(&live, LogOptions::default()).unwrap_err();
+    assert!(matches!(err, LogError::Open { .. }), "{err}");
+    // A symlinked rotated file is skipped, its target not read.
+    std::fs::remove_file(&live).unwrap();
+    std::fs::write(&live, "").unwrap();
+    std::os::unix::fs::symlink(&secret, dir.path().join("0.log.20240101-000000")).unwrap();
+    assert_eq!(read(&live, LogOptions::default()), "");
+    // A FIFO in the live file's place is refused at once instead of blocking the open.
+    std::fs::remove_file(&live).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &live,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let err = try_read(&live, LogOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+}
