@@ -113,8 +113,10 @@ async fn a_fast_writer_stays_within_its_log_limit() {
         "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 5s\n",
     );
     // The fastest busybox writer measured (see docs/reliability/faults-logs.md): long lines.
-    let fast = "tr '\\000' x < /dev/zero | fold -w 4000";
-    env.k.write_manifest("fast.yaml", &pod("fast", fast));
+    // `RKUBELET_FAULTS_LOG_WRITER` runs another shell command instead (to compare writers).
+    let fast = std::env::var("RKUBELET_FAULTS_LOG_WRITER")
+        .unwrap_or_else(|_| "dd if=/dev/zero bs=1M 2>/dev/null | tr '\\000' x".to_owned());
+    env.k.write_manifest("fast.yaml", &pod("fast", &fast));
     // ~200-byte lines, ~400 KB/s: rotates every few seconds by size, through the timer too.
     let slow = "pad=$(printf '%0200d' 0); while true; do i=0; while [ $i -lt 100 ]; do echo $pad; i=$((i+1)); done; usleep 50000; done";
     env.k.write_manifest("slow.yaml", &pod("slow", slow));
@@ -151,7 +153,11 @@ async fn a_fast_writer_stays_within_its_log_limit() {
     // Each rotation logs the size it found and how long rename + reopen took.
     let field = |l: &str, key: &str| -> Option<u64> {
         let at = l.find(key)? + key.len();
-        l[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+        l[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
     };
     let (mut rotations, mut rotated_bytes, mut took) = (0u64, 0u64, Vec::new());
     for l in log.lines().filter(|l| {
@@ -161,8 +167,20 @@ async fn a_fast_writer_stays_within_its_log_limit() {
         rotated_bytes += field(l, "size=").unwrap_or(MAX_SIZE);
         took.extend(field(l, "took_us="));
     }
+    // The kubelet's complaints about log rotation, if any (they explain a large figure).
+    for l in log
+        .lines()
+        .filter(|l| l.contains("rotat") && (l.starts_with('W') || l.starts_with('E')))
+        .take(20)
+    {
+        eprintln!("kubelet: {l}");
+    }
     took.sort_unstable();
-    let pct = |p: usize| took.get(took.len().saturating_sub(1) * p / 100).copied().unwrap_or(0);
+    let pct = |p: usize| {
+        took.get(took.len().saturating_sub(1) * p / 100)
+            .copied()
+            .unwrap_or(0)
+    };
     let (took_p50, took_max) = (pct(50), pct(100));
     let rate = rotated_bytes as f64 / elapsed.as_secs_f64();
     eprintln!(
@@ -176,13 +194,26 @@ async fn a_fast_writer_stays_within_its_log_limit() {
         "the fast writer rotated only {rotations} times in {elapsed:?}: not a fast writer\n{}",
         tail(&log, 40)
     );
-    // The bound: the live file overshoots 1 MiB by what the writer writes during the
-    // reaction (inotify → size check → rename → ReopenContainerLog). At the rates containerd
-    // sustains here (tens of MB/s) a 100 ms reaction is a few MB; 8 MiB live / 16 MiB in all
-    // leaves room for a loaded CI machine and is two orders of magnitude below main's 234 MB.
-    assert!(max_live <= 8 * MAX_SIZE, "live log reached {max_live} bytes");
-    assert!(max_total <= 16 * MAX_SIZE, "logs reached {max_total} bytes");
-    assert!(max_files <= 2, "{max_files} log files with containerLogMaxFiles 2");
+    // The bound: the live file overshoots 1 MiB by what the writer writes during the reaction
+    // (inotify event → size check → rename → ReopenContainerLog). The reaction is a few ms
+    // (rename + reopen p50 ≈ 2 ms) but its tail is the kubelet waiting for a CPU: measured up
+    // to ~0.4 s on 2 cores at load 15 (other builds and tests). A 1 s budget at the measured
+    // rate, plus 8 MiB of slack for the rate being a lower bound, holds on such a machine; the
+    // total is two such files. Main (timer only) reached 234 MB + 65 MB at a lower rate.
+    let live_bound = MAX_SIZE + rate as u64 + 8 * MAX_SIZE;
+    assert!(
+        max_live <= live_bound,
+        "live log reached {max_live} bytes (bound {live_bound})"
+    );
+    assert!(
+        max_total <= 2 * live_bound,
+        "logs reached {max_total} bytes (bound {})",
+        2 * live_bound
+    );
+    assert!(
+        max_files <= 2,
+        "{max_files} log files with containerLogMaxFiles 2"
+    );
     assert!(
         slow_rotated,
         "the slow pod's log never rotated\n{}",
@@ -190,7 +221,9 @@ async fn a_fast_writer_stays_within_its_log_limit() {
     );
     faults::report(
         "6",
-        "a container writing as fast as busybox can (tr|fold, 4000-byte lines), containerLogMaxSize 1Mi, MaxFiles 2, MonitorInterval 5s, plus a slow writer",
+        &format!(
+            "a container writing as fast as busybox can (`{fast}`), containerLogMaxSize 1Mi, MaxFiles 2, MonitorInterval 5s, plus a slow writer"
+        ),
         "live file and total bounded, <= 2 files, other pods rotate",
         &format!(
             "writer >= {:.1} MB/s ({rotations} rotations in {:.0} s, rename+reopen p50 {:.1} ms max {:.1} ms); max live {:.2} MB, max total {:.2} MB, max files {max_files} (sampled every 100 ms)",

@@ -315,10 +315,8 @@ impl ContainerLogManager {
         let shared = Arc::new(worker::Shared {
             runtime: self.runtime.clone(),
             policy: self.config.policy,
-            clock: self.clock.clone(),
-            compress_slots: Arc::new(tokio::sync::Semaphore::new(
-                self.config.max_workers.max(1),
-            )),
+            clock: self.clock,
+            compress_slots: Arc::new(tokio::sync::Semaphore::new(self.config.max_workers.max(1))),
             reports: reports_tx,
             stats: self.stats.clone(),
             retry_max: self.config.monitor_interval,
@@ -382,8 +380,16 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 impl Loop<'_> {
-    async fn run(&mut self, cancel: &CancellationToken, mut reports: mpsc::Receiver<worker::Report>) {
-        let period = self.manager.config.monitor_interval.max(Duration::from_millis(1));
+    async fn run(
+        &mut self,
+        cancel: &CancellationToken,
+        mut reports: mpsc::Receiver<worker::Report>,
+    ) {
+        let period = self
+            .manager
+            .config
+            .monitor_interval
+            .max(Duration::from_millis(1));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -497,13 +503,16 @@ impl Loop<'_> {
         let runtime = self.manager.runtime.clone();
         let known: HashSet<String> = self.workers.keys().cloned().collect();
         self.relist = Some(tokio::spawn(async move {
-            let running: HashSet<String> = runtime.running_containers().await?.into_iter().collect();
+            let running: HashSet<String> =
+                runtime.running_containers().await?.into_iter().collect();
             let mut new = Vec::new();
             for id in running.iter().filter(|id| !known.contains(*id)) {
                 match runtime.log_path(id).await {
                     Ok(Some(path)) => new.push((id.clone(), path)),
                     Ok(None) => {}
-                    Err(e) => warn!(container_id = %id, error = %e, "failed to rotate log for container"),
+                    Err(e) => {
+                        warn!(container_id = %id, error = %e, "failed to rotate log for container")
+                    }
                 }
             }
             Ok((running, new))

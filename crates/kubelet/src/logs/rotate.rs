@@ -288,7 +288,10 @@ fn with_suffix(p: &Path, s: &str) -> PathBuf {
 /// rotated away or removed) stops with `ErrorKind::Interrupted`. On any failure the `.tmp` is
 /// removed and `log` left as it was, to be compressed again later.
 pub fn compress(log: &Path, aborted: &dyn Fn() -> bool) -> std::io::Result<()> {
-    let (tmp, gz) = (with_suffix(log, TMP_SUFFIX), with_suffix(log, COMPRESS_SUFFIX));
+    let (tmp, gz) = (
+        with_suffix(log, TMP_SUFFIX),
+        with_suffix(log, COMPRESS_SUFFIX),
+    );
     let result = (|| {
         let mut reader = BufReader::new(File::open(log)?);
         let out = File::create(&tmp)?;

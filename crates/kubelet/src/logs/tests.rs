@@ -168,7 +168,11 @@ async fn rotates_compresses_and_keeps_at_most_max_files() {
         LogStats::get(&stats.checks) >= 1
     })
     .await;
-    assert_eq!(env.rt.call_count("ReopenContainerLog"), 0, "below the limit");
+    assert_eq!(
+        env.rt.call_count("ReopenContainerLog"),
+        0,
+        "below the limit"
+    );
 
     for round in 0..4u64 {
         env.write_live(100 + round as usize);
@@ -354,7 +358,12 @@ impl LogRuntime for FileRuntime {
     }
 
     async fn log_path(&self, id: &str) -> Result<Option<PathBuf>, LogError> {
-        Ok(self.containers.lock().unwrap().get(id).map(|c| c.log.clone()))
+        Ok(self
+            .containers
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|c| c.log.clone()))
     }
 
     async fn reopen_log(&self, id: &str) -> Result<(), CriError> {
@@ -366,12 +375,11 @@ impl LogRuntime for FileRuntime {
         tokio::time::sleep(latency).await;
         match writer {
             Some(tx) => {
+                // A writer that has stopped (end of test) acknowledges nothing.
                 let (ack_tx, ack_rx) = std::sync::mpsc::sync_channel(1);
-                tx.send(ack_tx).unwrap();
-                tokio::task::spawn_blocking(move || ack_rx.recv())
-                    .await
-                    .unwrap()
-                    .unwrap();
+                if tx.send(ack_tx).is_ok() {
+                    let _ = tokio::task::spawn_blocking(move || ack_rx.recv()).await;
+                }
             }
             None => {
                 std::fs::OpenOptions::new()
@@ -381,7 +389,12 @@ impl LogRuntime for FileRuntime {
                     .unwrap();
             }
         }
-        *self.reopens.lock().unwrap().entry(id.to_owned()).or_default() += 1;
+        *self
+            .reopens
+            .lock()
+            .unwrap()
+            .entry(id.to_owned())
+            .or_default() += 1;
         Ok(())
     }
 }
@@ -422,9 +435,8 @@ async fn a_100mb_per_s_writer_is_held_near_the_limit_by_inotify() {
     let cdir = dir.path().join("ns_p_u/c");
     rt.add("fast", cdir.join("0.log"), Duration::ZERO);
     // The monitor interval alone would let 100 MB/s × 5 s = 500 MB through.
-    let manager =
-        ContainerLogManager::with_log_runtime(rt.clone(), config(MAX_SIZE, 2, 5))
-            .with_pod_logs_dir(dir.path().to_owned());
+    let manager = ContainerLogManager::with_log_runtime(rt.clone(), config(MAX_SIZE, 2, 5))
+        .with_pod_logs_dir(dir.path().to_owned());
     let stats = manager.stats();
     let run = Running::start(manager);
     // The worker exists once the first listing is done.
@@ -452,14 +464,20 @@ async fn a_100mb_per_s_writer_is_held_near_the_limit_by_inotify() {
         "writer {:.0} MB/s, {rotations} rotations, max live {max_live} B, max total {max_total} B, max files {max_files}",
         rate / 1e6
     );
-    assert!(rate > 50e6, "the writer did not reach its pace: {rate:.0} B/s");
+    assert!(
+        rate > 50e6,
+        "the writer did not reach its pace: {rate:.0} B/s"
+    );
     assert!(
         rotations as f64 > 0.5 * written as f64 / MAX_SIZE as f64,
         "{rotations} rotations for {written} bytes"
     );
     assert!(max_live <= LIVE_BOUND, "live file reached {max_live} B");
     assert!(max_total <= 2 * LIVE_BOUND, "logs reached {max_total} B");
-    assert!(max_files <= 2, "{max_files} files with containerLogMaxFiles 2");
+    assert!(
+        max_files <= 2,
+        "{max_files} files with containerLogMaxFiles 2"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -478,9 +496,15 @@ async fn a_slow_reopen_of_one_container_does_not_delay_another() {
     // Again at the next interval, while a's reopen still hangs.
     std::fs::write(&b, "x".repeat(100)).unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    until(Duration::from_secs(1), "b rotated again", || rt.reopens("b") == 2).await;
+    until(Duration::from_secs(1), "b rotated again", || {
+        rt.reopens("b") == 2
+    })
+    .await;
     assert_eq!(rt.reopens("a"), 0, "a's reopen is still in flight");
-    until(Duration::from_secs(60), "a rotated", || rt.reopens("a") == 1).await;
+    until(Duration::from_secs(60), "a rotated", || {
+        rt.reopens("a") == 1
+    })
+    .await;
     run.stop().await;
     assert_eq!(names(&dir.path().join("a/c")).len(), 2);
 }
@@ -497,7 +521,10 @@ async fn a_failed_compression_never_stops_rotation_and_is_retried() {
         ContainerLogManager::with_log_runtime(rt.clone(), config(10, 3, 5)).with_inotify(false);
     let stats = manager.stats();
     let run = Running::start(manager);
-    until(Duration::from_secs(1), "rotation 1", || rt.reopens("c") == 1).await;
+    until(Duration::from_secs(1), "rotation 1", || {
+        rt.reopens("c") == 1
+    })
+    .await;
     let first = names(&cdir).into_iter().find(|n| n != "0.log").unwrap();
     // The compression of the first rotated file cannot create its .tmp.
     let obstacle = cdir.join(format!("{first}.tmp"));
@@ -505,14 +532,20 @@ async fn a_failed_compression_never_stops_rotation_and_is_retried() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     std::fs::write(&log, "x".repeat(100)).unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    until(Duration::from_secs(1), "rotation 2", || rt.reopens("c") == 2).await;
+    until(Duration::from_secs(1), "rotation 2", || {
+        rt.reopens("c") == 2
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(cdir.join(&first).exists(), "left uncompressed");
     assert!(!cdir.join(format!("{first}.gz")).exists());
     // Rotation goes on regardless (upstream stopped here for good, #102553).
     std::fs::write(&log, "x".repeat(100)).unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    until(Duration::from_secs(1), "rotation 3", || rt.reopens("c") == 3).await;
+    until(Duration::from_secs(1), "rotation 3", || {
+        rt.reopens("c") == 3
+    })
+    .await;
     assert_eq!(LogStats::get(&stats.rotations), 3);
     // The obstacle goes: the next check compresses what is left uncompressed.
     std::fs::remove_dir(&obstacle).unwrap();

@@ -31,6 +31,9 @@ pub(super) struct DirWatcher {
     watched: HashMap<PathBuf, WatchDescriptor>,
 }
 
+/// The most events in one batch.
+const MAX_BATCH: usize = 64;
+
 /// The directory depth below `podLogsDir` at which log files live.
 const CONTAINER_DEPTH: usize = 2;
 
@@ -87,7 +90,9 @@ impl DirWatcher {
             Ok(wd) => {
                 // The same directory under another name (a bind mount, a symlink) may give a
                 // descriptor already known; keep the first name.
-                self.dirs.entry(wd.clone()).or_insert((dir.to_owned(), depth));
+                self.dirs
+                    .entry(wd.clone())
+                    .or_insert((dir.to_owned(), depth));
                 self.watched.insert(dir.to_owned(), wd);
                 true
             }
@@ -107,7 +112,11 @@ impl DirWatcher {
             _ => return Batch::Lost,
         };
         let mut pending = Some(first);
+        // A busy writer never lets the queue run dry: a batch ends after this many events so
+        // that its wake-ups go out at once.
+        let mut budget = MAX_BATCH;
         while let Some(ev) = pending.take() {
+            budget -= 1;
             if ev.mask.contains(EventMask::Q_OVERFLOW) {
                 overflow = true;
             } else if ev.mask.contains(EventMask::IGNORED) {
@@ -128,7 +137,9 @@ impl DirWatcher {
                 }
             }
             // Events already buffered are taken without waiting.
-            if let Some(Some(Ok(ev))) = futures::FutureExt::now_or_never(self.stream.next()) {
+            if budget > 0
+                && let Some(Some(Ok(ev))) = futures::FutureExt::now_or_never(self.stream.next())
+            {
                 pending = Some(ev);
             }
         }
@@ -179,7 +190,7 @@ mod tests {
             f.write_all(b"line\n").unwrap();
         }
         let mut seen = BTreeSet::new();
-        while seen.len() < 1 {
+        while seen.is_empty() {
             match batch(&mut w).await {
                 Batch::Files(files) => seen.extend(files),
                 other => panic!("{other:?}"),
