@@ -88,11 +88,16 @@ impl DirWatcher {
             | WatchMask::ONLYDIR;
         match self.stream.watches().add(dir, mask) {
             Ok(wd) => {
-                // The same directory under another name (a bind mount, a symlink) may give a
-                // descriptor already known; keep the first name.
-                self.dirs
+                // The same directory under another name (a symlink in `podLogsDir`) gives the
+                // descriptor already known: the runtime's spelling (added by path, no depth)
+                // wins, since the manager looks live files up by the runtime's log path.
+                let entry = self
+                    .dirs
                     .entry(wd.clone())
                     .or_insert((dir.to_owned(), depth));
+                if depth.is_none() {
+                    entry.0 = dir.to_owned();
+                }
                 self.watched.insert(dir.to_owned(), wd);
                 true
             }
