@@ -101,7 +101,8 @@ pub(super) fn start(
         None => None,
     };
     if let Some(config) = cfg.gc.container_logs {
-        let manager = ContainerLogManager::new(deps.runtime.clone(), config);
+        let manager = ContainerLogManager::new(deps.runtime.clone(), config)
+            .with_pod_logs_dir(cfg.pod_logs_dir.clone());
         sup.spawn_critical("container log manager", manager.run(cancel.child_token()));
     }
     Ok((image_gc, container_gc))
