@@ -104,7 +104,7 @@ fn crash_pod() -> String {
 
 /// A churn pod; every other one has a tmpfs emptyDir and an exec readiness probe.
 fn churn_pod(name: &str, n: u32) -> String {
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         manifest(
             name,
             "Always",

@@ -2,7 +2,7 @@
 //! form; `dev/faults.sh --soak 120` is the 2 h run) the kubelet lives through a steady churn of
 //! static pods (a new pod about every 2 s, each deleted 5–20 s later), next to pods that stay:
 //! exec and HTTP probes every second, a crash-looping container, and a log-heavy container
-//! whose log rotates (`containerLogMaxSize: 64Ki`, `containerLogMonitorInterval: 2s`).
+//! whose log rotates (`containerLogMaxSize: 64Ki`, `containerLogMonitorInterval: 3s`).
 //!
 //! Sampled every 30 s (short form, ≤ 10 min) or every minute: the kubelet's RSS (VmRSS), open
 //! fds, tasks, mounts under the root dir, pod cgroups under its `cgroupRoot`, runtime sandboxes
@@ -66,7 +66,7 @@ fn steady_pods() -> Vec<(&'static str, String)> {
 }
 
 fn churn_pod(name: &str, n: u64) -> String {
-    if n % 3 == 0 {
+    if n.is_multiple_of(3) {
         manifest(
             name,
             &format!(
@@ -231,7 +231,7 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
 
     let mut k = Kubelet::new();
     k.append_config(
-        "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 2s\n",
+        "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 3s\n",
     );
     for (name, yaml) in steady_pods() {
         k.write_manifest(&format!("{name}.yaml"), &yaml);

@@ -157,7 +157,7 @@ pub async fn view(rt: &RemoteRuntime, prefix: &str) -> View {
         .into_iter()
         .filter_map(|s| {
             let m = s.metadata?;
-            m.name.starts_with(prefix).then(|| Sandbox {
+            m.name.starts_with(prefix).then_some(Sandbox {
                 id: s.id,
                 name: m.name,
                 uid: m.uid,
@@ -304,7 +304,8 @@ pub async fn traces(k: &Kubelet, rt: &RemoteRuntime, prefix: &str) -> Traces {
 }
 
 /// Waits until the node holds no trace of any pod (all manifests removed); returns how long
-/// it took. Panics with what is left and the kubelet log.
+/// it took, and prints when each kind of trace went. Panics with what is left and the kubelet
+/// log.
 pub async fn wait_no_traces(
     k: &Kubelet,
     rt: &RemoteRuntime,
@@ -312,9 +313,25 @@ pub async fn wait_no_traces(
     timeout: Duration,
 ) -> Duration {
     let start = Instant::now();
+    let mut gone: BTreeMap<&str, f64> = BTreeMap::new();
     loop {
         let t = traces(k, rt, prefix).await;
+        let now = start.elapsed().as_secs_f64();
+        for (kind, empty) in [
+            ("containers", t.runtime.containers.is_empty()),
+            ("sandboxes", t.runtime.sandboxes.is_empty()),
+            ("mounts", t.mounts.is_empty()),
+            ("pod cgroups", t.cgroups.is_empty()),
+            ("pod dirs", t.dirs.is_empty()),
+        ] {
+            if empty {
+                gone.entry(kind).or_insert(now);
+            } else {
+                gone.remove(kind);
+            }
+        }
         if t.is_empty() {
+            eprintln!("traces gone after (s): {gone:?}");
             return start.elapsed();
         }
         assert!(
