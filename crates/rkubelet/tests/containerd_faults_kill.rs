@@ -285,13 +285,15 @@ async fn wait_converged(
     desired: &BTreeMap<String, Kind>,
     stable: &BTreeMap<String, BTreeMap<String, (String, u64)>>,
     timeout: Duration,
-) -> Duration {
+) -> (Duration, String) {
     let start = Instant::now();
+    let mut waited_for = String::new();
     loop {
         let why = match converged(k, rt, desired, stable).await {
-            Ok(()) => return start.elapsed(),
+            Ok(()) => return (start.elapsed(), waited_for),
             Err(why) => why,
         };
+        waited_for.clone_from(&why);
         assert!(
             start.elapsed() < timeout,
             "not converged {timeout:?} after the restart: {why}\ndesired: {desired:?}\nkubelet log tail:\n{}",
@@ -361,9 +363,9 @@ async fn kubelet_kill9_during_churn_keeps_pods_and_leaves_nothing() {
             churn.step(&k, &mut rng);
         }
         k.start();
-        let took = wait_converged(&k, &rt, &churn.desired, &stable, Duration::from_secs(90)).await;
+        let (took, last) = wait_converged(&k, &rt, &churn.desired, &stable, Duration::from_secs(90)).await;
         eprintln!(
-            "kill {}/{kills}: converged {:.1}s after the restart ({} pods desired)",
+            "kill {}/{kills}: converged {:.1}s after the restart ({} pods desired; last waited for: {last})",
             i + 1,
             took.as_secs_f64(),
             churn.desired.len()
