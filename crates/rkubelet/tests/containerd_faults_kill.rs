@@ -363,16 +363,29 @@ async fn kubelet_kill9_during_churn_keeps_pods_and_leaves_nothing() {
             churn.step(&k, &mut rng);
         }
         k.start();
-        let (took, last) = wait_converged(&k, &rt, &churn.desired, &stable, Duration::from_secs(90)).await;
+        let restarted_at = chrono::Utc::now().format("%H:%M:%S%.3f");
+        let (took, last) =
+            wait_converged(&k, &rt, &churn.desired, &stable, Duration::from_secs(90)).await;
         eprintln!(
             "kill {}/{kills}: converged {:.1}s after the restart ({} pods desired; last waited for: {last})",
             i + 1,
             took.as_secs_f64(),
             churn.desired.len()
         );
+        if took > Duration::from_secs(8) {
+            eprintln!(
+                "kill {}: slow convergence, restarted at {restarted_at} (kubelet log {})",
+                i + 1,
+                k.log_file().display()
+            );
+        }
         converge.push(took);
     }
     let (dups, samples) = watch.finish().await;
+    // `RKUBELET_FAULTS_KEEP_LOG=PATH` keeps the kubelet log of the run for a closer look.
+    if let Some(keep) = std::env::var_os("RKUBELET_FAULTS_KEEP_LOG") {
+        let _ = std::fs::copy(k.log_file(), keep);
+    }
     assert!(
         dups.is_empty(),
         "duplicated pods/containers seen during the run: {dups:?}"

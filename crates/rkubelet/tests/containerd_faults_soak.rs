@@ -10,10 +10,11 @@
 //! `RKUBELET_SOAK_CSV` chooses it). Must hold: RSS at the end within 10 % of its value at the
 //! warm mark (10 min; short form: 1 min and 25 %, since 5 minutes is mostly warm-up); once the
 //! churn stops and its pods are gone, mounts, pod cgroups and runtime objects come back to
-//! their baseline before the churn exactly and fds to at most it; tasks grow no further than
-//! the churn's high-water mark (tokio's blocking pool keeps idle threads while blocking work
-//! keeps arriving within its keep-alive, as Go keeps its Ms) and every thread is parked in an
-//! idle wait (none stuck in a blocking call); and at the very end nothing of any pod is left.
+//! their baseline before the churn exactly and fds to at most it; tasks come back to at most
+//! their value at the warm mark with every thread parked in an idle wait (none stuck in a
+//! blocking call: the count itself moves by a few from second to second as tokio's blocking
+//! pool grows for bursts and shrinks after its keep-alive); and at the very end nothing of any
+//! pod is left.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -332,36 +333,45 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
         k.remove_manifest(&format!("{name}.yaml"));
     }
     let settle = Instant::now();
-    let peak_tasks = samples.iter().map(|s| s.tasks).max().unwrap_or(0);
+    // Seen once each after the churn stopped: fds at most the baseline, and tasks at most the
+    // warm mark's with every thread parked in an idle wait. The kubelet's thread count moves
+    // by a few from second to second (tokio's blocking pool grows for bursts of blocking work
+    // and shrinks after its 10 s keep-alive), so it is judged by its low point, not by one
+    // sample; a leaked thread (stuck in a blocking call) would show in the idle check.
+    let (mut fds_back, mut tasks_back) = (None, None);
     let settled = loop {
         let s = sample(&k, &rt, pid, t0, 3, seen_running.len() as u64).await;
         let busy = busy_tasks(pid);
+        if fds_back.is_none() && s.fds <= base.fds {
+            fds_back = Some(s.fds);
+        }
+        if tasks_back.is_none() && s.tasks <= warm_sample.tasks && busy.is_empty() {
+            tasks_back = Some(s.tasks);
+        }
         // Mounts, pod cgroups and sandboxes exactly as before the churn; containers too, but
-        // the crash-looping pod may keep one exited container besides its current one. Tasks:
-        // tokio's blocking pool keeps idle threads as long as blocking work keeps arriving
-        // within its 10 s keep-alive (the steady pods' probes and log rotation do), so the
-        // pool stays at the churn's high-water mark; what must hold is that it grew no further
-        // and that no thread is stuck in anything but an idle wait.
+        // the crash-looping pod may keep one exited container besides its current one.
         let back = s.mounts == base.mounts
             && s.cgroups == base.cgroups
             && s.sandboxes == base.sandboxes
             && s.containers <= base.containers + 1
-            && s.fds <= base.fds
-            && s.tasks <= peak_tasks
-            && busy.is_empty();
+            && fds_back.is_some()
+            && tasks_back.is_some();
         if back {
             break s;
         }
         assert!(
             settle.elapsed() < Duration::from_secs(120),
-            "not back to the baseline 120 s after the churn stopped\nbaseline {HEADER}\n         {}\nnow      {}\ntasks peak {peak_tasks}, not idle: {busy:?}\nleft: {:#?}\nkubelet log tail:\n{}",
+            "not back to the baseline 120 s after the churn stopped\nbaseline {HEADER}\n         {}\nwarm     {}\nnow      {}\nfds back {fds_back:?}, tasks back {tasks_back:?}, threads not idle: {busy:?}\nleft: {:#?}\nkubelet log tail:\n{}",
             base.csv(),
+            warm_sample.csv(),
             s.csv(),
             churn::traces(&k, &rt, PREFIX).await,
             tail(&k.log_text(), 60)
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    let (fds_end, tasks_end) = (fds_back.unwrap_or(0), tasks_back.unwrap_or(0));
+    let peak_tasks = samples.iter().map(|s| s.tasks).max().unwrap_or(0);
     writeln!(csv, "{}", settled.csv()).unwrap();
     samples.push(settled);
     let settle_secs = settle.elapsed().as_secs_f64();
@@ -420,7 +430,7 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
             log_bytes / 1024
         ),
         &format!(
-            "RSS within {:.0} % of the warm mark; once churn stopped: mounts, pod cgroups, runtime objects back to the baseline exactly, fds at most it, tasks at most the churn's high-water mark with every thread idle; nothing left",
+            "RSS within {:.0} % of the warm mark; once churn stopped: mounts, pod cgroups, runtime objects back to the baseline exactly, fds at most it, tasks at most the warm mark's with every thread idle; nothing left",
             rss_bound * 100.0
         ),
         &format!(
@@ -431,10 +441,10 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
             peak as f64 / 1024.0,
             base.fds,
             warm_sample.fds,
-            settled.fds,
+            fds_end,
             base.tasks,
             warm_sample.tasks,
-            settled.tasks,
+            tasks_end,
             clean.as_secs_f64(),
             path.display()
         ),
