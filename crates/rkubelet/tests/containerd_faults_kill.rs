@@ -382,10 +382,6 @@ async fn kubelet_kill9_during_churn_keeps_pods_and_leaves_nothing() {
         converge.push(took);
     }
     let (dups, samples) = watch.finish().await;
-    // `RKUBELET_FAULTS_KEEP_LOG=PATH` keeps the kubelet log of the run for a closer look.
-    if let Some(keep) = std::env::var_os("RKUBELET_FAULTS_KEEP_LOG") {
-        let _ = std::fs::copy(k.log_file(), keep);
-    }
     assert!(
         dups.is_empty(),
         "duplicated pods/containers seen during the run: {dups:?}"
@@ -396,6 +392,10 @@ async fn kubelet_kill9_during_churn_keeps_pods_and_leaves_nothing() {
         k.remove_manifest(&format!("{name}.yaml"));
     }
     let clean = churn::wait_no_traces(&k, &rt, PREFIX, Duration::from_secs(120)).await;
+    // `RKUBELET_FAULTS_KEEP_LOG=PATH` keeps the kubelet log of the run for a closer look.
+    if let Some(keep) = std::env::var_os("RKUBELET_FAULTS_KEEP_LOG") {
+        let _ = std::fs::copy(k.log_file(), keep);
+    }
     let (p50, max) = churn::p50_max(&converge);
     faults::report(
         "1",
