@@ -340,7 +340,10 @@ async fn dead_orphan_content_is_removed_at_housekeeping() {
     for s in h.fake.sandboxes() {
         assert!(h.fake.kill_sandbox(&s.id));
     }
-    assert_eq!((h.fake.containers().len(), h.fake.sandboxes().len()), (1, 1));
+    assert_eq!(
+        (h.fake.containers().len(), h.fake.sandboxes().len()),
+        (1, 1)
+    );
 
     let agent = h.start().await;
     set(&agent, vec![]).await;
