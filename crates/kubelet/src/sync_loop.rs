@@ -506,11 +506,30 @@ impl SyncLoop {
         if let Some(v) = &self.volumes {
             v.cleanup_orphaned_pod_dirs(&possibly_running).await;
         }
+        let running_uids: HashSet<String> = running.iter().map(|rp| rp.uid.clone()).collect();
         for rp in running {
             if !known.contains(&rp.uid) && !desired.contains(&rp.uid) {
                 info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "killing orphaned runtime pod");
                 self.workers.update_pod(PodWork::kill_orphan(rp));
             }
+        }
+        // Dead content of a pod no source has: a kubelet killed between stopping a removed pod
+        // and removing it leaves stopped sandboxes and exited containers. rkubelet removes a
+        // terminated pod's content at once (where upstream leaves it to the next container GC),
+        // so this is removed at the next housekeeping as well, not a GC period later.
+        match list_pods(self.runtime.as_ref(), true).await {
+            Ok(all) => {
+                for rp in all {
+                    if !known.contains(&rp.uid)
+                        && !desired.contains(&rp.uid)
+                        && !running_uids.contains(&rp.uid)
+                    {
+                        info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "removing dead orphaned runtime pod");
+                        self.workers.update_pod(PodWork::kill_orphan(rp));
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "housekeeping: listing all runtime pods failed"),
         }
         if let Some((cm, root_dir)) = &self.cgroups {
             let (cm, root_dir) = (cm.clone(), root_dir.clone());

@@ -319,6 +319,41 @@ async fn an_orphans_pod_dir_stays_until_its_containers_are_gone() {
     agent.shutdown().await;
 }
 
+/// A kubelet killed between stopping a removed pod and removing it leaves a stopped sandbox
+/// and an exited container of a pod no source has: the next kubelet removes them at its first
+/// housekeeping, not a container-GC period (60 s) later.
+#[tokio::test(start_paused = true)]
+async fn dead_orphan_content_is_removed_at_housekeeping() {
+    let h = Harness::new();
+    let gone = pod("gone", "Always", 1);
+    let agent = h.start().await;
+    set(&agent, vec![gone.clone()]).await;
+    wait_until("running", Duration::from_secs(30), || {
+        all_running(&agent, &gone)
+    })
+    .await;
+    agent.shutdown().await;
+    // What the killed kubelet got done: the container stopped, the sandbox stopped.
+    for c in h.fake.containers() {
+        assert!(h.fake.exit_container(&c.id, 137));
+    }
+    for s in h.fake.sandboxes() {
+        assert!(h.fake.kill_sandbox(&s.id));
+    }
+    assert_eq!(
+        (h.fake.containers().len(), h.fake.sandboxes().len()),
+        (1, 1)
+    );
+
+    let agent = h.start().await;
+    set(&agent, vec![]).await;
+    wait_until("dead orphan removed", Duration::from_secs(10), || {
+        h.fake.containers().is_empty() && h.fake.sandboxes().is_empty()
+    })
+    .await;
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn restart_policy_never_success_is_terminal() {
     let h = Harness::new();
