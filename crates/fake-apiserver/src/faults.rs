@@ -301,7 +301,15 @@ mod tests {
     fn sliding_window_counts_the_busiest_second() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let times = [at(0), at(100), at(900), at(1000), at(1050), at(1899), at(3000)];
+        let times = [
+            at(0),
+            at(100),
+            at(900),
+            at(1000),
+            at(1050),
+            at(1899),
+            at(3000),
+        ];
         // 900, 1000, 1050, 1899 are within one second of each other.
         assert_eq!(max_in_window(&times, Duration::from_secs(1)), 4);
         assert_eq!(max_in_window(&[], Duration::from_secs(1)), 0);

@@ -401,10 +401,12 @@ impl FakeApiServer {
     /// Makes every API request (not health checks) fail with `code` (e.g. 500, 503) until
     /// called with `None`: simulates an API server returning errors.
     pub fn fail_requests(&self, code: Option<u16>) {
-        self.api.faults.set_failure(code.map(|code| faults::Failure {
-            code,
-            retry_after: None,
-        }));
+        self.api
+            .faults
+            .set_failure(code.map(|code| faults::Failure {
+                code,
+                retry_after: None,
+            }));
     }
 
     /// The fault switches (outage, failures, 429 with `Retry-After`, latency, dropped

@@ -768,8 +768,9 @@ impl Api {
             table,
         };
         let rx = watch::start(&self.store, info, params)?;
-        let stream = crate::faults::UntilDropped::new(ReceiverStream::new(rx), self.faults.watch_token())
-            .map(|b| Ok::<_, Infallible>(Frame::data(b)));
+        let stream =
+            crate::faults::UntilDropped::new(ReceiverStream::new(rx), self.faults.watch_token())
+                .map(|b| Ok::<_, Infallible>(Frame::data(b)));
         let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

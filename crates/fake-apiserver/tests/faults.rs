@@ -51,12 +51,7 @@ async fn get(
 }
 
 async fn json_body(resp: http::Response<hyper::body::Incoming>) -> Value {
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     serde_json::from_slice(&bytes).unwrap_or(Value::Null)
 }
 
@@ -84,7 +79,9 @@ async fn outage_resets_every_connection_and_counts_the_attempts() {
     );
     assert!(tried.iter().all(|r| r.code == 0), "{tried:?}");
     s.faults().set_outage(false);
-    let back = get(&s, "/api/v1/namespaces").await.expect("after the outage");
+    let back = get(&s, "/api/v1/namespaces")
+        .await
+        .expect("after the outage");
     assert_eq!(back.status(), 200);
 }
 
@@ -111,7 +108,9 @@ async fn every_request_is_answered_500_but_health_checks() {
             .status(),
         200
     );
-    let log = s.faults().requests(Instant::now() - Duration::from_secs(60), Instant::now());
+    let log = s
+        .faults()
+        .requests(Instant::now() - Duration::from_secs(60), Instant::now());
     let codes: Vec<_> = log
         .iter()
         .filter(|r| r.key == "LIST pods")
@@ -124,9 +123,12 @@ async fn every_request_is_answered_500_but_health_checks() {
 async fn too_many_requests_carries_retry_after_as_the_real_server() {
     let (s, _d) = server().await;
     s.faults().set_failure(Some(Failure::too_many_requests(7)));
-    let r = get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
-        .await
-        .unwrap();
+    let r = get(
+        &s,
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "7");
     let st = json_body(r).await;
@@ -152,7 +154,10 @@ async fn latency_delays_each_request_and_shows_in_flight() {
     assert_eq!(a.unwrap().status(), 200);
     assert_eq!(b.unwrap().status(), 200);
     assert!(took >= Duration::from_millis(400), "{took:?}");
-    assert!(took < Duration::from_millis(2000), "served one after the other: {took:?}");
+    assert!(
+        took < Duration::from_millis(2000),
+        "served one after the other: {took:?}"
+    );
     assert_eq!(s.faults().max_in_flight(), 2);
     // Health checks are not delayed.
     let start = std::time::Instant::now();

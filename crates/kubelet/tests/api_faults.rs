@@ -174,7 +174,11 @@ async fn outage_and_500s_stay_under_five_requests_per_second_and_recover_at_once
         let end = Instant::now();
         let log = f.server.faults().requests(begin, end);
         let max = f.server.faults().max_per_second(begin, end, |_| true);
-        assert!(max <= 5, "{fault}: {max} requests in one second: {}", summary(&log));
+        assert!(
+            max <= 5,
+            "{fault}: {max} requests in one second: {}",
+            summary(&log)
+        );
         if fault == "outage" {
             assert!(log.iter().all(|r| r.key == CONNECT), "{}", summary(&log));
         }
@@ -193,8 +197,14 @@ async fn outage_and_500s_stay_under_five_requests_per_second_and_recover_at_once
             first_ok(&f.server, end, "GET nodes")
         })
         .await;
-        assert!(lease_in < Duration::from_secs(8), "{fault}: lease {lease_in:?}");
-        assert!(status_in < Duration::from_secs(3), "{fault}: status {status_in:?}");
+        assert!(
+            lease_in < Duration::from_secs(8),
+            "{fault}: lease {lease_in:?}"
+        );
+        assert!(
+            status_in < Duration::from_secs(3),
+            "{fault}: status {status_in:?}"
+        );
         // The watch resumes: at most one LIST of pods (no relist storm).
         tokio::time::sleep(Duration::from_secs(3)).await;
         let after = f.server.faults().requests(end, Instant::now());
@@ -235,7 +245,8 @@ async fn retry_after_holds_every_request_back() {
         .collect();
     assert!(
         early.is_empty(),
-        "sent within Retry-After: {early:?}\nall: {}", summary(&log)
+        "sent within Retry-After: {early:?}\nall: {}",
+        summary(&log)
     );
     eventually("the lease renewed after the 429s", || {
         first_ok(&f.server, end, "PUT leases.coordination.k8s.io")

@@ -37,10 +37,11 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// A request failed without being sent.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ThrottleError {
-    #[error(
-        "request not sent: the API server asked to retry after {retry_after:?}; {left:?} left"
-    )]
-    RetryAfter { retry_after: Duration, left: Duration },
+    #[error("request not sent: the API server asked to retry after {retry_after:?}; {left:?} left")]
+    RetryAfter {
+        retry_after: Duration,
+        left: Duration,
+    },
     #[error(
         "request not sent: the API server is failing ({failures} failures in a row); next attempt in {left:?}"
     )]
@@ -171,7 +172,10 @@ impl Throttle {
 
     /// Consecutive failures seen (0: the server answers).
     pub fn failures(&self) -> u32 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).failures
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failures
     }
 }
 
@@ -253,7 +257,10 @@ mod tests {
     fn retry_after_parses_seconds_and_caps_hostile_values() {
         assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
         assert_eq!(parse_retry_after(" 1 "), Some(Duration::from_secs(1)));
-        assert_eq!(parse_retry_after(&u64::MAX.to_string()), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            parse_retry_after(&u64::MAX.to_string()),
+            Some(MAX_RETRY_AFTER)
+        );
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(parse_retry_after("-1"), None);
         assert_eq!(parse_retry_after(""), None);
@@ -269,7 +276,10 @@ mod tests {
             b.body(()).unwrap()
         };
         for ok in [200, 201, 404, 409, 422] {
-            assert_eq!(Outcome::of_response(&resp(ok, Some("5"))), Outcome::Answered);
+            assert_eq!(
+                Outcome::of_response(&resp(ok, Some("5"))),
+                Outcome::Answered
+            );
         }
         assert_eq!(Outcome::of_response(&resp(429, Some("2"))), failed(Some(2)));
         assert_eq!(Outcome::of_response(&resp(500, None)), failed(None));
@@ -302,11 +312,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let per_second = |s: u64| {
-            sent.iter()
-                .filter(|d| d.as_secs() == s)
-                .count()
-        };
+        let per_second = |s: u64| sent.iter().filter(|d| d.as_secs() == s).count();
         // The first request, then probes 200, 400, 800 ms apart (plus jitter).
         assert!(per_second(0) <= 3, "{sent:?}");
         for s in 2..20 {
@@ -315,7 +321,10 @@ mod tests {
         // …and the server keeps being probed: the first success is never far away.
         assert!(sent.len() >= 15, "{sent:?}");
         let gaps = sent.windows(2).map(|w| w[1] - w[0]);
-        assert!(gaps.clone().all(|g| g <= Duration::from_millis(1250)), "{sent:?}");
+        assert!(
+            gaps.clone().all(|g| g <= Duration::from_millis(1250)),
+            "{sent:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,9 +42,7 @@ pub fn report(row: &str, fault: &str, holds: &str, figure: &str) {
         Mode::Full => "full",
     };
     let clean = |s: &str| s.replace(['\t', '\n', '|'], " ");
-    let line = [row, mode, fault, holds, figure]
-        .map(clean)
-        .join("\t");
+    let line = [row, mode, fault, holds, figure].map(clean).join("\t");
     eprintln!("FAULT-ROW\t{line}");
     if let Ok(path) = std::env::var("RKUBELET_FAULTS_REPORT") {
         let mut f = std::fs::OpenOptions::new()
