@@ -460,23 +460,22 @@ async fn api_server_faults() {
     );
     let watches = log.iter().filter(|r| r.verb() == "WATCH").count();
     row.assert_undisturbed("3e", &before).await;
+    // kubeAPIQPS / kubeAPIBurst over the whole run: no second ever saw more than the bucket
+    // allows (burst plus one second of refill; one request of slack: arrival times at the
+    // server jitter around the send times).
+    let all = inject.max_per_second(run_start, Instant::now(), |_| true);
+    assert!(
+        all <= BURST + QPS + 1,
+        "{all} requests in one second (kubeAPIQPS {QPS}, kubeAPIBurst {BURST})"
+    );
     faults::report(
         "3e",
         "open watches dropped 3 times, 2 s apart",
         "watches resume from their resourceVersion (no relist), a new pod still starts",
         &format!(
-            "{watches} watch requests, {} LISTs; new pod Running after {}",
+            "{watches} watch requests, {} LISTs; new pod Running after {}; whole run: max {all} req/s (kubeAPIQPS {QPS}, kubeAPIBurst {BURST})",
             lists.values().sum::<usize>(),
             secs(begin.elapsed())
         ),
     );
-
-    // kubeAPIQPS / kubeAPIBurst over the whole run: no second ever saw more than the bucket
-    // allows (burst plus one second of refill).
-    let all = inject.max_per_second(run_start, Instant::now(), |_| true);
-    assert!(
-        all <= BURST + QPS,
-        "{all} requests in one second (kubeAPIQPS {QPS}, kubeAPIBurst {BURST})"
-    );
-    eprintln!("max {all} req/s over the whole run");
 }
