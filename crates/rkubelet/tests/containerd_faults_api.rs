@@ -316,7 +316,7 @@ async fn api_server_faults() {
     );
 
     // 3b: every request answered 500.
-    let span = faults::pick(Duration::from_secs(10), Duration::from_secs(60));
+    let span = faults::pick(Duration::from_secs(10), Duration::from_secs(30));
     let begin = Instant::now();
     inject.set_failure(Some(Failure {
         code: 500,
@@ -345,7 +345,7 @@ async fn api_server_faults() {
 
     // 3c: 429 with Retry-After (the real server's max-in-flight / APF rejection).
     let retry_after = 3;
-    let span = faults::pick(Duration::from_secs(12), Duration::from_secs(60));
+    let span = faults::pick(Duration::from_secs(12), Duration::from_secs(30));
     let begin = Instant::now();
     inject.set_failure(Some(Failure::too_many_requests(retry_after)));
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -391,7 +391,7 @@ async fn api_server_faults() {
     );
 
     // 3d: every request takes 5 s.
-    let span = faults::pick(Duration::from_secs(20), Duration::from_secs(60));
+    let span = faults::pick(Duration::from_secs(20), Duration::from_secs(30));
     let begin = Instant::now();
     inject.reset_max_in_flight();
     inject.set_latency(Duration::from_secs(5));
