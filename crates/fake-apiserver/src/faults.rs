@@ -215,7 +215,8 @@ impl Faults {
             .store(self.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 
-    /// Every request (and refused connection) that arrived in `[from, to)`, oldest first.
+    /// Every request (and refused connection) that arrived in `[from, to)`, oldest first. A
+    /// request is logged once answered (a delayed one only after its delay).
     pub fn requests(&self, from: Instant, to: Instant) -> Vec<Record> {
         self.log
             .lock()
