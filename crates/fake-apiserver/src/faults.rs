@@ -218,13 +218,17 @@ impl Faults {
     /// Every request (and refused connection) that arrived in `[from, to)`, oldest first. A
     /// request is logged once answered (a delayed one only after its delay).
     pub fn requests(&self, from: Instant, to: Instant) -> Vec<Record> {
-        self.log
+        let mut out: Vec<Record> = self
+            .log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|r| r.at >= from && r.at < to)
             .cloned()
-            .collect()
+            .collect();
+        // Logged in the order they were answered; a slow answer can come after a later one.
+        out.sort_by_key(|r| r.at);
+        out
     }
 
     /// The highest number of requests selected by `filter` that arrived within any one
