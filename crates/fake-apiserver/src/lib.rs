@@ -10,6 +10,7 @@ pub mod certificates;
 pub mod ephemeral;
 pub mod error;
 pub mod events;
+pub mod faults;
 pub mod jsonpatch;
 pub mod logs;
 pub mod proto;
@@ -197,7 +198,7 @@ impl FakeApiServer {
             address: addr.to_string(),
             signing_secret: format!("{token}-signing"),
             counters: Mutex::new(BTreeMap::new()),
-            fail_with: std::sync::atomic::AtomicU16::new(0),
+            faults: Arc::new(faults::Faults::default()),
             kubelet_tls,
             reviews: Arc::new(reviews::Reviews::default()),
         });
@@ -401,8 +402,17 @@ impl FakeApiServer {
     /// called with `None`: simulates an API server returning errors.
     pub fn fail_requests(&self, code: Option<u16>) {
         self.api
-            .fail_with
-            .store(code.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+            .faults
+            .set_failure(code.map(|code| faults::Failure {
+                code,
+                retry_after: None,
+            }));
+    }
+
+    /// The fault switches (outage, failures, 429 with `Retry-After`, latency, dropped
+    /// watches) and the log of requests with their arrival times (per-second rates).
+    pub fn faults(&self) -> &Arc<faults::Faults> {
+        &self.api.faults
     }
 
     /// Simulates an outage: closes the listener and every open connection (watches end) and
@@ -485,6 +495,7 @@ async fn serve(
 ) {
     let mut conns = tokio::task::JoinSet::new();
     let streams = streaming::StreamTasks::default();
+    let mut epoch = api.faults.connection_epoch();
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => break,
@@ -497,7 +508,20 @@ async fn serve(
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            Ok(()) = epoch.changed() => {
+                // An outage begins: every open connection goes down with the server.
+                conns.abort_all();
+                continue;
+            }
         };
+        if api.faults.outage() {
+            api.faults
+                .record(tokio::time::Instant::now(), faults::CONNECT.to_owned(), 0);
+            // RST instead of FIN: the client sees the connection reset at once.
+            let _ = stream.set_zero_linger();
+            drop(stream);
+            continue;
+        }
         let api = api.clone();
         let tls = tls.clone();
         let streams = streams.clone();

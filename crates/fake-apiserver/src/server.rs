@@ -41,8 +41,8 @@ pub struct Api {
     pub signing_secret: String,
     /// Request counters keyed by `VERB resource`.
     pub counters: Mutex<BTreeMap<String, u64>>,
-    /// When non-zero, every request except health checks fails with this HTTP code.
-    pub fail_with: std::sync::atomic::AtomicU16,
+    /// Injected faults and the request log.
+    pub faults: Arc<crate::faults::Faults>,
     /// TLS client config for calling kubelets (`pods/log`).
     pub kubelet_tls: Arc<rustls::ClientConfig>,
     /// Answers of TokenReview and SubjectAccessReview.
@@ -204,6 +204,24 @@ fn parse_target(path: &str) -> Result<Option<Target>, ApiError> {
     Ok(Some(t))
 }
 
+/// The key a request is logged under: `VERB resource[/subresource]` as the counters use
+/// (`LIST`/`WATCH` for collection GETs), `VERB /path` for anything else.
+fn request_key(method: &Method, path: &str, query: Option<&str>) -> String {
+    let trimmed = path.trim_end_matches('/');
+    match parse_target(trimmed) {
+        Ok(Some(t)) => {
+            let verb = match (method, &t.name) {
+                (&Method::GET, None) if truthy(&parse_query(query), "watch") => "WATCH",
+                (&Method::GET, None) => "LIST",
+                (m, _) => m.as_str(),
+            };
+            let sub = t.sub.map(|s| format!("/{s}")).unwrap_or_default();
+            format!("{verb} {}{sub}", t.info.qualified())
+        }
+        _ => format!("{method} {path}"),
+    }
+}
+
 fn list_opts(info: &ResourceInfo, q: &HashMap<String, String>) -> Result<ListOpts, ApiError> {
     let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -281,7 +299,7 @@ impl Api {
     /// Serves one request; `cert_user` is the identity of a verified client certificate.
     pub async fn handle(
         self: Arc<Self>,
-        mut req: Request<Incoming>,
+        req: Request<Incoming>,
         cert_user: Option<UserInfo>,
     ) -> Result<Response<Body>, Infallible> {
         let path = req.uri().path().to_string();
@@ -289,29 +307,49 @@ impl Api {
             path.as_str(),
             "/healthz" | "/livez" | "/readyz" | "/version"
         );
+        let arrived = tokio::time::Instant::now();
+        let key = request_key(req.method(), &path, req.uri().query());
+        let faults = self.faults.clone();
+        let _in_flight = faults.enter();
+        let resp = self.handle_inner(req, cert_user, open).await;
+        faults.record(arrived, key, resp.status().as_u16());
+        Ok(resp)
+    }
+
+    async fn handle_inner(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        cert_user: Option<UserInfo>,
+        open: bool,
+    ) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        if !open {
+            let latency = self.faults.latency();
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+        }
         let user = self.authenticate(&req, cert_user);
         if !open {
             let Some(user) = &user else {
-                return Ok(error_response(&ApiError::unauthorized()));
+                return error_response(&ApiError::unauthorized());
             };
             let q = parse_query(req.uri().query());
             let attrs = crate::authz::attributes(req.method().as_str(), &path, &q);
             if let Err(e) = crate::authz::authorize(user, &attrs) {
-                return Ok(error_response(&e));
+                return error_response(&e);
             }
         }
         if let Some(u) = user {
             req.extensions_mut().insert(u);
         }
-        let fail = self.fail_with.load(std::sync::atomic::Ordering::Relaxed);
-        if fail != 0 && !open {
-            return Ok(error_response(&ApiError::injected(fail)));
+        if !open && let Some(failure) = self.faults.failure() {
+            return failure.response();
         }
-        let resp = match self.route(req).await {
+        match self.route(req).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
-        };
-        Ok(resp)
+        }
     }
 
     async fn route(&self, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
@@ -730,7 +768,9 @@ impl Api {
             table,
         };
         let rx = watch::start(&self.store, info, params)?;
-        let stream = ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+        let stream =
+            crate::faults::UntilDropped::new(ReceiverStream::new(rx), self.faults.watch_token())
+                .map(|b| Ok::<_, Infallible>(Frame::data(b)));
         let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -5,6 +5,7 @@
 
 pub mod patch;
 pub mod rate_limit;
+pub mod throttle;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +36,9 @@ pub struct ClientSettings {
     pub timeout: Duration,
     /// `kubeAPIQPS` / `kubeAPIBurst`: every request waits for a token (`None`: unlimited).
     pub rate_limit: Option<rate_limit::RateLimit>,
+    /// Back-off while the server fails and `Retry-After`, shared by every client built from
+    /// these settings (clones share it: certificate rotation keeps it).
+    pub throttle: throttle::Throttle,
 }
 
 impl Default for ClientSettings {
@@ -42,6 +46,7 @@ impl Default for ClientSettings {
         Self {
             timeout: Duration::from_secs(30),
             rate_limit: None,
+            throttle: throttle::Throttle::default(),
         }
     }
 }
@@ -92,8 +97,10 @@ pub fn client_from_config(
     config.connect_timeout = Some(Duration::from_secs(10));
     // Every caller owns its retry loop (status sync, lease, node status, watch); kube's own
     // retry layer would hold a call open through a long 503 outage instead of failing fast.
+    // Failures and `Retry-After` are handled client-wide by the throttle layer instead.
     config.default_retry = false;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&throttle::ThrottleLayer(settings.throttle.clone()));
     Ok(match settings.rate_limit {
         Some(limit) => builder
             .with_layer(&rate_limit::RateLimitLayer(limit))
