@@ -112,7 +112,7 @@ async fn a_fast_writer_stays_within_its_log_limit() {
     env.k.append_config(
         "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 5s\n",
     );
-    // The fastest busybox writer measured (see docs/reliability/faults-logs.md): long lines.
+    // The fastest busybox writer measured (see docs/reliability.md): long lines.
     // `RKUBELET_FAULTS_LOG_WRITER` runs another shell command instead (to compare writers).
     let fast = std::env::var("RKUBELET_FAULTS_LOG_WRITER")
         .unwrap_or_else(|_| "dd if=/dev/zero bs=1M 2>/dev/null | tr '\\000' x".to_owned());
