@@ -9,11 +9,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::api::{api_status, fixture, running_in_api, wait_for};
-use common::{Kubelet, NODE, cri, wait_pod_containers_gone};
+use common::{Kubelet, NODE, Tmpfs, cri, wait_pod_containers_gone};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -36,34 +35,6 @@ fn api_pod(name: &str, script: &str) -> Pod {
         },
     }))
     .unwrap()
-}
-
-/// A tmpfs mounted by the test; lazily unmounted on drop (also when the test fails).
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &std::path::Path, size: &str) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mounting a tmpfs on {}", dir.display());
-        Self(dir.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("--lazy").arg(&self.0).status();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

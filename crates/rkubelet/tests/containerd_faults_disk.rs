@@ -22,11 +22,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::api::{api_status, fixture, running_in_api, wait_for};
-use common::{Kubelet, NODE, cri, faults, tail, wait_pod_containers_gone};
+use common::{Kubelet, NODE, Tmpfs, cri, faults, tail, wait_pod_containers_gone};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -64,27 +63,14 @@ fn api_pod(name: &str, script: &str, scratch: bool) -> Pod {
 
 const IDLE: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
 
-/// A tmpfs mounted by the test on `dir`; lazily unmounted on drop (also when the test fails).
-struct Tmpfs(PathBuf);
+/// Filling and freeing the test's tmpfs (`common::Tmpfs`).
+trait Fill {
+    fn fill(&self);
+    fn free(&self);
+    fn fill_path(&self) -> PathBuf;
+}
 
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mounting a tmpfs on {}", dir.display());
-        Self(dir.to_owned())
-    }
-
+impl Fill for Tmpfs {
     /// Writes `<dir>/.test-fill` until the file system has no block left.
     fn fill(&self) {
         use std::io::Write;
@@ -95,7 +81,7 @@ impl Tmpfs {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
-                Err(e) => panic!("filling {}: {e}", self.0.display()),
+                Err(e) => panic!("filling {}: {e}", self.path().display()),
             }
         }
         // What a 64 KiB write left over.
@@ -110,13 +96,7 @@ impl Tmpfs {
     }
 
     fn fill_path(&self) -> PathBuf {
-        self.0.join(".test-fill")
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("--lazy").arg(&self.0).status();
+        self.path().join(".test-fill")
     }
 }
 

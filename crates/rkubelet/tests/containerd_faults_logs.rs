@@ -10,10 +10,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Kubelet, cri, faults, phase, pod_containers, running, tail};
+use common::{Kubelet, Tmpfs, cri, faults, phase, pod_containers, running, tail};
 
 const IMAGE: &str = "docker.io/library/busybox:latest";
 const MAX_SIZE: u64 = 1024 * 1024;
@@ -22,34 +21,6 @@ fn pod(name: &str, script: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: Always\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", {script:?}]\n"
     )
-}
-
-/// A tmpfs mounted on a directory for the test's lifetime (unmounted on drop, lazily: the
-/// runtime may still hold a file open while it tears the pods down).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "mount tmpfs on {}: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self(dir.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 /// The kubelet first (its drop removes the pods and stops it), then the tmpfs.

@@ -371,6 +371,7 @@ async fn server_date(path: &Path, timeout: Duration) -> ClockFacts {
     let settings = crate::apiclient::ClientSettings {
         timeout,
         rate_limit: None,
+        ..Default::default()
     };
     let client = match crate::apiclient::client_from_config(config, &settings) {
         Ok(c) => c,

@@ -73,6 +73,45 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A tmpfs the test mounts on a directory (e.g. a kubelet's root or log dir, so a disk-full or
+/// eviction test never fills the host disk); unmounted lazily on drop, also when the test fails
+/// (the runtime may still hold a file open while it tears the pods down).
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs on {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self(dir.to_owned())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("--lazy").arg(&self.0).status();
+    }
+}
+
 /// One rkubelet process with its own directories.
 pub struct Kubelet {
     pub dir: tempfile::TempDir,
