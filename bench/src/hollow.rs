@@ -75,9 +75,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args> {
             "--steady-secs" => {
                 args.steady_secs = val()?.parse().context("--steady-secs: expected a number")?
             }
-            "--threads" => {
-                args.threads = val()?.parse().context("--threads: expected a number")?
-            }
+            "--threads" => args.threads = val()?.parse().context("--threads: expected a number")?,
             "--out" => args.out = Some(PathBuf::from(val()?)),
             other => bail!("unknown argument {other:?}"),
         }
@@ -141,16 +139,19 @@ fn pod_object(name: &str, node: &str) -> Value {
 }
 
 fn condition_true(obj: &Value, type_: &str) -> bool {
-    obj["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+    obj["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
 }
 
 fn is_running(p: &Value) -> bool {
     p["status"]["phase"] == "Running"
-        && p["status"]["containerStatuses"].as_array().is_some_and(|cs| {
-            !cs.is_empty() && cs.iter().all(|c| c["state"]["running"].is_object())
-        })
+        && p["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|cs| {
+                !cs.is_empty() && cs.iter().all(|c| c["state"]["running"].is_object())
+            })
         && condition_true(p, "Ready")
 }
 
@@ -390,7 +391,12 @@ struct Hollow {
     fake: FakeRuntime,
 }
 
-async fn start_agent(i: usize, dir: &Path, kubeconfig: &Path, cancel: &CancellationToken) -> Result<Hollow> {
+async fn start_agent(
+    i: usize,
+    dir: &Path,
+    kubeconfig: &Path,
+    cancel: &CancellationToken,
+) -> Result<Hollow> {
     let name = node_name(i);
     let client = client_from_kubeconfig(kubeconfig, &ClientSettings::default())
         .await
@@ -553,9 +559,16 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
 async fn all(args: &Args) -> Result<()> {
     let mut rows = Vec::new();
     for &n in &args.nodes {
-        let out = std::env::temp_dir().join(format!("rkubelet-hollow-{}-{n}.json", std::process::id()));
+        let out =
+            std::env::temp_dir().join(format!("rkubelet-hollow-{}-{n}.json", std::process::id()));
         let status = Command::new(std::env::current_exe()?)
-            .args(["one", "--nodes", &n.to_string(), "--pods", &args.pods.to_string()])
+            .args([
+                "one",
+                "--nodes",
+                &n.to_string(),
+                "--pods",
+                &args.pods.to_string(),
+            ])
             .args(["--steady-secs", &args.steady_secs.to_string()])
             .args(["--threads", &args.threads.to_string()])
             .arg("--out")
@@ -603,4 +616,115 @@ async fn all(args: &Args) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&json!({"runs": rows}))?)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    async fn server() -> (FakeApiServer, PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "rkubelet-hollow-unit-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let server = FakeApiServer::start(Options {
+            kubeconfig_path: Some(dir.join("kubeconfig")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        server
+            .create("namespaces", "", json!({"metadata": {"name": NS}}))
+            .unwrap();
+        (server, dir)
+    }
+
+    #[tokio::test]
+    async fn child_creates_bound_pods_and_reports_them() {
+        let (server, dir) = server().await;
+        assert_eq!(command(&server, "pods 2 3"), json!({"created": 6}));
+        let pods = server.list("pods", Some(NS));
+        assert_eq!(pods.len(), 6);
+        let on_node_1 = pods
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == "hollow-1")
+            .count();
+        assert_eq!(on_node_1, 3);
+        assert_eq!(
+            command(&server, "running"),
+            json!({"pods": 6, "running": 0})
+        );
+        let nodes = command(&server, "nodes 2");
+        assert_eq!(nodes["ready"], 0);
+        assert_eq!(nodes["leases"], 0);
+        // A second batch with the same names is refused (AlreadyExists), named in the answer.
+        let again = command(&server, "pods 1 1");
+        assert!(
+            again["error"].as_str().unwrap().contains("hollow-0-pod-0"),
+            "{again}"
+        );
+        server.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn child_rejects_malformed_commands() {
+        let (server, dir) = server().await;
+        for bad in [
+            "",
+            "pods",
+            "pods 2",
+            "pods x 1",
+            "nodes",
+            "nodes -1",
+            "drop table",
+        ] {
+            let answer = command(&server, bad);
+            assert!(
+                answer["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("unknown command"),
+                "{bad:?}: {answer}"
+            );
+        }
+        assert!(server.list("pods", Some(NS)).is_empty());
+        server.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        let args = |s: &str| parse_args(s.split_whitespace().map(str::to_owned));
+        let a = args("--nodes 10,100 --pods 5 --steady-secs 3 --threads 1").unwrap();
+        assert_eq!(
+            (a.nodes, a.pods, a.steady_secs, a.threads),
+            (vec![10, 100], 5, 3, 1)
+        );
+        assert!(args("--nodes 0").is_err());
+        assert!(args("--threads 0").is_err());
+        assert!(args("--pods").is_err());
+        assert!(args("--bogus 1").is_err());
+    }
+
+    #[test]
+    fn request_breakdown_divides_and_sorts() {
+        let before = Counts::from([("GET pods".to_owned(), 2)]);
+        let after = Counts::from([
+            ("GET pods".to_owned(), 6),
+            ("PATCH pods/status".to_owned(), 8),
+            ("PUT leases".to_owned(), 0),
+        ]);
+        let d = diff(&before, &after);
+        assert_eq!(d.len(), 2);
+        let v = per(&d, 4.0);
+        assert_eq!(v["total"], 3.0);
+        assert_eq!(
+            breakdown(&v),
+            "3.000 (PATCH pods/status 2.00, GET pods 1.00)"
+        );
+    }
 }
