@@ -194,6 +194,15 @@ fn command(server: &FakeApiServer, line: &str) -> Value {
             json!({"pods": pods.len(), "running": running})
         }
         (Some("counts"), _, _) => json!(server.request_counts()),
+        (Some("events"), _, _) => {
+            // Events by reason, summing `count` (the recorder's aggregation).
+            let mut by = Counts::new();
+            for e in server.list("events", Some(NS)) {
+                let reason = e["reason"].as_str().unwrap_or("?").to_owned();
+                *by.entry(reason).or_default() += e["count"].as_u64().unwrap_or(1);
+            }
+            json!(by)
+        }
         _ => json!({"error": format!("unknown command {line:?}")}),
     }
 }
@@ -278,6 +287,10 @@ impl ApiChild {
 
     async fn counts(&mut self) -> Result<Counts> {
         Ok(serde_json::from_value(self.ask("counts").await?)?)
+    }
+
+    async fn events(&mut self) -> Result<Counts> {
+        Ok(serde_json::from_value(self.ask("events").await?)?)
     }
 
     async fn stop(mut self) -> Result<()> {
@@ -487,6 +500,7 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
     // Pod start: P pods per node, bound, created in the store; all Running and Ready.
     let total = n * pods;
     let c0 = api.counts().await?;
+    let e0 = api.events().await?;
     let (s0, a0) = (sample("self"), sample(&api_pid));
     let t = Instant::now();
     api.ask(&format!("pods {n} {pods}")).await?;
@@ -499,14 +513,37 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
     )
     .await?;
     let start_s = t.elapsed().as_secs_f64();
+    // Requests that follow Running (events still queued, last status PATCHes) belong to the
+    // start: wait until the pod-related counters stop moving for two polls in a row.
+    let pod_related = |c: &Counts| {
+        ["POST events", "PATCH events", "PATCH pods/status", "GET pods"]
+            .iter()
+            .map(|k| c.get(*k).copied().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let mut last = (u64::MAX, 0);
+    wait_for(
+        "the pod-start requests to settle",
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+        async || {
+            let now = pod_related(&api.counts().await?);
+            last = if now == last.0 { (now, last.1 + 1) } else { (now, 0) };
+            Ok(last.1 >= 2)
+        },
+    )
+    .await?;
+    let settled_s = t.elapsed().as_secs_f64();
+    eprintln!("hollow: {total} pods Running in {start_s:.1} s, requests settled at {settled_s:.1} s");
     let c1 = api.counts().await?;
+    let e1 = api.events().await?;
     let (s1, a1) = (sample("self"), sample(&api_pid));
-    eprintln!("hollow: {total} pods Running in {start_s:.1} s");
 
     // Steady state.
     let t = Instant::now();
     tokio::time::sleep(Duration::from_secs(steady_secs)).await;
     let c2 = api.counts().await?;
+    let e2 = api.events().await?;
     let (s2, a2) = (sample("self"), sample(&api_pid));
     let secs = t.elapsed().as_secs_f64();
     let still = api.ask("running").await?;
@@ -527,10 +564,13 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
         "pods_per_node": pods,
         "nodes_ready_s": ready_s,
         "pods_running_s": start_s,
+        "settled_s": settled_s,
         "steady_secs": secs,
         "pods_running_at_end": still["running"],
         "api_requests_per_pod_start": per(&start_reqs, total.max(1) as f64),
         "api_requests_per_s_per_node": per(&steady_reqs, secs * nf),
+        "start_event_reasons": diff(&e0, &e1),
+        "steady_event_reasons": diff(&e1, &e2),
         "agents": {
             "rss_kib_per_node": rss_growth / nf,
             "rss_kib_before": base["rss_kib"],
@@ -539,7 +579,7 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
             "threads": s2["threads"],
             "fds": s2["fds"],
             "fds_per_node": (f(&s2, "fds") - f(&base, "fds")) / nf,
-            "start_cpu_pct": pct(&s0, &s1, start_s),
+            "start_cpu_pct": pct(&s0, &s1, settled_s),
             "steady_cpu_pct": pct(&s1, &s2, secs),
             "steady_cpu_pct_per_node": pct(&s1, &s2, secs) / nf,
         },
@@ -547,7 +587,7 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
             "rss_kib_before": api_base["rss_kib"],
             "rss_kib_steady": a2["rss_kib"],
             "fds": a2["fds"],
-            "start_cpu_pct": pct(&a0, &a1, start_s),
+            "start_cpu_pct": pct(&a0, &a1, settled_s),
             "steady_cpu_pct": pct(&a1, &a2, secs),
         },
     }))
@@ -607,9 +647,11 @@ async fn all(args: &Args) -> Result<()> {
     }
     for r in &rows {
         println!(
-            "\n{} nodes, steady API requests/s per node: {}",
+            "\n{} nodes, steady API requests/s per node: {}; events by reason at start {}, steady {}",
             r["nodes"],
-            breakdown(&r["api_requests_per_s_per_node"])
+            breakdown(&r["api_requests_per_s_per_node"]),
+            r["start_event_reasons"],
+            r["steady_event_reasons"],
         );
     }
     if let Some(path) = &args.out {
