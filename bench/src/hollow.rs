@@ -505,21 +505,37 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
     let t = Instant::now();
     api.ask(&format!("pods {n} {pods}")).await?;
     let poll = Duration::from_millis(if total > 1000 { 2000 } else { 250 });
+    let mut shown = Instant::now();
     wait_for(
         "every pod Running",
-        Duration::from_secs(120 + total as u64 / 20),
+        Duration::from_secs(300 + total as u64 / 5),
         poll,
-        async || Ok(api.ask("running").await?["running"] == total),
+        async || {
+            let running = api.ask("running").await?["running"].as_u64().unwrap_or(0);
+            if shown.elapsed() > Duration::from_secs(30) {
+                eprintln!(
+                    "hollow: {running}/{total} pods Running after {:.0} s",
+                    t.elapsed().as_secs_f64()
+                );
+                shown = Instant::now();
+            }
+            Ok(running == total as u64)
+        },
     )
     .await?;
     let start_s = t.elapsed().as_secs_f64();
     // Requests that follow Running (events still queued, last status PATCHes) belong to the
     // start: wait until the pod-related counters stop moving for two polls in a row.
     let pod_related = |c: &Counts| {
-        ["POST events", "PATCH events", "PATCH pods/status", "GET pods"]
-            .iter()
-            .map(|k| c.get(*k).copied().unwrap_or(0))
-            .sum::<u64>()
+        [
+            "POST events",
+            "PATCH events",
+            "PATCH pods/status",
+            "GET pods",
+        ]
+        .iter()
+        .map(|k| c.get(*k).copied().unwrap_or(0))
+        .sum::<u64>()
     };
     let mut last = (u64::MAX, 0);
     wait_for(
@@ -528,13 +544,19 @@ async fn measure(n: usize, pods: usize, steady_secs: u64, dir: &Path) -> Result<
         Duration::from_secs(2),
         async || {
             let now = pod_related(&api.counts().await?);
-            last = if now == last.0 { (now, last.1 + 1) } else { (now, 0) };
+            last = if now == last.0 {
+                (now, last.1 + 1)
+            } else {
+                (now, 0)
+            };
             Ok(last.1 >= 2)
         },
     )
     .await?;
     let settled_s = t.elapsed().as_secs_f64();
-    eprintln!("hollow: {total} pods Running in {start_s:.1} s, requests settled at {settled_s:.1} s");
+    eprintln!(
+        "hollow: {total} pods Running in {start_s:.1} s, requests settled at {settled_s:.1} s"
+    );
     let c1 = api.counts().await?;
     let e1 = api.events().await?;
     let (s1, a1) = (sample("self"), sample(&api_pid));
