@@ -22,14 +22,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::proc_status_kib;
+use common::{Counts, breakdown, cpu_secs, diff, per, proc_status_kib};
 use fake_apiserver::{FakeApiServer, Options};
 use futures::StreamExt;
 use kubelet::agent::{Agent, AgentConfig, AgentDeps};
@@ -304,61 +303,6 @@ impl ApiChild {
 
 // ---------------------------------------------------------------------------------------------
 // Measures.
-
-type Counts = BTreeMap<String, u64>;
-
-fn diff(before: &Counts, after: &Counts) -> Counts {
-    after
-        .iter()
-        .filter_map(|(k, &v)| {
-            let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
-            (d > 0).then(|| (k.clone(), d))
-        })
-        .collect()
-}
-
-/// `counts / by`, largest first, as JSON `{"total": .., "by_request": {..}}`.
-fn per(counts: &Counts, by: f64) -> Value {
-    let total: u64 = counts.values().sum();
-    let by_request: serde_json::Map<String, Value> = counts
-        .iter()
-        .map(|(k, &v)| (k.clone(), json!(v as f64 / by)))
-        .collect();
-    json!({"total": total as f64 / by, "by_request": by_request})
-}
-
-fn breakdown(v: &Value) -> String {
-    let mut items: Vec<(&String, f64)> = v["by_request"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, x)| (k, x.as_f64().unwrap_or(0.0)))
-        .collect();
-    items.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-    let parts: Vec<String> = items
-        .iter()
-        .map(|(k, x)| match x {
-            x if *x < 0.01 => format!("{k} {x:.4}"),
-            x => format!("{k} {x:.2}"),
-        })
-        .collect();
-    format!(
-        "{:.3} ({})",
-        v["total"].as_f64().unwrap_or(0.0),
-        parts.join(", ")
-    )
-}
-
-/// User + system CPU seconds of a process (`/proc/<pid>/stat` fields 14 and 15; 100 Hz).
-fn cpu_secs(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    (tick(11).unwrap_or(0) + tick(12).unwrap_or(0)) as f64 / 100.0
-}
 
 /// CPU seconds, RSS (KiB), threads and open fds of the process `pid` (`self` or a number).
 fn sample(pid: &str) -> Value {
