@@ -1,10 +1,10 @@
 //! Helpers shared by the `podstart`, `apistart` and `scrape` benchmarks: percentiles, `/proc`
-//! readers, a child-process guard, CRI sandbox clean-up by label and a plain-HTTP GET.
+//! readers, API request count arithmetic, a child-process guard, CRI sandbox clean-up by label and a plain-HTTP GET.
 
 // Each benchmark binary compiles this module and uses a different subset of it.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use rkubelet_cri::api::{
     ListPodSandboxRequest, PodSandboxFilter, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
 use rkubelet_cri::{RemoteRuntime, RuntimeService};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Parses `--counts 1,10,30`.
@@ -222,4 +223,62 @@ impl StandaloneKubelet {
         }
         Ok(k)
     }
+}
+
+/// API request counts keyed by `VERB resource[/subresource]` (the fake API server's counters).
+pub type Counts = BTreeMap<String, u64>;
+
+/// `after - before` per key, zero entries dropped.
+pub fn diff(before: &Counts, after: &Counts) -> Counts {
+    after
+        .iter()
+        .filter_map(|(k, &v)| {
+            let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+/// `counts / by` as JSON `{"total": .., "by_request": {..}}`.
+pub fn per(counts: &Counts, by: f64) -> Value {
+    let total: u64 = counts.values().sum();
+    let by_request: serde_json::Map<String, Value> = counts
+        .iter()
+        .map(|(k, &v)| (k.clone(), json!(v as f64 / by)))
+        .collect();
+    json!({"total": total as f64 / by, "by_request": by_request})
+}
+
+/// "7.000 (PATCH pods/status 2.00, POST events 3.00, ...)", largest first.
+pub fn breakdown(v: &Value) -> String {
+    let mut items: Vec<(&String, f64)> = v["by_request"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, x)| (k, x.as_f64().unwrap_or(0.0)))
+        .collect();
+    items.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> = items
+        .iter()
+        .map(|(k, x)| match x {
+            x if *x < 0.01 => format!("{k} {x:.4}"),
+            x => format!("{k} {x:.2}"),
+        })
+        .collect();
+    format!(
+        "{:.3} ({})",
+        v["total"].as_f64().unwrap_or(0.0),
+        parts.join(", ")
+    )
+}
+
+/// User + system CPU seconds of a process (`/proc/<pid>/stat` fields 14 and 15; 100 Hz).
+pub fn cpu_secs(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    (tick(11).unwrap_or(0) + tick(12).unwrap_or(0)) as f64 / 100.0
 }
