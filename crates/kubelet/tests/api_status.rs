@@ -732,9 +732,12 @@ async fn a_pod_start_is_two_status_patches_without_a_get() {
     let mut pending = running_status(false);
     pending.phase = Some("Pending".into());
     env.set(&uid, pending);
-    wait_for(WAIT, || env.phase("start").as_deref() == Some("Pending"))
-        .await
-        .expect("pending status written");
+    wait_for(WAIT, || {
+        env.get("start")
+            .is_some_and(|p| p["status"]["podIP"] == "10.88.0.5")
+    })
+    .await
+    .expect("pending status written");
     env.set(&uid, running_status(true));
     wait_for(WAIT, || {
         env.get("start")
