@@ -390,7 +390,9 @@ async fn a_pod_start_costs_at_most_five_api_requests() {
     })
     .await;
     // Past two status reconcile passes (1 s here): nothing more is sent for the pod.
+    let settled = Instant::now();
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    let steady_window = settled.elapsed();
     let background = |key: &str| {
         key.ends_with(" nodes")
             || key.ends_with(" nodes/status")
@@ -426,6 +428,29 @@ async fn a_pod_start_costs_at_most_five_api_requests() {
             .count(),
         2,
         "{ours:?}"
+    );
+
+    // Steady state (upstream's rate): per nodeStatusUpdateFrequency (1 s here) one GET of the
+    // node, its status PATCHed only on change, the lease renewed every quarter of its 4 s
+    // duration; no pod or event requests.
+    let steady: Vec<String> = env
+        .server
+        .faults()
+        .requests(settled, Instant::now())
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let periods = steady_window.as_secs_f64().ceil() as usize + 1;
+    let count = |key: &str| steady.iter().filter(|k| *k == key).count();
+    assert!(count("GET nodes") <= periods, "{steady:?}");
+    assert!(
+        count("PUT leases.coordination.k8s.io") <= periods,
+        "{steady:?}"
+    );
+    assert!(count("PATCH nodes/status") <= 1, "{steady:?}");
+    assert!(
+        steady.iter().all(|k| background(k)),
+        "only node and lease traffic at steady state: {steady:?}"
     );
     env.agent.shutdown().await;
 }

@@ -194,7 +194,10 @@ pub(super) struct Written {
 /// The pre-image a push starts from instead of a GET: the watched copy, unless it is still
 /// the image the syncer's own last write was based on — then the write's answer is newer.
 /// `None` (GET first) when neither carries a resourceVersion.
-pub(super) fn choose_pre_image(watched: Option<ApiView>, written: Option<&Written>) -> Option<ApiView> {
+pub(super) fn choose_pre_image(
+    watched: Option<ApiView>,
+    written: Option<&Written>,
+) -> Option<ApiView> {
     let watched = watched.filter(|v| v.precondition().is_some())?;
     if let Some(w) = written
         && w.after.uid == watched.uid
@@ -494,7 +497,10 @@ mod tests {
             Some(watched)
         );
         // No (or an empty) resourceVersion from the server: no pre-image, GET first.
-        assert_eq!(choose_pre_image(Some(view("u", None, "Pending")), None), None);
+        assert_eq!(
+            choose_pre_image(Some(view("u", None, "Pending")), None),
+            None
+        );
         assert_eq!(
             choose_pre_image(Some(view("u", Some(""), "Pending")), Some(&written)),
             None
