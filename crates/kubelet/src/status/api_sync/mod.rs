@@ -321,7 +321,7 @@ struct PodState {
     deleted: bool,
     /// The server's answer to the last status write (the next pre-image while the watch has
     /// not caught up with it).
-    written: Option<Written>,
+    written: Option<Box<Written>>,
 }
 
 impl PodState {
@@ -407,7 +407,7 @@ impl Scheduler {
             };
             debug!(pod = %format!("{}/{}", target.namespace, target.name), %uid, version = latest.version, reason, "syncing pod status");
             st.in_flight = true;
-            let pre_image = choose_pre_image(Some(target.watched()), st.written.as_ref());
+            let pre_image = choose_pre_image(Some(target.watched()), st.written.as_deref());
             jobs.push(Job {
                 uid,
                 version: latest.version,

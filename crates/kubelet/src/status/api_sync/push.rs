@@ -57,7 +57,7 @@ pub(super) enum Outcome {
         /// The pod was deleted with grace 0 (or was already gone / recreated when deleting).
         deleted: bool,
         /// The status was written: the server's answer, the next push's pre-image.
-        written: Option<Written>,
+        written: Option<Box<Written>>,
     },
     /// No object to write to: gone (404) or recreated under another uid.
     Gone { reason: &'static str },
@@ -326,10 +326,10 @@ async fn sync_from(
             Ok(p) => {
                 debug!(pod = %job.pod(), uid = %job.uid, api_uid = %t.api_uid, version = job.version, reason = "status changed", "pod status written");
                 let after = ApiView::of(&p);
-                written = Some(Written {
+                written = Some(Box::new(Written {
                     based_on: current.resource_version.clone(),
                     after: after.clone(),
-                });
+                }));
                 current = after;
             }
             Err(e) if source == Source::PreImage && matches!(code(&e), Some(400 | 409 | 422)) => {
