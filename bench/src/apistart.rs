@@ -4,6 +4,8 @@
 //!
 //! - per-pod time from "POST returned" to "the API shows the pod Running, every container
 //!   running and Ready=True" (p50/p99) and the time until all N are Running;
+//! - status latency: from the container's start in the runtime (CRI `startedAt`) to the store
+//!   first showing the pod Running and Ready with its IP (p50/p99);
 //! - API requests the kubelet makes per pod start (by `VERB resource[/subresource]`, from the
 //!   fake server's request counters, minus the benchmark's own pod POSTs);
 //! - steady state with N pods running: rkubelet's RSS (`VmRSS`) at the end of the window, its
@@ -209,13 +211,63 @@ struct Bench<'a> {
     log: PathBuf,
 }
 
-/// Polls the store (in-process, no HTTP) until every name is Running; name → seconds since t0.
+/// Wall-clock nanoseconds since the epoch (the runtime's `startedAt` clock).
+fn unix_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// Status latency: for each pod, the time from its container's start in the runtime (CRI
+/// `ContainerStatus.startedAt`, ns) to the store first showing it Running and Ready (polled
+/// every [`POLL`]). Pod name → seconds.
+async fn status_latencies(
+    rt: &RemoteRuntime,
+    seen_running_ns: &HashMap<String, i64>,
+) -> Result<Vec<f64>> {
+    use rkubelet_cri::RuntimeService;
+    use rkubelet_cri::api::{ContainerFilter, ContainerStatusRequest, ListContainersRequest};
+    let list = rt
+        .list_containers(ListContainersRequest {
+            filter: Some(ContainerFilter {
+                label_selector: HashMap::from([(NS_LABEL.to_owned(), NS.to_owned())]),
+                ..Default::default()
+            }),
+        })
+        .await?
+        .containers;
+    let mut out = Vec::new();
+    for c in list {
+        let Some(seen) = c
+            .labels
+            .get("io.kubernetes.pod.name")
+            .and_then(|n| seen_running_ns.get(n))
+        else {
+            continue;
+        };
+        let status = rt
+            .container_status(ContainerStatusRequest {
+                container_id: c.id.clone(),
+                verbose: false,
+            })
+            .await?
+            .status;
+        if let Some(started) = status.map(|s| s.started_at).filter(|t| *t > 0) {
+            out.push((seen - started) as f64 / 1e9);
+        }
+    }
+    Ok(out)
+}
+
+/// Polls the store (in-process, no HTTP) until every name is Running; name → (seconds since
+/// t0, wall-clock ns).
 async fn poll_running(
     b: &Bench<'_>,
     names: &[String],
     t0: Instant,
     timeout: Duration,
-) -> Result<HashMap<String, f64>> {
+) -> Result<HashMap<String, (f64, i64)>> {
     let want: HashSet<&str> = names.iter().map(String::as_str).collect();
     let mut seen = HashMap::new();
     while seen.len() < names.len() {
@@ -233,7 +285,7 @@ async fn poll_running(
                 && !seen.contains_key(name)
                 && is_running(&p)
             {
-                seen.insert(name.to_owned(), t0.elapsed().as_secs_f64());
+                seen.insert(name.to_owned(), (t0.elapsed().as_secs_f64(), unix_ns()));
             }
         }
         tokio::time::sleep(POLL).await;
@@ -242,8 +294,12 @@ async fn poll_running(
 }
 
 /// Creates the pods through the API while polling for Running. Returns per-pod latencies
-/// (POST returned → Running) and the time from the first POST until all are Running.
-async fn start_pods(b: &Bench<'_>, names: &[String]) -> Result<(Vec<f64>, f64)> {
+/// (POST returned → Running), the time from the first POST until all are Running and when
+/// (wall clock, ns) the store first showed each pod Running.
+async fn start_pods(
+    b: &Bench<'_>,
+    names: &[String],
+) -> Result<(Vec<f64>, f64, HashMap<String, i64>)> {
     let t0 = Instant::now();
     let pods = &b.pods;
     let create = futures::stream::iter(names.iter().cloned())
@@ -259,14 +315,18 @@ async fn start_pods(b: &Bench<'_>, names: &[String]) -> Result<(Vec<f64>, f64)> 
     let (created, running) = tokio::try_join!(create, poll_running(b, names, t0, timeout))?;
     let mut per_pod = Vec::with_capacity(names.len());
     for name in names {
-        let (c, r) = created
+        let (c, (r, _)) = created
             .get(name)
             .zip(running.get(name))
             .with_context(|| format!("no timestamps for {name}"))?;
         per_pod.push((r - c).max(0.0));
     }
-    let all = running.values().copied().fold(0.0, f64::max);
-    Ok((per_pod, all))
+    let all = running.values().map(|(r, _)| *r).fold(0.0, f64::max);
+    let seen_ns = running
+        .into_iter()
+        .map(|(name, (_, ns))| (name, ns))
+        .collect();
+    Ok((per_pod, all, seen_ns))
 }
 
 /// Graceful delete through the API; waits for the store and the runtime to be empty and
@@ -312,8 +372,9 @@ async fn round(b: &Bench<'_>, n: usize, round: usize) -> Result<Value> {
     let counts0 = b.server.request_counts();
     let events0 = event_reasons(b.server);
     let cpu0 = cpu_secs(b.pid, b.hz);
-    let (per_pod, all_running) = start_pods(b, &names).await?;
+    let (per_pod, all_running, seen_ns) = start_pods(b, &names).await?;
     let cpu1 = cpu_secs(b.pid, b.hz);
+    let status_lat = status_latencies(b.rt, &seen_ns).await?;
     let mut start_reqs = diff(&counts0, &b.server.request_counts());
     // The benchmark's own creates are counted too; the kubelet creates no pods here (no
     // static pods, so no mirror pods).
@@ -344,10 +405,12 @@ async fn round(b: &Bench<'_>, n: usize, round: usize) -> Result<Value> {
 
     let (teardown_s, forced) = teardown(b, &names).await?;
     let (p50, p99) = summary(per_pod.clone());
+    let (lat50, lat99) = summary(status_lat.clone());
     let start = per(&start_reqs, nf);
     let steady = per(&steady_reqs, secs);
     println!(
         "  n={n} round {round}: per-pod p50 {p50:.3} s p99 {p99:.3} s, all Running {all_running:.3} s, \
+         status latency p50 {lat50:.3} s p99 {lat99:.3} s, \
          {:.2} API req/pod, start CPU {:.0}%; steady {secs:.0} s: RSS {} KiB, CPU {:.2}%, \
          {:.2} req/s, {still_running}/{n} still Running; teardown {teardown_s:.1} s{}",
         start["total"].as_f64().unwrap_or(f64::NAN),
@@ -364,6 +427,7 @@ async fn round(b: &Bench<'_>, n: usize, round: usize) -> Result<Value> {
     Ok(json!({
         "round": round,
         "per_pod_s": {"p50": p50, "p99": p99, "samples": per_pod},
+        "status_latency_s": {"p50": lat50, "p99": lat99, "samples": status_lat},
         "all_running_s": all_running,
         "start_requests": start_reqs,
         "start_requests_per_pod": start,
@@ -413,6 +477,17 @@ fn row(n: usize, rounds: Vec<Value>) -> Value {
         .filter_map(Value::as_f64)
         .collect();
     let (p50, p99) = summary(per_pod);
+    let lat: Vec<f64> = rounds
+        .iter()
+        .flat_map(|r| {
+            r["status_latency_s"]["samples"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(Value::as_f64)
+        .collect();
+    let (lat50, lat99) = summary(lat);
     let all = nums("/all_running_s");
     let (all50, all99) = summary(all.clone());
     let reqs = per(
@@ -429,7 +504,7 @@ fn row(n: usize, rounds: Vec<Value>) -> Value {
     let cpu = median(nums("/steady/cpu_pct_of_one_core"));
     let start_cpu = median(nums("/start_cpu_pct_of_one_core"));
     println!(
-        "| {n} | {p50:.3} / {p99:.3} | {all50:.3} | {} | {:.1} | {cpu:.2} | {:.2} |",
+        "| {n} | {p50:.3} / {p99:.3} | {lat50:.3} / {lat99:.3} | {all50:.3} | {} | {:.1} | {cpu:.2} | {:.2} |",
         breakdown(&reqs),
         rss / 1024.0,
         steady_reqs["total"].as_f64().unwrap_or(f64::NAN),
@@ -438,6 +513,7 @@ fn row(n: usize, rounds: Vec<Value>) -> Value {
         "pods": n,
         "rounds": rounds.len(),
         "per_pod_s": {"p50": p50, "p99": p99},
+        "status_latency_s": {"p50": lat50, "p99": lat99},
         "all_running_s": {"p50": all50, "p99": all99, "samples": all},
         "api_requests_per_pod_start": reqs,
         "start_cpu_pct_of_one_core_p50": start_cpu,
@@ -523,9 +599,9 @@ async fn run(args: &Args, rt: &RemoteRuntime, server: &FakeApiServer, dir: &Path
     let peak = proc_status_kib(b.pid, "VmHWM");
     drop(kubelet);
     println!(
-        "\n| pods | per-pod p50 / p99 (s) | all-running p50 (s) | API requests per pod start (breakdown) | steady-state RSS (MiB) | CPU % of one core | steady API req/s |"
+        "\n| pods | per-pod p50 / p99 (s) | status latency p50 / p99 (s) | all-running p50 (s) | API requests per pod start (breakdown) | steady-state RSS (MiB) | CPU % of one core | steady API req/s |"
     );
-    println!("|---:|---:|---:|---|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---|---:|---:|---:|");
     let rows: Vec<Value> = details.into_iter().map(|(n, r)| row(n, r)).collect();
     println!(
         "\nrkubelet peak RSS over the whole run (VmHWM): {} KiB",

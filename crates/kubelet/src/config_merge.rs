@@ -259,6 +259,8 @@ fn check_and_update(existing: &mut Pod, new: Pod) -> Outcome {
     if !differ_semantically(existing, &new) {
         if existing.status != new.status {
             existing.status = new.status;
+            // The status writer's pre-image: the version that carries this status.
+            existing.metadata.resource_version = new.metadata.resource_version;
             return Outcome::Reconcile;
         }
         return Outcome::Unchanged;
@@ -269,6 +271,7 @@ fn check_and_update(existing: &mut Pod, new: Pod) -> Outcome {
     existing.metadata.deletion_timestamp = new.metadata.deletion_timestamp;
     existing.metadata.deletion_grace_period_seconds = new.metadata.deletion_grace_period_seconds;
     existing.metadata.generation = new.metadata.generation;
+    existing.metadata.resource_version = new.metadata.resource_version;
     existing.status = new.status;
     // The new annotations, but the kubelet's own (source, mirror, first seen) are kept.
     let mut annotations = new.metadata.annotations.unwrap_or_default();
@@ -711,6 +714,8 @@ mod tests {
             Some("Running")
         );
         assert_eq!(rec.annotation(CONFIG_SEEN_ANNOTATION), Some(seen.as_str()));
+        // With the resourceVersion that carries it (the status syncer's pre-image).
+        assert_eq!(rec.metadata.resource_version.as_deref(), Some("11"));
 
         // Spec change: UPDATE takes spec and generation, keeps first-seen and source.
         let changed = with(running, |p| {

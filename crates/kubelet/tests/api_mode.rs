@@ -35,6 +35,10 @@ struct Env {
 
 impl Env {
     async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(tweak: impl FnOnce(&mut AgentConfig)) -> Self {
         let common::ApiFixture {
             dir,
             server,
@@ -51,6 +55,7 @@ impl Env {
         cfg.api.node_lease_duration_secs = 4;
         cfg.api.status_sync_period = Duration::from_secs(1);
         cfg.api.mirror_period = Duration::from_secs(1);
+        tweak(&mut cfg);
         let agent = Agent::start(
             cfg,
             common::agent::api_deps(&fake, &client),
@@ -351,5 +356,101 @@ async fn pod_that_does_not_fit_is_rejected_with_out_of_cpu() {
         e.api_pod("huge").is_none().then_some(())
     })
     .await;
+    env.agent.shutdown().await;
+}
+
+/// Issue 18: a pod start costs at most 5 API requests of the kubelet — its events (`Pulled`,
+/// `Created`, `Started`) and two status PATCHes written on the watched copy (no GET of the
+/// pod). Node status and lease traffic in the same window is not part of the pod's cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_start_costs_at_most_five_api_requests() {
+    // A node has a cluster DNS (without one every start adds a MissingClusterDNS event).
+    let env = Env::start_with(|cfg| cfg.cluster_dns = vec!["10.96.0.10".to_owned()]).await;
+    env.wait(20, "the Node to be Ready", |e| {
+        let n = e.server.get("nodes", "", NODE)?;
+        ready(&n, "Ready").then_some(())
+    })
+    .await;
+    let from = Instant::now();
+    env.create(pod("counted", "10m", 1)).await;
+    let uid = env
+        .wait(30, "pod counted Running and Ready in the API", |e| {
+            let p = e.api_pod("counted")?;
+            (p["status"]["phase"] == "Running" && ready(&p, "Ready"))
+                .then(|| p["metadata"]["uid"].as_str().map(str::to_owned))
+                .flatten()
+        })
+        .await;
+    env.wait(10, "the Started event", |e| {
+        e.server
+            .list("events", Some("default"))
+            .iter()
+            .any(|ev| ev["involvedObject"]["uid"] == uid.as_str() && ev["reason"] == "Started")
+            .then_some(())
+    })
+    .await;
+    // Past two status reconcile passes (1 s here): nothing more is sent for the pod.
+    let settled = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let steady_window = settled.elapsed();
+    let background = |key: &str| {
+        key.ends_with(" nodes")
+            || key.ends_with(" nodes/status")
+            || key.ends_with(" leases.coordination.k8s.io")
+            || key.starts_with("WATCH ")
+            || key.starts_with("LIST ")
+    };
+    let pod_requests: Vec<String> = env
+        .server
+        .faults()
+        .requests(from, Instant::now())
+        .into_iter()
+        .filter(|r| !background(&r.key))
+        .map(|r| format!("{} {}", r.key, r.code))
+        .collect();
+    // The test's own create.
+    let ours: Vec<&String> = pod_requests
+        .iter()
+        .filter(|k| *k != "POST pods 201")
+        .collect();
+    assert!(
+        ours.len() <= 5,
+        "{} requests for one pod start: {ours:?}",
+        ours.len()
+    );
+    assert!(
+        !ours.iter().any(|k| k.starts_with("GET pods")),
+        "the status is written on the watched copy: {ours:?}"
+    );
+    assert_eq!(
+        ours.iter()
+            .filter(|k| k.starts_with("PATCH pods/status"))
+            .count(),
+        2,
+        "{ours:?}"
+    );
+
+    // Steady state (upstream's rate): per nodeStatusUpdateFrequency (1 s here) one GET of the
+    // node, its status PATCHed only on change, the lease renewed every quarter of its 4 s
+    // duration; no pod or event requests.
+    let steady: Vec<String> = env
+        .server
+        .faults()
+        .requests(settled, Instant::now())
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let periods = steady_window.as_secs_f64().ceil() as usize + 1;
+    let count = |key: &str| steady.iter().filter(|k| *k == key).count();
+    assert!(count("GET nodes") <= periods, "{steady:?}");
+    assert!(
+        count("PUT leases.coordination.k8s.io") <= periods,
+        "{steady:?}"
+    );
+    assert!(count("PATCH nodes/status") <= 1, "{steady:?}");
+    assert!(
+        steady.iter().all(|k| background(k)),
+        "only node and lease traffic at steady state: {steady:?}"
+    );
     env.agent.shutdown().await;
 }

@@ -36,6 +36,8 @@ struct Registered {
     name: String,
     api_uid: String,
     is_static: bool,
+    /// The "pod source" copy is frozen at this object (a watch that has not caught up).
+    pinned: Option<Pod>,
 }
 
 struct Env {
@@ -98,15 +100,20 @@ impl Env {
         let t = targets.clone();
         let lookup = Arc::new(move |uid: &str| {
             let r = t.lock().unwrap().get(uid).cloned()?;
-            let seen =
-                api_pod(&store, &r.name).filter(|p| p.metadata.uid.as_deref() == Some(&r.api_uid));
+            let seen = r.pinned.clone().or_else(|| {
+                api_pod(&store, &r.name).filter(|p| p.metadata.uid.as_deref() == Some(&r.api_uid))
+            });
             Some(StatusTarget {
                 namespace: NS.into(),
                 name: r.name,
                 api_uid: r.api_uid,
                 is_static: r.is_static,
                 api_status: seen.as_ref().and_then(|p| p.status.clone()),
-                deleting: seen.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
+                deleting: seen
+                    .as_ref()
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
+                resource_version: seen.and_then(|p| p.metadata.resource_version),
+                mirror: false,
             })
         });
         let running_pods: Arc<Mutex<HashSet<String>>> = Arc::default();
@@ -148,6 +155,15 @@ impl Env {
         .await
     }
 
+    /// No reconcile pass during the test: only status changes cause pushes.
+    async fn without_reconcile() -> Self {
+        Self::start(ApiSyncSettings {
+            sync_period: Duration::from_secs(600),
+            ..ApiSyncSettings::default()
+        })
+        .await
+    }
+
     /// Creates a pod bound to n1 and registers it as an API pod of the kubelet; returns its uid.
     fn create_pod(&self, name: &str) -> String {
         let pod = self
@@ -178,8 +194,24 @@ impl Env {
                 name: name.into(),
                 api_uid: api_uid.into(),
                 is_static,
+                pinned: None,
             },
         );
+    }
+
+    /// Freezes the "pod source" copy of pod `uid` at `pod`.
+    fn pin(&self, uid: &str, pod: Option<Pod>) {
+        self.targets.lock().unwrap().get_mut(uid).unwrap().pinned = pod;
+    }
+
+    /// The requests logged since `from`, as `(key, code)`, without the fixture's own.
+    fn requests_since(&self, from: Instant) -> Vec<(String, u16)> {
+        self.server
+            .faults()
+            .requests(from, Instant::now() + Duration::from_secs(1))
+            .into_iter()
+            .map(|r| (r.key, r.code))
+            .collect()
     }
 
     fn set(&self, uid: &str, status: PodStatus) {
@@ -687,5 +719,128 @@ async fn hundred_pods_converge_quickly() {
     assert_eq!(env.count("PATCH pods/status"), 100);
     assert_eq!(env.stats.status_patches(), 100);
     assert_eq!(env.stats.failed_requests(), 0);
+    env.stop().await;
+}
+
+/// A pod start writes two statuses (pending, then running and ready). Starting from the pod
+/// source's copy (with its resourceVersion as a precondition) each is one PATCH: no GET.
+#[tokio::test]
+async fn a_pod_start_is_two_status_patches_without_a_get() {
+    let env = Env::quick().await;
+    let uid = env.create_pod("start");
+    let from = Instant::now();
+    let mut pending = running_status(false);
+    pending.phase = Some("Pending".into());
+    env.set(&uid, pending);
+    wait_for(WAIT, || {
+        env.get("start")
+            .is_some_and(|p| p["status"]["podIP"] == "10.88.0.5")
+    })
+    .await
+    .expect("pending status written");
+    env.set(&uid, running_status(true));
+    wait_for(WAIT, || {
+        env.get("start")
+            .is_some_and(|p| condition_status(&p, "Ready").as_deref() == Some("True"))
+    })
+    .await
+    .expect("ready status written");
+    // Past a full pass or two: nothing more is sent for an unchanged pod.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let requests = env.requests_since(from);
+    assert_eq!(
+        requests,
+        [
+            ("PATCH pods/status".to_owned(), 200),
+            ("PATCH pods/status".to_owned(), 200)
+        ],
+        "a pod start costs two status requests"
+    );
+    assert_eq!(env.stats.stale_pre_images(), 0);
+    env.stop().await;
+}
+
+/// The pod source's copy is behind the server (another writer changed the pod): the server
+/// refuses the PATCH made on it (409), the syncer reads the pod and merges onto the current
+/// object, keeping the other writer's condition.
+#[tokio::test]
+async fn a_stale_watched_copy_is_refused_then_read_and_merged() {
+    let env = Env::without_reconcile().await;
+    let uid = env.create_pod("stale");
+    let before = api_pod(env.server.store(), "stale").unwrap();
+    env.pin(&uid, Some(before.clone()));
+    // Another writer adds its own condition: the server's object moves on.
+    let theirs = json!({"status": {"conditions": [
+        {"type": "example.com/gate", "status": "True"}
+    ]}});
+    env.pods()
+        .patch_status("stale", &PatchParams::default(), &Patch::Strategic(theirs))
+        .await
+        .unwrap();
+    let from = Instant::now();
+    env.set(&uid, running_status(true));
+    wait_for(WAIT, || env.phase("stale").as_deref() == Some("Running"))
+        .await
+        .expect("status written after the conflict");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let requests = env.requests_since(from);
+    assert_eq!(
+        requests[..3],
+        [
+            ("PATCH pods/status".to_owned(), 409),
+            ("GET pods".to_owned(), 200),
+            ("PATCH pods/status".to_owned(), 200)
+        ],
+        "refused, read, written: {requests:?}"
+    );
+    assert_eq!(env.stats.stale_pre_images(), 1);
+    let pod = env.get("stale").unwrap();
+    assert_eq!(
+        condition_status(&pod, "example.com/gate").as_deref(),
+        Some("True"),
+        "the other writer's condition survives: {pod}"
+    );
+    assert_eq!(condition_status(&pod, "Ready").as_deref(), Some("True"));
+    assert_eq!(pod["status"]["podIP"], "10.88.0.5");
+    // The copy the stale write was based on never reached the server as a whole.
+    assert_ne!(
+        pod["metadata"]["resourceVersion"].as_str(),
+        before.metadata.resource_version.as_deref()
+    );
+    env.stop().await;
+}
+
+/// Hostile or broken resourceVersions in the pod source's copy (garbage, empty, absent) never
+/// wedge the syncer: each push falls back to GET and writes; nothing retries forever.
+#[tokio::test]
+async fn garbage_or_missing_resource_versions_do_not_wedge_the_syncer() {
+    let env = Env::without_reconcile().await;
+    let mut uids = Vec::new();
+    for (name, rv) in [
+        ("garbage", Some("not-a-number/../\"x\"")),
+        ("huge", Some("99999999999999999999999999")),
+        ("empty", Some("")),
+        ("absent", None),
+    ] {
+        let uid = env.create_pod(name);
+        let mut pinned = api_pod(env.server.store(), name).unwrap();
+        pinned.metadata.resource_version = rv.map(str::to_owned);
+        env.pin(&uid, Some(pinned));
+        uids.push((uid, name));
+    }
+    for (uid, _) in &uids {
+        env.set(uid, running_status(true));
+    }
+    for (_, name) in &uids {
+        wait_for(WAIT, || env.phase(name).as_deref() == Some("Running"))
+            .await
+            .unwrap_or_else(|| panic!("status of {name} written"));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Two refused pre-images (garbage, huge: 409, GET, PATCH); empty and absent GET first.
+    assert_eq!(env.stats.stale_pre_images(), 2);
+    assert_eq!(env.stats.failed_requests(), 0);
+    assert_eq!(env.count("PATCH pods/status"), 2 * 2 + 2);
+    assert_eq!(env.count("GET pods"), 4);
     env.stop().await;
 }

@@ -255,6 +255,8 @@ fn status_target(pods: &[Pod], mirrors: &HashMap<String, Pod>, uid: &str) -> Opt
             is_static: true,
             api_status: mirror.status.clone(),
             deleting: false,
+            resource_version: mirror.metadata.resource_version.clone(),
+            mirror: true,
         });
     }
     Some(StatusTarget {
@@ -264,6 +266,8 @@ fn status_target(pods: &[Pod], mirrors: &HashMap<String, Pod>, uid: &str) -> Opt
         is_static: false,
         api_status: pod.status.clone(),
         deleting: pod.metadata.deletion_timestamp.is_some(),
+        resource_version: pod.metadata.resource_version.clone(),
+        mirror: pod.annotation(CONFIG_MIRROR_ANNOTATION).is_some(),
     })
 }
 

@@ -4,7 +4,7 @@
 //! [`StatusTargetLookup`], whether a deleted pod is fully reclaimed from an injected
 //! [`CanBeDeleted`] and whether a pod could still have running containers (its terminal phase
 //! is held back until then) from an injected [`CouldHaveRunningContainers`]; emits
-//! `PATCH pods/{name}/status` (strategic merge, uid precondition) and the final grace-0
+//! `PATCH pods/{name}/status` (strategic merge, uid and resourceVersion preconditions) and the final grace-0
 //! `DELETE` of gracefully deleted pods.
 //!
 //! Scheduling: a pod is pushed when its status version is newer than the one last pushed; every
@@ -32,7 +32,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use self::push::{Job, Outcome, PushContext, is_transient, push};
+use self::push::{
+    ApiView, Job, Outcome, PushContext, Written, choose_pre_image, is_transient, push,
+};
 use crate::apiclient::RetryBackoff;
 use crate::apiclient::patch::PatchError;
 use crate::clock::Clock;
@@ -57,6 +59,25 @@ pub struct StatusTarget {
     /// The API object carries a `deletionTimestamp` as the pod source last saw it. The syncer
     /// also learns this from its own GETs; this makes deletion independent of status changes.
     pub deleting: bool,
+    /// The API object's resourceVersion as the pod source last saw it, with `api_status`: the
+    /// pre-image a status PATCH is written on (with it as a precondition) instead of a GET.
+    /// `None`: no pre-image, every push GETs first (as upstream).
+    pub resource_version: Option<String>,
+    /// The API object carries the mirror-pod annotation (never deleted by the syncer).
+    pub mirror: bool,
+}
+
+impl StatusTarget {
+    /// The API object as the pod source last saw it.
+    fn watched(&self) -> ApiView {
+        ApiView {
+            uid: self.api_uid.clone(),
+            resource_version: self.resource_version.clone(),
+            status: self.api_status.clone().unwrap_or_default(),
+            deleting: self.deleting,
+            mirror: self.mirror,
+        }
+    }
 }
 
 /// Kubelet pod UID → where its status goes; `None` when unknown or a static pod has no mirror
@@ -126,6 +147,7 @@ pub struct ApiSyncStats {
     failed_requests: AtomicU64,
     status_patches: AtomicU64,
     deletes: AtomicU64,
+    stale_pre_images: AtomicU64,
 }
 
 impl ApiSyncStats {
@@ -144,6 +166,11 @@ impl ApiSyncStats {
     /// Final grace-0 `DELETE` calls.
     pub fn deletes(&self) -> u64 {
         self.deletes.load(Ordering::Relaxed)
+    }
+    /// Pushes whose pre-image the server refused (409 or an unusable resourceVersion), each
+    /// followed by a GET.
+    pub fn stale_pre_images(&self) -> u64 {
+        self.stale_pre_images.load(Ordering::Relaxed)
     }
 }
 
@@ -292,6 +319,9 @@ struct PodState {
     deletion_check_at: Option<Instant>,
     /// Deleted from the API: nothing more to do until the status manager forgets the pod.
     deleted: bool,
+    /// The server's answer to the last status write (the next pre-image while the watch has
+    /// not caught up with it).
+    written: Option<Box<Written>>,
 }
 
 impl PodState {
@@ -305,6 +335,7 @@ impl PodState {
             deletion_seen: false,
             deletion_check_at: None,
             deleted: false,
+            written: None,
         }
     }
 }
@@ -376,12 +407,14 @@ impl Scheduler {
             };
             debug!(pod = %format!("{}/{}", target.namespace, target.name), %uid, version = latest.version, reason, "syncing pod status");
             st.in_flight = true;
+            let pre_image = choose_pre_image(Some(target.watched()), st.written.as_deref());
             jobs.push(Job {
                 uid,
                 version: latest.version,
                 status: latest.status,
                 target,
                 for_deletion: reason == DELETION,
+                pre_image,
             });
         }
         jobs
@@ -427,7 +460,11 @@ impl Scheduler {
                     patched,
                     deleting,
                     deleted,
+                    written,
                 } => {
+                    if written.is_some() || deleted {
+                        st.written = written;
+                    }
                     debug!(%uid, %api_uid, version, patched, deleting, deleted, reason = if patched { "status written" } else { "already up to date" }, "pod status synced");
                     recovered = true;
                     st.pushed = pushed;
@@ -442,6 +479,7 @@ impl Scheduler {
                     st.deleted = deleted;
                 }
                 Outcome::Gone { reason } => {
+                    st.written = None;
                     debug!(%uid, %api_uid, version, reason, "no API object for this status version");
                     recovered = true;
                     st.pushed = pushed;
@@ -454,6 +492,7 @@ impl Scheduler {
                     deleting,
                     error,
                 } => {
+                    st.written = None;
                     if synced {
                         st.pushed = pushed;
                         st.deletion_seen = deleting;

@@ -108,6 +108,7 @@ fn synced(deleting: bool, deleted: bool) -> Outcome {
         patched: true,
         deleting,
         deleted,
+        written: None,
     }
 }
 
