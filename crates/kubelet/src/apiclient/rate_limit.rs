@@ -2,7 +2,9 @@
 //! bucket `flowcontrol.NewTokenBucketRateLimiter` that every request waits on). Owns the bucket:
 //! `burst` tokens, refilled at `qps` per second. Receives requests as a tower layer under
 //! kube's client; a request waits (in `poll_ready`, so in order) until a token is free, then
-//! goes on unchanged.
+//! goes on unchanged. Event writes do not spend the bucket: upstream sends them on a client of
+//! their own limited only by `eventRecordQPS`/`eventBurst` (applied by the event recorder), so
+//! their token is given back when the request turns out to be one.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -72,6 +74,11 @@ impl Bucket {
             Duration::from_secs_f64(-self.tokens / self.qps)
         }
     }
+
+    /// Gives back a token taken for a request that does not spend the bucket.
+    fn refund(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
 }
 
 /// The tower layer.
@@ -102,9 +109,44 @@ pub struct RateLimited<S> {
     ready: bool,
 }
 
+/// What the limiter needs to know of a request: whether it is an event write, which upstream
+/// limits on its own client (`eventRecordQPS`) rather than by `kubeAPIQPS`.
+pub trait LimitedRequest {
+    fn is_event_write(&self) -> bool;
+}
+
+impl<B> LimitedRequest for http::Request<B> {
+    fn is_event_write(&self) -> bool {
+        let writes = matches!(
+            *self.method(),
+            http::Method::POST | http::Method::PATCH | http::Method::PUT
+        );
+        writes && is_events_path(self.uri().path())
+    }
+}
+
+/// `/api/v1/namespaces/NS/events[/NAME]` or `/apis/events.k8s.io/v1/namespaces/NS/events[/NAME]`.
+fn is_events_path(path: &str) -> bool {
+    let rest = if let Some(r) = path.strip_prefix("/api/v1/namespaces/") {
+        r
+    } else if let Some(r) = path.strip_prefix("/apis/events.k8s.io/v1/namespaces/") {
+        r
+    } else {
+        return false;
+    };
+    let mut parts = rest.split('/');
+    let (ns, resource) = (parts.next(), parts.next());
+    let name = parts.next();
+    ns.is_some_and(|n| !n.is_empty())
+        && resource == Some("events")
+        && parts.next().is_none()
+        && name.is_none_or(|n| !n.is_empty())
+}
+
 impl<S, R> tower::Service<R> for RateLimited<S>
 where
     S: tower::Service<R>,
+    R: LimitedRequest,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -137,6 +179,9 @@ where
 
     fn call(&mut self, req: R) -> S::Future {
         self.ready = false;
+        if req.is_event_write() {
+            self.bucket.refund();
+        }
         self.inner.call(req)
     }
 }
@@ -148,19 +193,32 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use tower::{Layer, Service, ServiceExt};
 
+    fn get(path: &str) -> http::Request<()> {
+        http::Request::get(path).body(()).unwrap()
+    }
+
+    fn post(path: &str) -> http::Request<()> {
+        http::Request::post(path).body(()).unwrap()
+    }
+
     /// Sends `n` requests through a limited service as fast as it lets them; returns when
     /// each reached the inner service, in ms since the start.
     async fn arrivals(limit: RateLimit, n: usize) -> Vec<u128> {
         let start = Instant::now();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        let inner = tower::service_fn(move |_: ()| {
+        let inner = tower::service_fn(move |_: http::Request<()>| {
             log.lock().unwrap().push(start.elapsed().as_millis());
             async { Ok::<_, std::convert::Infallible>(()) }
         });
         let mut svc = RateLimitLayer(limit).layer(inner);
         for _ in 0..n {
-            svc.ready().await.unwrap().call(()).await.unwrap();
+            svc.ready()
+                .await
+                .unwrap()
+                .call(get("/api/v1/nodes/n"))
+                .await
+                .unwrap();
         }
         seen.lock().unwrap().clone()
     }
@@ -184,17 +242,27 @@ mod tests {
         let start = Instant::now();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        let inner = tower::service_fn(move |_: ()| {
+        let inner = tower::service_fn(move |_: http::Request<()>| {
             log.lock().unwrap().push(start.elapsed().as_millis());
             async { Ok::<_, std::convert::Infallible>(()) }
         });
         let mut svc = RateLimitLayer(limit).layer(inner);
         for _ in 0..2 {
-            svc.ready().await.unwrap().call(()).await.unwrap();
+            svc.ready()
+                .await
+                .unwrap()
+                .call(get("/api/v1/nodes/n"))
+                .await
+                .unwrap();
         }
         tokio::time::sleep(Duration::from_secs(60)).await;
         for _ in 0..3 {
-            svc.ready().await.unwrap().call(()).await.unwrap();
+            svc.ready()
+                .await
+                .unwrap()
+                .call(get("/api/v1/nodes/n"))
+                .await
+                .unwrap();
         }
         let got = seen.lock().unwrap().clone();
         assert_eq!(got, [0, 0, 60_000, 60_000, 60_500]);
@@ -224,7 +292,7 @@ mod tests {
         let start = Instant::now();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        let inner = tower::service_fn(move |_: ()| {
+        let inner = tower::service_fn(move |_: http::Request<()>| {
             log.lock().unwrap().push(start.elapsed().as_millis());
             async { Ok::<_, std::convert::Infallible>(()) }
         });
@@ -235,10 +303,79 @@ mod tests {
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..4 {
             let mut s = svc.clone();
-            tasks.spawn(async move { s.ready().await.unwrap().call(()).await.unwrap() });
+            tasks.spawn(async move {
+                s.ready()
+                    .await
+                    .unwrap()
+                    .call(get("/api/v1/nodes/n"))
+                    .await
+                    .unwrap()
+            });
         }
         while tasks.join_next().await.is_some() {}
         let got = seen.lock().unwrap().clone();
         assert_eq!(got, [0, 250, 500, 750]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn event_writes_do_not_spend_the_bucket() {
+        let start = Instant::now();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let inner = tower::service_fn(move |r: http::Request<()>| {
+            log.lock()
+                .unwrap()
+                .push((r.uri().path().to_owned(), start.elapsed().as_millis()));
+            async { Ok::<_, std::convert::Infallible>(()) }
+        });
+        let mut svc = RateLimitLayer(RateLimit {
+            qps: 10.0,
+            burst: 2,
+        })
+        .layer(inner);
+        // Ten events, then three pod reads: the events leave the burst untouched.
+        for i in 0..10 {
+            let path = format!("/api/v1/namespaces/ns{i}/events");
+            svc.ready().await.unwrap().call(post(&path)).await.unwrap();
+        }
+        for _ in 0..3 {
+            let r = get("/api/v1/namespaces/ns/pods/p");
+            svc.ready().await.unwrap().call(r).await.unwrap();
+        }
+        let got: Vec<u128> = seen.lock().unwrap().iter().map(|(_, t)| *t).collect();
+        assert_eq!(got, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100]);
+    }
+
+    #[test]
+    fn only_event_writes_are_exempt() {
+        let exempt = |m: &str, p: &str| {
+            http::Request::builder()
+                .method(m)
+                .uri(p)
+                .body(())
+                .unwrap()
+                .is_event_write()
+        };
+        assert!(exempt("POST", "/api/v1/namespaces/default/events"));
+        assert!(exempt("PATCH", "/api/v1/namespaces/default/events/p.1a2b"));
+        assert!(exempt(
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/kube-system/events"
+        ));
+        // Reads, other resources, look-alike paths and deeper paths spend the bucket.
+        assert!(!exempt("GET", "/api/v1/namespaces/default/events"));
+        assert!(!exempt("POST", "/api/v1/namespaces/default/pods"));
+        assert!(!exempt("PATCH", "/api/v1/namespaces/events/pods/x/status"));
+        assert!(!exempt("POST", "/api/v1/namespaces//events"));
+        assert!(!exempt("PATCH", "/api/v1/namespaces/default/events/"));
+        assert!(!exempt(
+            "PATCH",
+            "/api/v1/namespaces/default/events/x/status"
+        ));
+        assert!(!exempt("POST", "/api/v1/events"));
+        assert!(!exempt(
+            "POST",
+            "/apis/events.k8s.io/v1beta1/namespaces/d/events"
+        ));
     }
 }
