@@ -16,7 +16,9 @@
 //!   own copy of the status, its runtime timestamp, or a periodic bump of the cache's global
 //!   time. Upstream does all three, which hands a pod worker that just created a container a
 //!   status without it (or with it still `CREATED`) and makes it create a second one
-//!   (kubernetes#121003, #121349, #123087: duplicate containers in static pods).
+//!   (kubernetes#121003, #121349, #123087: duplicate containers in static pods). A pod worker
+//!   waiting for a status newer than its sync (events during the sync are older) gets it from
+//!   a relist within one relist period instead; with no worker waiting, nothing is relisted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,7 @@ use std::time::Duration;
 use rkubelet_cri::api::ContainerEventType;
 use rkubelet_cri::{ContainerEventStream, CriError, RuntimeService, api};
 use tokio::time::Instant;
-use tokio_stream::StreamExt;
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -152,8 +154,18 @@ impl EventedPleg {
                     let _ = self.generic.relist().await;
                 }
                 _ = health_tick.tick() => {
-                    if matches!(source, Source::Events(_)) && self.generic.events_tx.capacity() > 0 {
+                    if !matches!(source, Source::Events(_)) {
+                        continue;
+                    }
+                    if self.generic.events_tx.capacity() > 0 {
                         self.generic.health.record(Instant::now());
+                    }
+                    // A pod worker waits for a status newer than its last sync. Events that
+                    // came during its sync are older than that, and upstream's answer (bump
+                    // the cache's global time every 2 s) hands it a stale status: relist
+                    // instead, which inspects what changed and only then declares it fresh.
+                    if self.generic.cache.waiting() > 0 {
+                        let _ = self.generic.relist().await;
                     }
                 }
             }

@@ -375,3 +375,47 @@ async fn hostile_events_are_ignored_without_touching_the_cache() {
     assert!(cache.is_empty());
     assert_eq!(rt.call_count("ListPodSandbox"), 0, "nothing inspected");
 }
+
+/// The same race through the running PLEG: the container is created (its CREATED event
+/// handled), started, and the worker's sync ends while the STARTED event's inspection is still
+/// slow in coming. The worker must get the running container, not the `CREATED` entry that a
+/// periodic bump of the cache's global time (upstream) would hand it.
+#[tokio::test(start_paused = true)]
+async fn a_worker_waiting_after_its_sync_gets_the_started_container() {
+    let rt = FakeRuntime::with_images(&["busybox"]);
+    rt.serve_container_events();
+    let p = pod("u1", "web");
+    let sb = run_sandbox(&rt, &p, 0, false).await;
+    let (pleg, cache, _rx) = evented(&rt);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(pleg.run(cancel.clone()));
+    wait_until(FAST, || rt.open_event_streams() == 1).await;
+
+    let c = container(&rt, &sb, &p, &spec("app"), 0, false).await;
+    wait_until(FAST, || {
+        cached_state(&cache, &c) == Some(ContainerState::Created)
+    })
+    .await;
+    rt.set_latency("ContainerStatus", Duration::from_secs(3));
+    rt.start_container(api::StartContainerRequest {
+        container_id: c.clone(),
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let last_sync = Instant::now();
+
+    // Within a few relist periods (the inspections take 3 s each here), not at the 300 s
+    // fallback relist.
+    let status = tokio::time::timeout(
+        Duration::from_secs(10),
+        cache.get_newer_than("u1", last_sync),
+    )
+    .await
+    .expect("a waiting worker gets a fresh status from a relist")
+    .unwrap();
+    let states: Vec<ContainerState> = status.container_statuses.iter().map(|c| c.state).collect();
+    assert_eq!(states, vec![ContainerState::Running]);
+    cancel.cancel();
+    task.await.unwrap();
+}
