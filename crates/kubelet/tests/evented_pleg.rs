@@ -133,9 +133,11 @@ async fn without_runtime_events_the_gate_falls_back_and_pods_run() {
     .await;
     let victim = running(&fake, uid(&p)).remove(0);
     assert!(fake.exit_container(&victim, 1));
-    wait_until("restart seen by the relist", Duration::from_secs(60), || {
-        running(&fake, uid(&p)).len() == 1
-    })
+    wait_until(
+        "restart seen by the relist",
+        Duration::from_secs(60),
+        || running(&fake, uid(&p)).len() == 1,
+    )
     .await;
     assert_eq!(fake.call_count("GetContainerEvents"), 1, "asked once");
 }

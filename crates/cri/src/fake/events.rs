@@ -156,7 +156,10 @@ impl State {
         let now = self.snapshot();
         let old = std::mem::replace(&mut self.events.published, now.clone());
         let mut out = Vec::new();
-        let ids: Vec<&String> = now.keys().chain(old.keys().filter(|k| !now.contains_key(*k))).collect();
+        let ids: Vec<&String> = now
+            .keys()
+            .chain(old.keys().filter(|k| !now.contains_key(*k)))
+            .collect();
         for id in ids {
             let (before, after) = (old.get(id), now.get(id));
             let Some(rec) = after.or(before) else {
@@ -204,14 +207,102 @@ impl State {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio_stream::StreamExt;
+
     use super::*;
+    use crate::fake::{FakeRuntime, serve_unix};
+    use crate::traits::RuntimeService;
+    use crate::{ContainerEventStream, RemoteRuntime};
     use ContainerEventType as E;
+
+    async fn next(
+        stream: &mut ContainerEventStream,
+    ) -> Option<Result<api::ContainerEventResponse, CriError>> {
+        tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("an event or the end within 10 s")
+    }
+
+    /// The client side over a real socket: `Unimplemented` like containerd 1.6 until events
+    /// are served, then the sandbox's events (with its pod metadata), then the error that
+    /// ends the stream.
+    #[tokio::test]
+    async fn remote_client_streams_events_from_the_fake_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("cri.sock");
+        let fake = FakeRuntime::new();
+        let _server = serve_unix(Arc::new(fake.clone()), Arc::new(fake.clone()), &sock)
+            .await
+            .unwrap();
+        let rt = RemoteRuntime::connect(sock.to_str().unwrap(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let err = rt
+            .get_container_events(api::GetEventsRequest::default())
+            .await
+            .err()
+            .unwrap();
+        assert!(err.is_unimplemented(), "{err}");
+
+        fake.serve_container_events();
+        let mut stream = rt
+            .get_container_events(api::GetEventsRequest::default())
+            .await
+            .unwrap();
+        for _ in 0..100 {
+            if fake.open_event_streams() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let id = fake
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(api::PodSandboxConfig {
+                    metadata: Some(api::PodSandboxMetadata {
+                        name: "p".into(),
+                        uid: "u1".into(),
+                        namespace: "ns".into(),
+                        attempt: 0,
+                    }),
+                    ..Default::default()
+                }),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap()
+            .pod_sandbox_id;
+        for want in [E::ContainerCreatedEvent, E::ContainerStartedEvent] {
+            let ev = next(&mut stream).await.unwrap().unwrap();
+            assert_eq!(ev.container_id, id);
+            assert_eq!(ev.container_event_type, want as i32);
+            let meta = ev.pod_sandbox_status.unwrap().metadata.unwrap();
+            assert_eq!(meta.uid, "u1");
+        }
+        fake.end_event_streams(Some(CriError::unavailable(
+            "GetContainerEvents",
+            "x",
+            "restarting",
+        )));
+        let last = next(&mut stream).await.unwrap().err().unwrap();
+        assert!(last.is_unavailable(), "{last}");
+        assert!(
+            next(&mut stream).await.is_none(),
+            "the stream ends after its error"
+        );
+    }
 
     #[test]
     fn transitions_walk_the_lifecycle() {
         let s = |x| Some(x);
-        assert_eq!(transitions(None, s(Seen::Created)), vec![E::ContainerCreatedEvent]);
+        assert_eq!(
+            transitions(None, s(Seen::Created)),
+            vec![E::ContainerCreatedEvent]
+        );
         assert_eq!(
             transitions(None, s(Seen::Running)),
             vec![E::ContainerCreatedEvent, E::ContainerStartedEvent]

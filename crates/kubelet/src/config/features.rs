@@ -622,7 +622,11 @@ mod tests {
         ])
         .unwrap();
         let w = g.not_implemented_warnings();
-        assert_eq!(w.len(), 1, "EventedPLEG is implemented (pleg::evented): {w:?}");
+        assert_eq!(
+            w.len(),
+            1,
+            "EventedPLEG is implemented (pleg::evented): {w:?}"
+        );
         assert!(
             w[0].starts_with("feature gate MemoryQoS=true is not implemented"),
             "{w:?}"

@@ -23,10 +23,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use rkubelet_cri::api::ContainerEventType;
 use rkubelet_cri::{ContainerEventStream, CriError, RuntimeService, api};
 use tokio::time::Instant;
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -45,7 +45,10 @@ enum Source {
     /// The stream is open: relist every [`EVENTED_RELIST_PERIOD`].
     Events(ContainerEventStream),
     /// The stream is down: relist every relist period, try to re-open at `retry_at`.
-    Fallback { retry_at: Instant, backoff: Duration },
+    Fallback {
+        retry_at: Instant,
+        backoff: Duration,
+    },
     /// The runtime has no event stream: plain generic PLEG until the kubelet restarts.
     Unsupported,
 }
@@ -214,8 +217,7 @@ impl EventedPleg {
         // The status carried by the event is as old as the event; what the pod is now is
         // what a woken pod worker must see.
         let timestamp = Instant::now();
-        let inspected =
-            get_pod_status(self.rt().as_ref(), &uid, &meta.name, &meta.namespace).await;
+        let inspected = get_pod_status(self.rt().as_ref(), &uid, &meta.name, &meta.namespace).await;
         match inspected {
             Ok(mut status) => {
                 if status.sandbox_statuses.is_empty() && status.container_statuses.is_empty() {

@@ -56,7 +56,10 @@ const FAST: Duration = Duration::from_millis(300);
 async fn wait_until(limit: Duration, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + limit;
     while !cond() {
-        assert!(Instant::now() < deadline, "condition not met within {limit:?}");
+        assert!(
+            Instant::now() < deadline,
+            "condition not met within {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -73,9 +76,15 @@ async fn container_events_reach_the_sync_loop_with_the_cache_updated_first() {
 
     let p = pod("u1", "web");
     let sb = run_sandbox(&rt, &p, 0, false).await;
-    assert_eq!(next_about(&mut rx, &sb, FAST).await, Some(K::ContainerStarted));
+    assert_eq!(
+        next_about(&mut rx, &sb, FAST).await,
+        Some(K::ContainerStarted)
+    );
     let c = container(&rt, &sb, &p, &spec("app"), 0, true).await;
-    assert_eq!(next_about(&mut rx, &c, FAST).await, Some(K::ContainerStarted));
+    assert_eq!(
+        next_about(&mut rx, &c, FAST).await,
+        Some(K::ContainerStarted)
+    );
     assert_eq!(
         cached_state(&cache, &c),
         Some(ContainerState::Running),
@@ -254,10 +263,17 @@ async fn unimplemented_falls_back_at_once_and_logs_once() {
     let health = pleg.generic.health();
     let cancel = CancellationToken::new();
     let task = tokio::spawn(pleg.run(cancel.clone()));
-    assert_eq!(next_about(&mut rx, &c, FAST).await, Some(K::ContainerStarted));
+    assert_eq!(
+        next_about(&mut rx, &c, FAST).await,
+        Some(K::ContainerStarted)
+    );
 
     tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(rt.call_count("GetContainerEvents"), 1, "asked once, never again");
+    assert_eq!(
+        rt.call_count("GetContainerEvents"),
+        1,
+        "asked once, never again"
+    );
     assert!(
         rt.call_count("ListPodSandbox") >= 100,
         "relisting every second: {}",
@@ -281,7 +297,11 @@ async fn unimplemented_falls_back_at_once_and_logs_once() {
         .collect();
     assert_eq!(lines.len(), 1, "{logs}");
     assert!(lines[0].contains("WARN"), "{}", lines[0]);
-    assert!(lines[0].contains("unknown method GetContainerEvents"), "reason: {}", lines[0]);
+    assert!(
+        lines[0].contains("unknown method GetContainerEvents"),
+        "reason: {}",
+        lines[0]
+    );
 }
 
 /// kubernetes#121003 / #121349 / #123087: a pod worker that created and started a container
