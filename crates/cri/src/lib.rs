@@ -13,4 +13,6 @@ pub mod traits;
 
 pub use error::CriError;
 pub use remote::{MAX_MESSAGE_SIZE, RemoteRuntime, parse_endpoint};
-pub use traits::{IMAGE_METHODS, ImageService, RUNTIME_METHODS, RuntimeService};
+pub use traits::{
+    ContainerEventStream, IMAGE_METHODS, ImageService, RUNTIME_METHODS, RuntimeService,
+};

@@ -3,11 +3,20 @@
 //! Implemented by [`crate::RemoteRuntime`] (containerd over a unix socket) and, with feature
 //! `fake`, by `FakeRuntime`. Used as `Arc<dyn RuntimeService>` / `Arc<dyn ImageService>`.
 //!
-//! `GetContainerEvents`, `ListMetricDescriptors` and `ListPodSandboxMetrics` are not part of the
-//! traits: containerd 1.6 does not implement them and the kubelet falls back to relisting.
+//! `GetContainerEvents` is a server stream: [`RuntimeService::get_container_events`] opens it
+//! and hands back a [`ContainerEventStream`] (containerd 1.6 answers `Unimplemented`; the
+//! kubelet then relists). `ListMetricDescriptors` and `ListPodSandboxMetrics` are not part of
+//! the traits: containerd 1.6 does not implement them.
+
+use std::pin::Pin;
 
 use crate::api;
 use crate::error::CriError;
+
+/// The open `GetContainerEvents` stream: each item is one event, or the error that ended the
+/// stream (the stream ends after it). `None` means the runtime closed the stream.
+pub type ContainerEventStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<api::ContainerEventResponse, CriError>> + Send>>;
 
 /// The CRI `runtime.v1.RuntimeService`: sandboxes, containers, exec, stats.
 #[async_trait::async_trait]
@@ -157,6 +166,13 @@ pub trait RuntimeService: Send + Sync {
         &self,
         req: api::RuntimeConfigRequest,
     ) -> Result<api::RuntimeConfigResponse, CriError>;
+
+    /// `GetContainerEvents`: Opens the runtime's stream of container lifecycle events (no
+    /// deadline: the stream lives until either side ends it). `Unimplemented` on containerd 1.6.
+    async fn get_container_events(
+        &self,
+        req: api::GetEventsRequest,
+    ) -> Result<ContainerEventStream, CriError>;
 }
 
 /// The CRI `runtime.v1.ImageService`: images on the node.
@@ -221,6 +237,7 @@ pub const RUNTIME_METHODS: &[&str] = &[
     "UpdateRuntimeConfig",
     "CheckpointContainer",
     "RuntimeConfig",
+    "GetContainerEvents",
 ];
 
 /// RPC names of [`ImageService`]'s methods.

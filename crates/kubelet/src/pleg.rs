@@ -24,6 +24,8 @@ use crate::kuberuntime::runtime_status::{
 use crate::metrics::KubeletMetrics;
 use crate::types::PodUid;
 
+pub mod evented;
+
 /// How often the runtime is relisted (upstream `genericPlegRelistPeriod`).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// How long without a successful relist before the PLEG is unhealthy (upstream

@@ -393,6 +393,9 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
             .max_parallel_image_pulls
             .and_then(|n| u32::try_from(n).ok()),
         relist_period: Duration::from_secs(1),
+        evented_pleg: c
+            .gates()
+            .enabled(kubelet::config::features::Feature::EventedPleg),
         relist_threshold: pleg_relist_threshold(
             std::env::var(TEST_PLEG_RELIST_THRESHOLD_ENV)
                 .ok()

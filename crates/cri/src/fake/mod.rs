@@ -11,11 +11,13 @@
 //! its containers, a failed start leaves the container EXITED with 128/`StartError`, reasons
 //! `Completed`/`Error`/`OOMKilled`, `ImageStatus` of a missing image is `Ok(None)`, short image
 //! names are normalized (`busybox` → `docker.io/library/busybox:latest`), `RuntimeConfig` and
-//! `CheckpointContainer` are unimplemented (settable for the former).
+//! `CheckpointContainer` are unimplemented (settable for the former), and so is
+//! `GetContainerEvents` unless a test turns containerd 1.7's event stream on (`events.rs`).
 //!
 //! Time comes from `tokio::time`, so timestamps, latencies, timed exits and stop grace periods
 //! follow paused-time tests.
 
+mod events;
 mod images;
 mod server;
 mod service;
@@ -198,19 +200,45 @@ impl FakeRuntime {
     pub fn exit_container(&self, id: &str, exit_code: i32) -> bool {
         let mut s = self.lock();
         s.settle();
-        s.exit_container(id, exit_code, false)
+        let exited = s.exit_container(id, exit_code, false);
+        s.publish_events();
+        exited
     }
 
     /// Running container `id` is OOM-killed now (137, `OOMKilled`); `false` if not running.
     pub fn oom_kill_container(&self, id: &str) -> bool {
         let mut s = self.lock();
         s.settle();
-        s.exit_container(id, SIGKILL_EXIT, true)
+        let killed = s.exit_container(id, SIGKILL_EXIT, true);
+        s.publish_events();
+        killed
     }
 
     /// Sandbox `id` becomes NOTREADY (its pause process died); containers are untouched.
     pub fn kill_sandbox(&self, id: &str) -> bool {
-        self.lock().kill_sandbox(id)
+        let mut s = self.lock();
+        let killed = s.kill_sandbox(id);
+        s.publish_events();
+        killed
+    }
+
+    /// Serves `GetContainerEvents` from now on, as containerd 1.7+ does (default: answers
+    /// `Unimplemented`, like containerd 1.6). Every later change of a sandbox or container is
+    /// sent to each open stream; a scripted timed exit is sent with the next call after it.
+    pub fn serve_container_events(&self) {
+        self.lock().enable_events();
+    }
+
+    /// Ends every open event stream, with `err` as its last item (e.g. `Unavailable` for a
+    /// runtime restart) or cleanly with `None`. Queue a `fail_next("GetContainerEvents", …)`
+    /// to make the re-open fail too.
+    pub fn end_event_streams(&self, err: Option<CriError>) {
+        self.lock().events.end_streams(err.as_ref());
+    }
+
+    /// Number of event streams open right now.
+    pub fn open_event_streams(&self) -> usize {
+        self.lock().events.open_streams()
     }
 
     /// Every `PullImage` of `image` fails (code Unknown, containerd's wording around

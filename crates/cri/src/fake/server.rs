@@ -2,7 +2,8 @@
 //! [`ImageService`] (normally a `FakeRuntime`), so [`crate::RemoteRuntime`] and the rkubelet
 //! binary can be tested against the fake through a real socket. Receives gRPC requests; emits
 //! the implementation's responses, with `CriError`s turned back into statuses (`error.rs`).
-//! `GetContainerEvents` and the metrics RPCs answer `Unimplemented`, like containerd 1.6.
+//! `GetContainerEvents` is forwarded as a server stream (the fake answers `Unimplemented` unless
+//! told to serve events); the metrics RPCs answer `Unimplemented`, like containerd 1.6.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,14 +81,21 @@ forward!(api::runtime_service_server::RuntimeService, runtime, {
     checkpoint_container: CheckpointContainerRequest => CheckpointContainerResponse,
     runtime_config: RuntimeConfigRequest => RuntimeConfigResponse,
 }
-    type GetContainerEventsStream =
-        tokio_stream::Empty<Result<api::ContainerEventResponse, Status>>;
+    type GetContainerEventsStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<api::ContainerEventResponse, Status>> + Send>,
+    >;
 
     async fn get_container_events(
         &self,
-        _request: Request<api::GetEventsRequest>,
+        request: Request<api::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        Err(unimplemented("GetContainerEvents"))
+        use tokio_stream::StreamExt;
+        let stream = self.runtime.get_container_events(request.into_inner())
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(Box::pin(
+            stream.map(|item| item.map_err(|e| e.to_status())),
+        )))
     }
 
     async fn list_metric_descriptors(

@@ -9,7 +9,7 @@ use super::images::normalize_image;
 use super::state::{ExecPlan, SIGKILL_EXIT, State, StopPlan, StreamRequest};
 use crate::api;
 use crate::error::CriError;
-use crate::traits::{ImageService, RuntimeService};
+use crate::traits::{ContainerEventStream, ImageService, RuntimeService};
 
 impl FakeRuntime {
     /// Records the call, applies the scripted latency and returns a queued failure, if any.
@@ -40,7 +40,9 @@ impl FakeRuntime {
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let mut s = self.lock();
         s.settle();
-        f(&mut s)
+        let out = f(&mut s);
+        s.publish_events();
+        out
     }
 }
 
@@ -384,6 +386,25 @@ impl RuntimeService for FakeRuntime {
                 "unknown method RuntimeConfig for service runtime.v1.RuntimeService",
             )),
         }
+    }
+
+    async fn get_container_events(
+        &self,
+        _req: api::GetEventsRequest,
+    ) -> Result<ContainerEventStream, CriError> {
+        self.enter("GetContainerEvents").await?;
+        let mut s = self.lock();
+        if !s.events.enabled {
+            return Err(CriError::unimplemented(
+                "GetContainerEvents",
+                "unknown method GetContainerEvents for service runtime.v1.RuntimeService",
+            ));
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        s.subscribe(tx);
+        Ok(Box::pin(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+        ))
     }
 }
 

@@ -228,6 +228,8 @@ pub struct State {
     pub sandboxes: BTreeMap<String, SandboxRec>,
     pub containers: BTreeMap<String, ContainerRec>,
     pub clock: Clock,
+    /// `GetContainerEvents`: open streams and what they were last told.
+    pub events: super::events::Events,
     sandbox_names: HashMap<String, String>,
     container_names: HashMap<String, String>,
     next_seq: u64,
@@ -310,6 +312,7 @@ impl State {
             sandboxes: BTreeMap::new(),
             containers: BTreeMap::new(),
             clock: Clock::new(),
+            events: super::events::Events::default(),
             sandbox_names: HashMap::new(),
             container_names: HashMap::new(),
             next_seq: 0,

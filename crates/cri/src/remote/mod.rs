@@ -19,7 +19,7 @@ use crate::api;
 use crate::api::image_service_client::ImageServiceClient;
 use crate::api::runtime_service_client::RuntimeServiceClient;
 use crate::error::CriError;
-use crate::traits::{ImageService, RuntimeService};
+use crate::traits::{ContainerEventStream, ImageService, RuntimeService};
 use verify::{verify_container_status, verify_sandbox_status};
 
 mod verify;
@@ -653,6 +653,27 @@ impl RuntimeService for RemoteRuntime {
             req,
             Some(self.request_timeout)
         )
+    }
+
+    async fn get_container_events(
+        &self,
+        req: api::GetEventsRequest,
+    ) -> Result<ContainerEventStream, CriError> {
+        use tokio_stream::StreamExt;
+        let stream = rpc!(
+            self,
+            runtime,
+            get_container_events,
+            "GetContainerEvents",
+            req,
+            None
+        )?;
+        let endpoint = self.endpoint.clone();
+        Ok(Box::pin(stream.map(move |item| {
+            item.map_err(|status| {
+                CriError::from_status("GetContainerEvents", &endpoint, None, &status)
+            })
+        })))
     }
 }
 

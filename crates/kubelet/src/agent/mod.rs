@@ -89,6 +89,9 @@ pub struct AgentConfig {
     pub serialize_image_pulls: bool,
     pub max_parallel_image_pulls: Option<u32>,
     pub relist_period: Duration,
+    /// Gate `EventedPLEG`: consume the runtime's container events (`pleg::evented`), relisting
+    /// only as the fallback (at once and for good when the runtime has no event stream).
+    pub evented_pleg: bool,
     /// How long without a successful relist before the PLEG is unhealthy (upstream's 3 min;
     /// only the fault tests shorten it, through `RKUBELET_TEST_PLEG_RELIST_THRESHOLD`).
     pub relist_threshold: Duration,
@@ -188,6 +191,7 @@ impl AgentConfig {
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             relist_period: Duration::from_secs(1),
+            evented_pleg: false,
             relist_threshold: crate::pleg::RELIST_THRESHOLD,
             loop_timings: LoopTimings::default(),
             runtime_name: "containerd".to_owned(),
@@ -388,7 +392,12 @@ impl Agent {
         let node_pleg_health = pleg_health.clone();
         let view_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
-        sup.spawn_critical("pleg", pleg.run(cancel.child_token()));
+        if cfg.evented_pleg {
+            let evented = crate::pleg::evented::EventedPleg::new(pleg);
+            sup.spawn_critical("pleg", evented.run(cancel.child_token()));
+        } else {
+            sup.spawn_critical("pleg", pleg.run(cancel.child_token()));
+        }
         let (prober, probe_updates) = ProbeManager::new(
             deps.runtime.clone(),
             events.clone(),

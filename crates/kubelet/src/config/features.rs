@@ -336,10 +336,6 @@ impl Feature {
 /// runs as with the default). `(gate, what happens instead)`.
 pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     (
-        "EventedPLEG",
-        "rkubelet relists the runtime every second (generic PLEG)",
-    ),
-    (
         "KubeletPodResourcesGet",
         "rkubelet serves no pod-resources gRPC API",
     ),
@@ -619,11 +615,20 @@ mod tests {
 
     #[test]
     fn unimplemented_gates_warn_by_name() {
-        let (g, _) = gates(&[("EventedPLEG", true), ("InPlacePodVerticalScaling", true)]).unwrap();
+        let (g, _) = gates(&[
+            ("MemoryQoS", true),
+            ("InPlacePodVerticalScaling", true),
+            ("EventedPLEG", true),
+        ])
+        .unwrap();
         let w = g.not_implemented_warnings();
-        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(
+            w.len(),
+            1,
+            "EventedPLEG is implemented (pleg::evented): {w:?}"
+        );
         assert!(
-            w[0].starts_with("feature gate EventedPLEG=true is not implemented"),
+            w[0].starts_with("feature gate MemoryQoS=true is not implemented"),
             "{w:?}"
         );
     }

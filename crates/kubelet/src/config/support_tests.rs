@@ -338,7 +338,7 @@ volumeStatsAggPeriod: 0s
     );
     assert_eq!(w.len(), 3, "{w:?}");
     let w = check(&config(
-        "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nserverTLSBootstrap: true\nfeatureGates: {EventedPLEG: true}\n",
+        "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nserverTLSBootstrap: true\nfeatureGates: {MemoryQoS: true, EventedPLEG: true}\n",
     ))
     .unwrap();
     // Graceful node shutdown is honoured: no warning.
@@ -353,8 +353,12 @@ volumeStatsAggPeriod: 0s
     );
     assert!(
         w.iter()
-            .any(|w| w.starts_with("feature gate EventedPLEG=true is not implemented by rkubelet")),
+            .any(|w| w.starts_with("feature gate MemoryQoS=true is not implemented by rkubelet")),
         "{w:?}"
+    );
+    assert!(
+        !w.iter().any(|w| w.contains("EventedPLEG")),
+        "EventedPLEG is honoured: {w:?}"
     );
     let w = check(&config(
         "shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 30}]\n",

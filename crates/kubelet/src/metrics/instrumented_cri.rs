@@ -43,6 +43,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("UpdateRuntimeConfig", "update_runtime_config"),
     ("CheckpointContainer", "checkpoint_container"),
     ("RuntimeConfig", "runtime_config"),
+    ("GetContainerEvents", "get_container_events"),
     ("ListImages", "list_images"),
     ("ImageStatus", "image_status"),
     ("PullImage", "pull_image"),
@@ -332,6 +333,19 @@ impl RuntimeService for InstrumentedRuntime {
         req: api::RuntimeConfigRequest,
     ) -> Result<api::RuntimeConfigResponse, CriError> {
         timed!(self, "runtime_config", self.inner.runtime_config(req).await)
+    }
+
+    /// Counts and times the opening of the stream (upstream's instrumented service does the
+    /// same: the stream's lifetime is not an operation).
+    async fn get_container_events(
+        &self,
+        req: api::GetEventsRequest,
+    ) -> Result<rkubelet_cri::ContainerEventStream, CriError> {
+        timed!(
+            self,
+            "get_container_events",
+            self.inner.get_container_events(req).await
+        )
     }
 }
 
