@@ -132,34 +132,79 @@ pub async fn http_get(port: u16, path: &str) -> Option<String> {
 
 /// [`http_get`] with the response's status code.
 pub async fn http_get_status(port: u16, path: &str) -> Option<(u16, String)> {
+    let r = http_get_raw(port, path, &[]).await?;
+    Some((r.status, String::from_utf8_lossy(&r.body).into_owned()))
+}
+
+/// A response of [`http_get_raw`]: status, lower-cased header lines, de-chunked body bytes.
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The first value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain-HTTP GET on 127.0.0.1 with extra request headers (`("Accept-Encoding", "gzip")`);
+/// the body is returned as bytes, not decoded.
+pub async fn http_get_raw(port: u16, path: &str, extra: &[(&str, &str)]) -> Option<RawResponse> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.ok()?;
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let (head, body) = text.split_once("\r\n\r\n")?;
+    let split = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buf[..split]).into_owned();
+    let body = &buf[split + 4..];
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
+    let headers: Vec<(String, String)> = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
     if !chunked {
-        return Some((status, body.to_owned()));
+        return Some(RawResponse {
+            status,
+            headers,
+            body: body.to_vec(),
+        });
     }
-    let mut out = String::new();
+    let mut out = Vec::new();
     let mut rest = body;
-    while let Some((size, after)) = rest.split_once("\r\n") {
+    loop {
+        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&rest[..eol]).ok()?;
         let n = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
         if n == 0 {
             break;
         }
-        out.push_str(after.get(..n)?);
+        let after = &rest[eol + 2..];
+        out.extend_from_slice(after.get(..n)?);
         rest = after.get(n + 2..)?;
     }
-    Some((status, out))
+    Some(RawResponse {
+        status,
+        headers,
+        body: out,
+    })
 }
 
 /// A standalone release `rkubelet` under `dir`: static pods from `manifests`, the read-only

@@ -2,7 +2,10 @@
 //! static pods (default 110, the default `maxPods`), wait until all run and the stats provider
 //! has seen them, then scrape each monitoring endpoint R times in a row on the read-only port and
 //! report per endpoint: p50/p99 latency, response size and the kubelet CPU each scrape costs
-//! (`utime + stime` of the kubelet process during the scrapes minus its idle rate). Prints a
+//! (`utime + stime` of the kubelet process during the scrapes minus its idle rate). Every
+//! endpoint is scraped twice: without `Accept-Encoding` (identity) and with
+//! `Accept-Encoding: gzip` as Prometheus sends it (the gzip body is checked to be gzip and
+//! decompressed once per endpoint; the latency is the transfer, as a scraper sees it). Prints a
 //! Markdown table and writes JSON.
 //!
 //! Usage: scrape --endpoint unix:///tmp/rkubelet-dev/containerd.sock \
@@ -16,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::{StandaloneKubelet, http_get, http_get_status, proc_status_kib, summary};
+use common::{StandaloneKubelet, http_get, http_get_raw, proc_status_kib, summary};
 use rkubelet_cri::RemoteRuntime;
 use serde_json::{Value, json};
 
@@ -125,17 +128,47 @@ async fn summary_pods(port: u16) -> usize {
         .unwrap_or(0)
 }
 
-/// GET `path`, failing unless it answers 200.
-async fn get_ok(port: u16, path: &str) -> Result<String> {
-    match http_get_status(port, path).await {
-        Some((200, body)) => Ok(body),
-        Some((code, body)) => bail!("GET {path}: HTTP {code}: {body}"),
-        None => bail!("GET {path}: no HTTP response"),
+/// GET `path` (with `Accept-Encoding: gzip` when `gzip`), failing unless it answers 200 in
+/// the asked coding; the raw body's size.
+async fn get_ok(port: u16, path: &str, gzip: bool) -> Result<usize> {
+    let extra: &[(&str, &str)] = if gzip {
+        &[("Accept-Encoding", "gzip")]
+    } else {
+        &[]
+    };
+    let Some(r) = http_get_raw(port, path, extra).await else {
+        bail!("GET {path}: no HTTP response");
+    };
+    if r.status != 200 {
+        bail!(
+            "GET {path}: HTTP {}: {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
     }
+    let coding = r.header("content-encoding");
+    if gzip != (coding == Some("gzip")) {
+        bail!("GET {path} (gzip asked: {gzip}): Content-Encoding {coding:?}");
+    }
+    Ok(r.body.len())
+}
+
+/// The decompressed size of one gzip scrape of `path` (a check that it is valid gzip).
+async fn gunzipped_len(port: u16, path: &str) -> Result<usize> {
+    use std::io::Read;
+    let r = http_get_raw(port, path, &[("Accept-Encoding", "gzip")])
+        .await
+        .context("no HTTP response")?;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_end(&mut out)
+        .with_context(|| format!("{path}: the gzip body does not decompress"))?;
+    Ok(out.len())
 }
 
 struct EndpointResult<'a> {
     path: &'a str,
+    gzip: bool,
     latencies_ms: Vec<f64>,
     bytes: usize,
     cpu_ms_per_scrape: f64,
@@ -145,12 +178,13 @@ async fn scrape(
     port: u16,
     pid: u32,
     path: &str,
+    gzip: bool,
     n: usize,
     idle_cores: f64,
     ticks: f64,
 ) -> Result<EndpointResult<'_>> {
     for _ in 0..5 {
-        get_ok(port, path).await?;
+        get_ok(port, path, gzip).await?;
     }
     let cpu0 = cpu_seconds(pid, ticks).context("reading the kubelet's CPU time")?;
     let t0 = Instant::now();
@@ -158,15 +192,15 @@ async fn scrape(
     let mut bytes = 0;
     for _ in 0..n {
         let t = Instant::now();
-        let body = get_ok(port, path).await?;
+        bytes = get_ok(port, path, gzip).await?;
         latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        bytes = body.len();
     }
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid, ticks).context("reading the kubelet's CPU time")? - cpu0;
     let cpu_ms_per_scrape = ((cpu - idle_cores * wall) / n as f64 * 1e3).max(0.0);
     Ok(EndpointResult {
         path,
+        gzip,
         latencies_ms,
         bytes,
         cpu_ms_per_scrape,
@@ -241,24 +275,30 @@ async fn main() -> Result<()> {
         rss_idle.map_or("?".into(), |v| v.to_string())
     );
 
-    println!("| endpoint | p50 (ms) | p99 (ms) | response (KiB) | kubelet CPU per scrape (ms) |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| endpoint | encoding | p50 (ms) | p99 (ms) | response (KiB) | kubelet CPU per scrape (ms) |"
+    );
+    println!("|---|---|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for path in &args.paths {
-        let r = scrape(port, pid, path, args.requests, idle_cores, ticks).await?;
-        let (p50, p99) = summary(r.latencies_ms.clone());
-        println!(
-            "| `{}` | {p50:.2} | {p99:.2} | {:.0} | {:.2} |",
-            r.path,
-            r.bytes as f64 / 1024.0,
-            r.cpu_ms_per_scrape
-        );
-        rows.push(json!({
-            "endpoint": r.path, "requests": args.requests,
+        let plain_len = gunzipped_len(port, path).await?;
+        for gzip in [false, true] {
+            let r = scrape(port, pid, path, gzip, args.requests, idle_cores, ticks).await?;
+            let (p50, p99) = summary(r.latencies_ms.clone());
+            let coding = if r.gzip { "gzip" } else { "identity" };
+            println!(
+                "| `{}` | {coding} | {p50:.2} | {p99:.2} | {:.0} | {:.2} |",
+                r.path,
+                r.bytes as f64 / 1024.0,
+                r.cpu_ms_per_scrape
+            );
+            rows.push(json!({
+                "endpoint": r.path, "encoding": coding, "requests": args.requests,
             "latency_ms": {"p50": p50, "p99": p99},
-            "response_bytes": r.bytes,
-            "kubelet_cpu_ms_per_scrape": r.cpu_ms_per_scrape,
-        }));
+                "response_bytes": r.bytes, "decoded_bytes": plain_len,
+                "kubelet_cpu_ms_per_scrape": r.cpu_ms_per_scrape,
+            }));
+        }
     }
     let hwm = proc_status_kib(pid, "VmHWM");
     println!(

@@ -13,6 +13,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 mod conn;
+pub mod encoding;
 pub mod local;
 mod log_handlers;
 pub mod logs;
@@ -469,13 +470,33 @@ pub(crate) fn text(status: StatusCode, body: String) -> Resp {
     resp
 }
 
-/// A Prometheus text exposition (format 0.0.4).
-pub(crate) fn prometheus_text(body: String) -> Resp {
-    let mut resp = bytes_response(StatusCode::OK, Bytes::from(body));
-    resp.headers_mut().insert(
+/// A Prometheus text exposition (format 0.0.4) in the negotiated content coding; `Vary:
+/// Accept-Encoding` either way, since the representation depends on that header.
+pub(crate) fn prometheus_text(body: String, coding: encoding::Coding) -> Resp {
+    let gzipped = match coding {
+        encoding::Coding::Gzip => encoding::gzip(body.as_bytes()),
+        encoding::Coding::Identity => None,
+    };
+    let is_gzip = gzipped.is_some();
+    let mut resp = bytes_response(
+        StatusCode::OK,
+        gzipped.map_or_else(|| Bytes::from(body), Bytes::from),
+    );
+    let h = resp.headers_mut();
+    h.insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
+    h.insert(
+        header::VARY,
+        header::HeaderValue::from_static("Accept-Encoding"),
+    );
+    if is_gzip {
+        h.insert(
+            header::CONTENT_ENCODING,
+            header::HeaderValue::from_static("gzip"),
+        );
+    }
     resp
 }
 

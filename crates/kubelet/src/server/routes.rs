@@ -101,7 +101,9 @@ async fn route_request<B>(
             req.uri().query().unwrap_or_default(),
         ),
         Route::Pods if get_or_head(method) => json(StatusCode::OK, &super::pod_list(state)),
-        Route::Metrics(kind) if get_or_head(method) => metrics_endpoint(state, *kind),
+        Route::Metrics(kind) if get_or_head(method) => {
+            metrics_endpoint(state, *kind, req.headers())
+        }
         Route::StatsSummary if method == Method::GET => stats_summary(state, &query()),
         Route::RunningPods if method == Method::GET => running_pods(state),
         Route::Configz if method == Method::GET => match &state.configz {
@@ -679,8 +681,9 @@ mod tests;
 
 /// `/metrics` (kubelet and process series), `/metrics/probes`, and the stats-based
 /// `/metrics/resource` and `/metrics/cadvisor` (rendered from the latest snapshot, 404 when
-/// stats are off).
-fn metrics_endpoint(state: &ServerState, kind: MetricsKind) -> Resp {
+/// stats are off). gzip-encoded when the request's `Accept-Encoding` accepts gzip, as upstream's
+/// Prometheus handler does; identity otherwise.
+fn metrics_endpoint(state: &ServerState, kind: MetricsKind, headers: &http::HeaderMap) -> Resp {
     let body = match kind {
         MetricsKind::Kubelet => state.metrics.as_ref().map(|m| m.render()),
         MetricsKind::Probes => state.probe_metrics.as_ref().map(|m| m.render()),
@@ -691,7 +694,7 @@ fn metrics_endpoint(state: &ServerState, kind: MetricsKind) -> Resp {
         MetricsKind::Cadvisor => state.stats.as_ref().map(|s| cadvisor_text(state, s)),
     };
     match body {
-        Some(body) => super::prometheus_text(body),
+        Some(body) => super::prometheus_text(body, super::encoding::negotiate(headers)),
         None => not_found(),
     }
 }

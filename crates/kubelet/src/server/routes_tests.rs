@@ -826,3 +826,109 @@ fn a_log_reader_asking_after_the_runtime_shut_down_gets_not_running_not_a_panic(
         .expect("the log reader's thread does not panic");
     assert_eq!(answers, (false, false));
 }
+
+/// GET `uri` on the read-only port with these `Accept-Encoding` values; the status, the
+/// `Content-Encoding` and `Vary` headers and the raw body.
+async fn get_encoded(
+    st: &ServerState,
+    uri: &str,
+    accept: &[&str],
+) -> (StatusCode, Option<String>, Option<String>, Vec<u8>) {
+    let mut req = Request::builder().method(Method::GET).uri(uri);
+    for a in accept {
+        req = req.header(http::header::ACCEPT_ENCODING, *a);
+    }
+    let resp = route(st, Endpoints::ReadOnly, &req.body(()).unwrap()).await;
+    let header = |name| {
+        resp.headers()
+            .get(name)
+            .map(|v: &http::HeaderValue| v.to_str().unwrap().to_owned())
+    };
+    let (enc, vary) = (
+        header(http::header::CONTENT_ENCODING),
+        header(http::header::VARY),
+    );
+    let code = resp.status();
+    let b = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, enc, vary, b.to_vec())
+}
+
+fn gunzip(b: &[u8]) -> String {
+    use std::io::Read;
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(b)
+        .read_to_string(&mut out)
+        .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn metrics_endpoints_gzip_when_the_client_accepts_it() {
+    use crate::stats::{StatsHandle, Summary};
+    let (mut st, _tx) = state(vec![pod("default", "web", "u1", &["app"])]);
+    st.metrics = Some(crate::metrics::KubeletMetrics::new("node-a"));
+    st.probe_metrics = Some(crate::prober::metrics::ProbeMetrics::default());
+    let mut summary = Summary::default();
+    summary.node.node_name = "node-a".into();
+    let (_stats_tx, stats_rx) = watch::channel(Arc::new(summary));
+    st.stats = Some(StatsHandle::injected(stats_rx));
+    let expect = [
+        ("/metrics", "kubelet_node_name{node=\"node-a\"} 1"),
+        ("/metrics/probes", "prober_probe_total"),
+        ("/metrics/resource", "resource_scrape_error 0"),
+        ("/metrics/cadvisor", "container_scrape_error 0"),
+    ];
+    for (path, line) in expect {
+        // Identity without the header.
+        let (c, enc, vary, plain) = get_encoded(&st, path, &[]).await;
+        assert_eq!(c, StatusCode::OK, "{path}");
+        assert_eq!(enc, None, "{path}");
+        assert_eq!(vary.as_deref(), Some("Accept-Encoding"), "{path}");
+        let plain = String::from_utf8(plain).unwrap();
+        assert!(plain.contains(line), "{path}: {plain}");
+        // gzip as Prometheus asks for it, and as curl --compressed does.
+        for accept in ["gzip", "deflate, gzip, br, zstd"] {
+            let (c, enc, vary, z) = get_encoded(&st, path, &[accept]).await;
+            assert_eq!(c, StatusCode::OK, "{path}");
+            assert_eq!(enc.as_deref(), Some("gzip"), "{path} {accept}");
+            assert_eq!(vary.as_deref(), Some("Accept-Encoding"), "{path}");
+            let text = gunzip(&z);
+            assert!(text.contains(line), "{path}: {text}");
+            assert!(text.starts_with("# HELP "), "{path}: {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn metrics_encoding_attacks_fall_back_to_identity() {
+    let (mut st, _tx) = state(Vec::new());
+    st.metrics = Some(crate::metrics::KubeletMetrics::new("node-a"));
+    let long = "br;q=0.5, ".repeat(2_000);
+    for accept in [
+        "gzip;q=0",
+        "*;q=0",
+        "identity",
+        "gzip;q=2",
+        "gzip;q=NaN",
+        "gzip;q=",
+        "gzip;;;q",
+        "gzipgzip",
+        ",,,,",
+        "",
+        "identity;q=1, gzip;q=0.1",
+        long.as_str(),
+    ] {
+        let (c, enc, _, body) = get_encoded(&st, "/metrics", &[accept]).await;
+        assert_eq!(c, StatusCode::OK, "{accept}");
+        assert_eq!(enc, None, "{accept:.40}");
+        let body = String::from_utf8(body).expect("identity body is plain text");
+        assert!(
+            body.contains("kubelet_node_name{node=\"node-a\"} 1"),
+            "{accept:.40}"
+        );
+    }
+    // Other endpoints do not change coding: JSON stays identity even when gzip is accepted.
+    let (c, enc, _, _) = get_encoded(&st, "/pods", &["gzip"]).await;
+    assert_eq!(c, StatusCode::OK);
+    assert_eq!(enc, None);
+}
