@@ -68,7 +68,11 @@ fn parse_args() -> Result<Args> {
         }
     }
     if args.changing > args.pods {
-        bail!("--changing ({}) exceeds --pods ({})", args.changing, args.pods);
+        bail!(
+            "--changing ({}) exceeds --pods ({})",
+            args.changing,
+            args.pods
+        );
     }
     if args.relists == 0 || args.idle_relists == 0 {
         bail!("--relists and --idle-relists must be at least 1");
@@ -162,7 +166,10 @@ async fn populate(rt: &FakeRuntime, n: usize) -> Result<Vec<(Pod, String)>> {
 fn new_pleg(rt: &FakeRuntime) -> (GenericPleg, mpsc::Receiver<PodLifecycleEvent>) {
     let (tx, rx) = mpsc::channel(100_000);
     let dyn_rt: Arc<dyn RuntimeService> = Arc::new(rt.clone());
-    (GenericPleg::new(dyn_rt, PodCache::new(), RELIST_PERIOD, tx), rx)
+    (
+        GenericPleg::new(dyn_rt, PodCache::new(), RELIST_PERIOD, tx),
+        rx,
+    )
 }
 
 fn drain(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> usize {
