@@ -5,6 +5,7 @@
 //! last successful relist (read through `PlegHealth`); writes the `PodCache`.
 
 use std::collections::{BTreeMap, HashSet};
+use std::mem;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +19,10 @@ use tracing::{debug, error, info, trace};
 
 use crate::container::cache::PodCache;
 use crate::container::{ContainerState, PodStatus};
+use futures::stream::{self, StreamExt};
+
 use crate::kuberuntime::runtime_status::{
-    ListedPod, RuntimeStatusError, get_pod_status, list_pods_with_sandbox_states,
+    ListedEntry, RuntimeStatusError, get_pod_status, list_runtime,
 };
 use crate::metrics::KubeletMetrics;
 use crate::types::PodUid;
@@ -118,25 +121,65 @@ struct PodSnapshot {
 }
 
 impl PodSnapshot {
-    fn from_listed(listed: ListedPod) -> Self {
-        let mut states: Vec<(String, PlegContainerState)> = listed
-            .pod
-            .containers
-            .into_iter()
-            .map(|c| (c.id, c.state.into()))
+    /// The snapshot of one pod's entries of a listing (all with the same UID, in listing
+    /// order); its name and namespace come from a sandbox if it has one.
+    fn from_entries(group: &[ListedEntry<'_>]) -> Option<Self> {
+        let first = group.first()?;
+        let named = group.iter().find(|e| e.is_sandbox).unwrap_or(first);
+        Some(Self {
+            uid: first.uid.to_string(),
+            name: named.name.to_string(),
+            namespace: named.namespace.to_string(),
+            states: group
+                .iter()
+                .map(|e| (e.id.to_string(), e.state.into()))
+                .collect(),
+        })
+    }
+
+    /// The snapshot a listing would give of the pod whose status this is (containers before
+    /// sandboxes, by ID, like `RuntimeListing::entries`); `None` when nothing is left of it.
+    fn from_status(status: &PodStatus) -> Option<Self> {
+        let mut containers: Vec<(String, PlegContainerState)> = status
+            .container_statuses
+            .iter()
+            .map(|c| (c.id.clone(), c.state.into()))
             .collect();
-        states.extend(
-            listed
-                .sandbox_states
-                .into_iter()
-                .map(|(id, state)| (id, state.into())),
-        );
-        Self {
-            uid: listed.pod.uid,
-            name: listed.pod.name,
-            namespace: listed.pod.namespace,
-            states,
+        containers.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut sandboxes: Vec<(String, PlegContainerState)> = status
+            .sandbox_statuses
+            .iter()
+            .map(|s| {
+                let state = if s.ready {
+                    PlegContainerState::Running
+                } else {
+                    PlegContainerState::Exited
+                };
+                (s.id.clone(), state)
+            })
+            .collect();
+        sandboxes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        containers.extend(sandboxes);
+        if containers.is_empty() {
+            return None;
         }
+        Some(Self {
+            uid: status.uid.clone(),
+            name: status.name.clone(),
+            namespace: status.namespace.clone(),
+            states: containers,
+        })
+    }
+
+    /// Whether a listing shows the pod exactly as this snapshot (same IDs, same states):
+    /// compares without allocating.
+    fn same_as(&self, group: &[ListedEntry<'_>]) -> bool {
+        self.states.len() == group.len()
+            && self
+                .states
+                .iter()
+                .zip(group)
+                .all(|((id, state), e)| id == e.id && *state == PlegContainerState::from(e.state))
     }
 
     fn state_of(&self, id: &str) -> PlegContainerState {
@@ -168,35 +211,43 @@ fn pod_events(
 }
 
 /// Upstream `updateRunningPodAndContainerMetrics`: pods with a running sandbox, and
-/// containers by state, as of this relist.
-fn record_running_metrics(m: &KubeletMetrics, listed: &[ListedPod]) {
-    let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+/// containers by state, as of this relist (`entries` grouped by pod UID).
+fn record_running_metrics(m: &KubeletMetrics, entries: &[ListedEntry<'_>]) {
+    // Alphabetical, as the gauges were always reported.
+    let mut counts = [
+        ("created", 0),
+        ("exited", 0),
+        ("running", 0),
+        ("unknown", 0),
+    ];
     let mut running_pods = 0;
-    for pod in listed {
-        for c in &pod.pod.containers {
-            let state = match c.state {
-                ContainerState::Running => "running",
-                ContainerState::Exited => "exited",
-                ContainerState::Created => "created",
-                ContainerState::Unknown => "unknown",
+    for group in entries.chunk_by(|a, b| a.uid == b.uid) {
+        for e in group.iter().filter(|e| !e.is_sandbox) {
+            let slot = match e.state {
+                ContainerState::Created => 0,
+                ContainerState::Exited => 1,
+                ContainerState::Running => 2,
+                ContainerState::Unknown => 3,
             };
-            *by_state.entry(state).or_default() += 1;
+            counts[slot].1 += 1;
         }
-        if pod
-            .sandbox_states
+        if group
             .iter()
-            .any(|(_, s)| *s == ContainerState::Running)
+            .any(|e| e.is_sandbox && e.state == ContainerState::Running)
         {
             running_pods += 1;
         }
     }
-    let counts: Vec<(&str, usize)> = by_state.into_iter().collect();
-    m.set_running(running_pods, &counts);
+    let present: Vec<(&str, usize)> = counts.into_iter().filter(|(_, n)| *n > 0).collect();
+    m.set_running(running_pods, &present);
 }
 
-#[derive(Debug, Default)]
-struct PodRecord {
-    old: Option<PodSnapshot>,
+/// A pod whose relist shows a change (or whose last inspection failed): its events and the
+/// snapshot that becomes its record once it is inspected (`None`: the pod is gone).
+#[derive(Debug)]
+struct ChangedPod {
+    uid: PodUid,
+    events: Vec<PodLifecycleEvent>,
     current: Option<PodSnapshot>,
 }
 
@@ -242,16 +293,19 @@ impl PlegHealth {
     }
 }
 
-/// The relisting PLEG. Build it, take its `health()` handle, then `run` it.
-/// How many pods one relist inspects concurrently.
-const INSPECT_CONCURRENCY: usize = 8;
+/// How many pods one relist (or targeted refresh) inspects concurrently. Upstream inspects
+/// them one after the other, which is what makes a burst of changes at scale trip the "PLEG is
+/// not healthy" threshold.
+const INSPECT_CONCURRENCY: usize = 16;
 
+/// The relisting PLEG. Build it, take its `health()` handle, then `run` it.
 pub struct GenericPleg {
     rt: Arc<dyn RuntimeService>,
     cache: PodCache,
     relist_period: Duration,
     events_tx: mpsc::Sender<PodLifecycleEvent>,
-    records: BTreeMap<PodUid, PodRecord>,
+    /// Each pod's snapshot as of the last relist that inspected it successfully.
+    records: BTreeMap<PodUid, PodSnapshot>,
     /// Pods whose inspection failed last relist: inspected again even without events.
     to_reinspect: HashSet<PodUid>,
     health: PlegHealth,
@@ -263,16 +317,48 @@ pub struct GenericPleg {
     runtime_back: Option<Arc<tokio::sync::Notify>>,
 }
 
-/// Asks the PLEG for a relist now instead of at the next tick. The syncer uses it right after
-/// it changed the runtime, so pod status follows within one CRI round-trip rather than up to a
-/// relist period later (containerd 1.6 has no container events to do this for us).
-/// Requests coalesce: any number of them before the relist starts cause one relist.
+/// Asks the PLEG to look at the runtime now instead of at the next tick. The syncer uses it
+/// right after it changed a pod in the runtime, so the pod's status follows within one CRI
+/// round-trip rather than up to a relist period later (containerd 1.6 has no container events
+/// to do this for us). Requests coalesce: any number of them before the PLEG wakes are served
+/// by one relist, or by one refresh of the pods named.
 #[derive(Debug, Clone, Default)]
-pub struct RelistTrigger(Arc<tokio::sync::Notify>);
+pub struct RelistTrigger {
+    wake: Arc<tokio::sync::Notify>,
+    pending: Arc<Mutex<PendingRelist>>,
+}
+
+/// What the PLEG was asked for since it last looked.
+#[derive(Debug, Default)]
+struct PendingRelist {
+    full: bool,
+    /// UID → (name, namespace) of the pods to refresh.
+    pods: BTreeMap<PodUid, (String, String)>,
+}
 
 impl RelistTrigger {
+    /// A full relist now.
     pub fn request(&self) {
-        self.0.notify_one();
+        self.pending().full = true;
+        self.wake.notify_one();
+    }
+
+    /// A refresh of just this pod now (upstream has no such thing: it waits for the next
+    /// relist): its cache entry is re-inspected and its events sent exactly as a relist would,
+    /// and the next relist sees nothing new in it. A full relist that runs first serves it.
+    pub fn request_pod(&self, uid: &str, name: &str, namespace: &str) {
+        self.pending()
+            .pods
+            .insert(uid.to_string(), (name.to_string(), namespace.to_string()));
+        self.wake.notify_one();
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, PendingRelist> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take(&self) -> PendingRelist {
+        mem::take(&mut *self.pending())
     }
 }
 
@@ -343,16 +429,26 @@ impl GenericPleg {
         let mut ticker = tokio::time::interval(self.relist_period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
+            let ticked = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                _ = ticker.tick() => {}
-                _ = self.trigger.0.notified() => {}
-            }
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break,
-                _ = self.relist() => {}
+                _ = ticker.tick() => true,
+                _ = self.trigger.wake.notified() => false,
+            };
+            let asked = self.trigger.take();
+            if ticked || asked.full {
+                // A relist refreshes every pod that changed, the requested ones included.
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = self.relist() => {}
+                }
+            } else if !asked.pods.is_empty() {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = self.refresh_pods(asked.pods) => {}
+                }
             }
         }
         debug!("PLEG stopped");
@@ -379,8 +475,8 @@ impl GenericPleg {
     }
 
     async fn relist_at(&mut self, timestamp: Instant) -> Result<(), RuntimeStatusError> {
-        let listed = match list_pods_with_sandbox_states(self.rt.as_ref(), true).await {
-            Ok(listed) => listed,
+        let listing = match list_runtime(self.rt.as_ref()).await {
+            Ok(listing) => listing,
             Err(e) => {
                 error!(error = %e, "PLEG: unable to retrieve pods");
                 self.listing_failed = true;
@@ -388,61 +484,43 @@ impl GenericPleg {
             }
         };
         self.health.record(timestamp);
-        if std::mem::take(&mut self.listing_failed) {
+        if mem::take(&mut self.listing_failed) {
             info!("PLEG: the container runtime answers again");
             if let Some(n) = &self.runtime_back {
                 n.notify_one();
             }
         }
+        let entries = listing.entries();
         if let Some(m) = &self.metrics {
-            record_running_metrics(m, &listed);
+            record_running_metrics(m, &entries);
         }
-        self.set_current(listed);
+        let changed = self.changed_pods(&entries);
+        drop(entries);
+        drop(listing);
 
-        let uids: Vec<PodUid> = self.records.keys().cloned().collect();
-        let mut changed = Vec::new();
-        for uid in uids {
-            let Some(record) = self.records.get(&uid) else {
-                continue;
-            };
-            let events = pod_events(&uid, record.old.as_ref(), record.current.as_ref());
-            if events.is_empty() && !self.to_reinspect.contains(&uid) {
-                continue;
-            }
-            let current = record.current.clone();
-            changed.push((uid, events, current));
-        }
         // Refresh the cache first, so whoever the events wake sees the new state. Pods are
         // inspected a few at a time: a burst of pod starts must not serialize on CRI calls.
-        let mut inspections = Vec::with_capacity(changed.len());
-        for chunk in changed.chunks(INSPECT_CONCURRENCY) {
-            let batch: Vec<_> = chunk
-                .iter()
-                .map(|(uid, _, current)| self.update_cache(uid, current.as_ref()))
-                .collect();
-            inspections.extend(futures::future::join_all(batch).await);
-        }
+        let calls: Vec<_> = changed
+            .iter()
+            .map(|c| self.update_cache(&c.uid, c.current.as_ref()))
+            .collect();
+        let inspections: Vec<_> = stream::iter(calls)
+            .buffered(INSPECT_CONCURRENCY)
+            .collect()
+            .await;
         let mut needs_reinspection = HashSet::new();
-        for ((uid, events, _), inspected) in changed.into_iter().zip(inspections) {
+        for (pod, inspected) in changed.into_iter().zip(inspections) {
             // On failure the record is left alone: the same events come up again next relist.
             let status = match inspected {
                 Ok(status) => status,
                 Err(e) => {
-                    debug!(uid = %uid, error = %e, "PLEG: ignoring events for pod whose inspection failed");
-                    needs_reinspection.insert(uid);
+                    debug!(uid = %pod.uid, error = %e, "PLEG: ignoring events for pod whose inspection failed");
+                    needs_reinspection.insert(pod.uid);
                     continue;
                 }
             };
-            self.advance_record(&uid);
-            for event in events {
-                if event.kind == PlegEventKind::ContainerChanged {
-                    continue;
-                }
-                if event.kind == PlegEventKind::ContainerDied {
-                    log_exit_code(status.as_ref(), &event);
-                }
-                self.send(event);
-            }
+            self.advance_record(&pod.uid, pod.current);
+            self.send_events(pod.events, status.as_ref());
         }
         // Only now is every changed pod in the cache as of this relist.
         self.cache.update_time(timestamp);
@@ -450,28 +528,138 @@ impl GenericPleg {
         Ok(())
     }
 
-    /// Upstream `setCurrent`: every record's current snapshot comes from this listing.
-    fn set_current(&mut self, listed: Vec<ListedPod>) {
-        for record in self.records.values_mut() {
-            record.current = None;
+    /// Upstream `setCurrent` + `computeEvents`: walks the listing (grouped and ordered by pod
+    /// UID) alongside the records, and returns the pods that changed or must be re-inspected.
+    /// A pod the listing shows as its record has it costs a comparison, nothing more.
+    fn changed_pods(&self, entries: &[ListedEntry<'_>]) -> Vec<ChangedPod> {
+        let mut changed = Vec::new();
+        let mut groups = entries.chunk_by(|a, b| a.uid == b.uid).peekable();
+        let mut records = self.records.iter().peekable();
+        loop {
+            let group_uid = groups.peek().and_then(|g| g.first()).map(|e| e.uid);
+            let record_uid = records.peek().map(|(uid, _)| uid.as_str());
+            let (uid, old, group) = match (group_uid, record_uid) {
+                (None, None) => break,
+                // Listed, with or without a record.
+                (Some(g), r) if r.is_none_or(|r| g <= r) => {
+                    let old = if r == Some(g) {
+                        records.next().map(|(_, snap)| snap)
+                    } else {
+                        None
+                    };
+                    (g, old, groups.next())
+                }
+                // Recorded but no longer listed.
+                (_, r) => {
+                    let Some((uid, snap)) = records.next() else {
+                        break;
+                    };
+                    debug_assert_eq!(r, Some(uid.as_str()));
+                    (uid.as_str(), Some(snap), None)
+                }
+            };
+            let unchanged = match (old, group) {
+                (Some(old), Some(group)) => old.same_as(group),
+                (None, None) => true,
+                _ => false,
+            };
+            if unchanged && !self.to_reinspect.contains(uid) {
+                continue;
+            }
+            let current = group.and_then(PodSnapshot::from_entries);
+            changed.push(ChangedPod {
+                uid: uid.to_string(),
+                events: pod_events(uid, old, current.as_ref()),
+                current,
+            });
         }
-        for pod in listed {
-            let snapshot = PodSnapshot::from_listed(pod);
-            let record = self.records.entry(snapshot.uid.clone()).or_default();
-            record.current = Some(snapshot);
+        // A pod whose first inspection failed and that is gone since: drop its cached error.
+        for uid in &self.to_reinspect {
+            let listed = entries
+                .binary_search_by(|e| e.uid.cmp(uid.as_str()))
+                .is_ok();
+            if !listed && !self.records.contains_key(uid) {
+                changed.push(ChangedPod {
+                    uid: uid.clone(),
+                    events: Vec::new(),
+                    current: None,
+                });
+            }
         }
+        changed
     }
 
-    /// The current snapshot becomes the old one; a pod that is gone is forgotten.
-    fn advance_record(&mut self, uid: &str) {
-        let Some(record) = self.records.get_mut(uid) else {
-            return;
-        };
-        match record.current.take() {
-            Some(current) => record.old = Some(current),
+    /// The pod's new snapshot becomes its record; a pod that is gone is forgotten.
+    fn advance_record(&mut self, uid: &str, current: Option<PodSnapshot>) {
+        match current {
+            Some(current) => {
+                self.records.insert(uid.to_string(), current);
+            }
             None => {
                 self.records.remove(uid);
             }
+        }
+    }
+
+    /// Sends a pod's events (all but `ContainerChanged`, as upstream), logging the exit code of
+    /// the containers that died.
+    fn send_events(&self, events: Vec<PodLifecycleEvent>, status: Option<&PodStatus>) {
+        for event in events {
+            if event.kind == PlegEventKind::ContainerChanged {
+                continue;
+            }
+            if event.kind == PlegEventKind::ContainerDied {
+                log_exit_code(status, &event);
+            }
+            self.send(event);
+        }
+    }
+
+    /// Refreshes just these pods (a `RelistTrigger::request_pod`): each is inspected with the
+    /// same CRI calls a relist spends on a changed pod, its cache entry is rewritten, and its
+    /// events are computed against its record exactly as a relist would, then sent; the record
+    /// advances, so the next relist finds nothing new. A failed inspection is retried by the
+    /// next relist. The relist clock and the PLEG's health are left alone.
+    pub async fn refresh_pods(&mut self, pods: BTreeMap<PodUid, (String, String)>) {
+        let rt = self.rt.as_ref();
+        let calls: Vec<_> = pods
+            .iter()
+            .map(|(uid, (name, namespace))| async move {
+                let timestamp = Instant::now();
+                (timestamp, get_pod_status(rt, uid, name, namespace).await)
+            })
+            .collect();
+        let inspections: Vec<_> = stream::iter(calls)
+            .buffered(INSPECT_CONCURRENCY)
+            .collect()
+            .await;
+        for ((uid, (name, namespace)), (timestamp, result)) in pods.into_iter().zip(inspections) {
+            let mut status = match result {
+                Ok(status) => status,
+                Err(e) => {
+                    error!(pod = %format!("{namespace}/{name}"), uid, error = %e, "PLEG: refreshing pod failed");
+                    self.cache.set(&uid, Err(e.to_string()), timestamp);
+                    self.to_reinspect.insert(uid);
+                    continue;
+                }
+            };
+            let current = PodSnapshot::from_status(&status);
+            let events = pod_events(&uid, self.records.get(&uid), current.as_ref());
+            let status = if current.is_some() {
+                status.ips = self.preserved_ips(&uid, &status);
+                self.cache.set(&uid, Ok(status.clone()), timestamp);
+                Some(status)
+            } else {
+                debug!(
+                    uid,
+                    "PLEG: pod has no containers or sandboxes left; deleting its status"
+                );
+                self.cache.delete(&uid);
+                None
+            };
+            self.to_reinspect.remove(&uid);
+            self.advance_record(&uid, current);
+            self.send_events(events, status.as_ref());
         }
     }
 
@@ -541,6 +729,10 @@ fn log_exit_code(status: Option<&PodStatus>, event: &PodLifecycleEvent) {
         info!(uid = %event.uid, container_id = id, exit_code = c.exit_code, "PLEG: container finished");
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod relist_tests;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -10,6 +10,7 @@ use std::io::SeekFrom;
 use std::net::IpAddr;
 use std::path::Path;
 
+use futures::stream::{self, StreamExt};
 use rkubelet_cri::api;
 use rkubelet_cri::{CriError, RuntimeService};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -20,8 +21,8 @@ use crate::container::{
     PodStatus, RunningPod, SandboxStatus, from_unix_nanos,
 };
 use crate::kuberuntime::labels::{
-    ContainerAnnotationInfo, POD_UID_LABEL, container_info_from_annotations,
-    container_info_from_labels,
+    ContainerAnnotationInfo, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
+    container_info_from_annotations, container_info_from_labels,
 };
 
 /// Upper bound of a termination message read from the file (upstream
@@ -34,6 +35,9 @@ pub const MAX_TERMINATION_MESSAGE_LOG_LINES: usize = 80;
 /// How much of a log file's tail is read to find those lines: containerd splits log lines at
 /// 16 KiB, so 80 lines fit in well under this.
 const LOG_TAIL_READ_LIMIT: u64 = 2 * 1024 * 1024;
+/// How many sandbox (and, separately, container) status calls one pod inspection has in
+/// flight at once.
+const STATUS_CONCURRENCY: usize = 8;
 
 /// Reading the runtime failed; names the CRI call and the pod.
 #[derive(Debug, thiserror::Error)]
@@ -94,31 +98,68 @@ pub async fn get_pod_status(
 ) -> Result<PodStatus, RuntimeStatusError> {
     let pod = pod_ref(uid, name, namespace);
 
-    let mut sandboxes = rt
-        .list_pod_sandbox(api::ListPodSandboxRequest {
+    // Both listings, then every status, are asked concurrently: the answers do not depend on
+    // each other, and a pod's inspection is on the PLEG's critical path.
+    let (sandboxes, containers) = tokio::join!(
+        rt.list_pod_sandbox(api::ListPodSandboxRequest {
             filter: Some(api::PodSandboxFilter {
                 label_selector: uid_selector(uid),
                 ..Default::default()
             }),
-        })
-        .await
+        }),
+        rt.list_containers(api::ListContainersRequest {
+            filter: Some(api::ContainerFilter {
+                label_selector: uid_selector(uid),
+                ..Default::default()
+            }),
+        }),
+    );
+    let mut sandboxes = sandboxes
         .map_err(|source| RuntimeStatusError::ListPodSandboxes {
             pod: pod.clone(),
             source,
         })?
         .items;
     sandboxes.sort_by_key(|s| Reverse(s.created_at));
+    let containers = containers
+        .map_err(|source| RuntimeStatusError::ListPodContainers {
+            pod: pod.clone(),
+            source,
+        })?
+        .containers;
 
-    let mut sandbox_statuses = Vec::with_capacity(sandboxes.len());
-    let mut ips = Vec::new();
-    for (idx, sandbox) in sandboxes.iter().enumerate() {
-        let resp = match rt
-            .pod_sandbox_status(api::PodSandboxStatusRequest {
+    // The calls are collected first: a stream over a borrowing closure would make this future
+    // lose `Send` for the pod workers that await it.
+    let sandbox_calls: Vec<_> = sandboxes
+        .iter()
+        .map(|sandbox| {
+            rt.pod_sandbox_status(api::PodSandboxStatusRequest {
                 pod_sandbox_id: sandbox.id.clone(),
                 verbose: false,
             })
-            .await
-        {
+        })
+        .collect();
+    let container_calls: Vec<_> = containers
+        .iter()
+        .map(|container| {
+            rt.container_status(api::ContainerStatusRequest {
+                container_id: container.id.clone(),
+                verbose: false,
+            })
+        })
+        .collect();
+    let sandbox_answers = stream::iter(sandbox_calls)
+        .buffered(STATUS_CONCURRENCY)
+        .collect::<Vec<_>>();
+    let container_answers = stream::iter(container_calls)
+        .buffered(STATUS_CONCURRENCY)
+        .collect::<Vec<_>>();
+    let (sandbox_answers, container_answers) = tokio::join!(sandbox_answers, container_answers);
+
+    let mut sandbox_statuses = Vec::with_capacity(sandboxes.len());
+    let mut ips = Vec::new();
+    for (idx, (sandbox, answer)) in sandboxes.iter().zip(sandbox_answers).enumerate() {
+        let resp = match answer {
             Ok(resp) => resp,
             Err(e) if e.is_not_found() => {
                 debug!(pod = %pod, sandbox_id = %sandbox.id, "sandbox vanished between list and status; skipping it");
@@ -146,29 +187,9 @@ pub async fn get_pod_status(
         sandbox_statuses.push(converted);
     }
 
-    let containers = rt
-        .list_containers(api::ListContainersRequest {
-            filter: Some(api::ContainerFilter {
-                label_selector: uid_selector(uid),
-                ..Default::default()
-            }),
-        })
-        .await
-        .map_err(|source| RuntimeStatusError::ListPodContainers {
-            pod: pod.clone(),
-            source,
-        })?
-        .containers;
-
     let mut container_statuses = Vec::with_capacity(containers.len());
-    for container in &containers {
-        let resp = match rt
-            .container_status(api::ContainerStatusRequest {
-                container_id: container.id.clone(),
-                verbose: false,
-            })
-            .await
-        {
+    for (container, answer) in containers.iter().zip(container_answers) {
+        let resp = match answer {
             Ok(resp) => resp,
             Err(e) if e.is_not_found() => {
                 debug!(pod = %pod, container_id = %container.id, "container vanished between list and status; skipping it");
@@ -321,6 +342,93 @@ pub async fn list_pods_with_sandbox_states(
         .into_iter()
         .filter_map(|uid| pods.remove(&uid))
         .collect())
+}
+
+/// Every sandbox and container the runtime has, as two CRI listings answered them (upstream
+/// `GetPods(all)` before grouping). The PLEG diffs `entries`, which borrow from this, so an
+/// unchanged pod costs no copy.
+#[derive(Debug, Default)]
+pub struct RuntimeListing {
+    sandboxes: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+}
+
+/// One kubelet-owned sandbox or container of a `RuntimeListing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedEntry<'a> {
+    pub uid: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub id: &'a str,
+    pub is_sandbox: bool,
+    /// A sandbox is `Running` while ready, else `Exited`.
+    pub state: ContainerState,
+}
+
+/// Lists every sandbox and container (one `ListPodSandbox`, one `ListContainers`, unfiltered).
+pub async fn list_runtime(rt: &dyn RuntimeService) -> Result<RuntimeListing, RuntimeStatusError> {
+    let sandboxes = rt
+        .list_pod_sandbox(api::ListPodSandboxRequest { filter: None })
+        .await
+        .map_err(RuntimeStatusError::ListAllSandboxes)?
+        .items;
+    let containers = rt
+        .list_containers(api::ListContainersRequest { filter: None })
+        .await
+        .map_err(RuntimeStatusError::ListAllContainers)?
+        .containers;
+    Ok(RuntimeListing {
+        sandboxes,
+        containers,
+    })
+}
+
+impl RuntimeListing {
+    /// The kubelet's sandboxes and containers (those with metadata and the pod UID label),
+    /// ordered by pod UID, then a pod's containers before its sandboxes, then ID.
+    pub fn entries(&self) -> Vec<ListedEntry<'_>> {
+        let mut entries = Vec::with_capacity(self.sandboxes.len() + self.containers.len());
+        for sandbox in &self.sandboxes {
+            let Some(meta) = sandbox.metadata.as_ref() else {
+                debug!(sandbox_id = %sandbox.id, "sandbox has no metadata; ignoring it");
+                continue;
+            };
+            if !sandbox.labels.contains_key(POD_UID_LABEL) {
+                debug!(sandbox_id = %sandbox.id, "sandbox lacks the kubelet's labels; not ours");
+                continue;
+            }
+            entries.push(ListedEntry {
+                uid: &meta.uid,
+                name: &meta.name,
+                namespace: &meta.namespace,
+                id: &sandbox.id,
+                is_sandbox: true,
+                state: sandbox_state(sandbox.state),
+            });
+        }
+        for container in &self.containers {
+            if container.metadata.is_none() {
+                debug!(container_id = %container.id, "container has no metadata; ignoring it");
+                continue;
+            }
+            let Some(uid) = container.labels.get(POD_UID_LABEL) else {
+                debug!(container_id = %container.id, "container lacks the kubelet's labels; not ours");
+                continue;
+            };
+            let label = |key: &str| container.labels.get(key).map_or("", String::as_str);
+            entries.push(ListedEntry {
+                uid,
+                name: label(POD_NAME_LABEL),
+                namespace: label(POD_NAMESPACE_LABEL),
+                id: &container.id,
+                is_sandbox: false,
+                state: container_state(container.state),
+            });
+        }
+        entries
+            .sort_unstable_by(|a, b| (a.uid, a.is_sandbox, a.id).cmp(&(b.uid, b.is_sandbox, b.id)));
+        entries
+    }
 }
 
 /// The `ListedPod` of `uid`, created (and its UID appended to `order`) on first sight.

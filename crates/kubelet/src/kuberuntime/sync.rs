@@ -230,9 +230,10 @@ impl Syncer {
             .collect()
     }
 
-    fn runtime_changed(&self) {
+    /// Asks the PLEG to refresh this pod now (one pod's status calls, not a whole relist).
+    fn runtime_changed(&self, pod: &Pod) {
         if let Some(t) = &self.relist {
-            t.request();
+            t.request_pod(pod.uid(), pod.name(), pod.namespace());
         }
     }
 
@@ -403,7 +404,7 @@ impl PodSyncer for Syncer {
             info!(pod = %pod.full_name(), uid = %pod.uid(), reason, "killing pod");
             let targets = self.kill_targets(pod, status.running_containers(), status);
             self.kill_pod(pod, status, targets, None).await?;
-            self.runtime_changed();
+            self.runtime_changed(pod);
             if !actions.create_sandbox {
                 return Ok(false);
             }
@@ -426,7 +427,7 @@ impl PodSyncer for Syncer {
                 })
                 .collect();
             kill_containers(self, Some(pod), targets, None).await?;
-            self.runtime_changed();
+            self.runtime_changed(pod);
         }
         if cancel.is_cancelled() {
             return Err(SyncError("sync cancelled: pod is terminating".into()));
@@ -521,7 +522,7 @@ impl PodSyncer for Syncer {
                 failed.push(e.to_string());
             }
         }
-        self.runtime_changed();
+        self.runtime_changed(pod);
         if failed.is_empty() {
             Ok(false)
         } else {

@@ -1,0 +1,372 @@
+//! Cost tests of the relisting PLEG (CRI calls per relist, per-pod refreshes, concurrent
+//! inspections) on the fake runtime: counts and paused-clock durations, never wall-clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use rkubelet_cri::fake::FakeRuntime;
+use rkubelet_cri::{CriError, RuntimeService};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::kuberuntime::runtime_status::tests::{container, pod, run_sandbox, spec};
+
+struct Fixture {
+    rt: FakeRuntime,
+    pleg: GenericPleg,
+    cache: PodCache,
+    rx: mpsc::Receiver<PodLifecycleEvent>,
+}
+
+fn fixture(relist_period: Duration) -> Fixture {
+    let rt = FakeRuntime::with_images(&["busybox"]);
+    let cache = PodCache::new();
+    let (tx, rx) = mpsc::channel(10_000);
+    let dyn_rt: Arc<dyn RuntimeService> = Arc::new(rt.clone());
+    let pleg = GenericPleg::new(dyn_rt, cache.clone(), relist_period, tx);
+    Fixture {
+        rt,
+        pleg,
+        cache,
+        rx,
+    }
+}
+
+/// `n` pods `u000`…, each with a ready sandbox and one running container; returns the pods
+/// with their sandbox IDs.
+async fn running_pods(rt: &FakeRuntime, n: usize) -> Vec<(Pod, String)> {
+    let mut pods = Vec::with_capacity(n);
+    for i in 0..n {
+        let p = pod(&format!("u{i:03}"), &format!("web-{i}"));
+        let sb = run_sandbox(rt, &p, 0, false).await;
+        container(rt, &sb, &p, &spec("app"), 0, true).await;
+        pods.push((p, sb));
+    }
+    pods
+}
+
+fn drain(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> Vec<PodLifecycleEvent> {
+    let mut out = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        out.push(e);
+    }
+    out
+}
+
+fn sorted_calls(rt: &FakeRuntime) -> Vec<String> {
+    let mut calls = rt.calls();
+    calls.sort();
+    calls
+}
+
+fn request(uid: &str) -> BTreeMap<PodUid, (String, String)> {
+    BTreeMap::from([(uid.to_string(), ("web".to_string(), "default".to_string()))])
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_relist_of_110_pods_costs_two_listings_and_no_pod_work() {
+    let mut f = fixture(RELIST_PERIOD);
+    let pods = running_pods(&f.rt, 110).await;
+    f.pleg.relist().await.unwrap();
+    assert_eq!(
+        drain(&mut f.rx).len(),
+        220,
+        "a sandbox and a container per pod"
+    );
+    assert_eq!(f.cache.len(), 110);
+    assert_eq!(f.rt.call_count("ContainerStatus"), 110);
+
+    // A sentinel in the cache shows whether an idle relist rewrites a pod's entry.
+    f.cache
+        .set("u007", Err("sentinel".to_string()), Instant::now());
+    f.rt.clear_calls();
+    for _ in 0..5 {
+        tokio::time::advance(RELIST_PERIOD).await;
+        f.pleg.relist().await.unwrap();
+    }
+    assert_eq!(
+        f.rt.calls(),
+        ["ListPodSandbox", "ListContainers"].repeat(5),
+        "nothing changed: one listing of each kind per relist, nothing per pod"
+    );
+    assert!(drain(&mut f.rx).is_empty());
+    assert_eq!(
+        f.cache.get("u007").1.as_deref(),
+        Some("sentinel"),
+        "no pod's cache entry is rewritten"
+    );
+    assert!(f.pleg.to_reinspect.is_empty());
+
+    // One pod changes: only that pod is inspected.
+    let (p, sb) = &pods[42];
+    let extra = container(&f.rt, sb, p, &spec("sidecar"), 0, true).await;
+    f.rt.clear_calls();
+    f.pleg.relist().await.unwrap();
+    assert_eq!(
+        sorted_calls(&f.rt),
+        [
+            "ContainerStatus",
+            "ContainerStatus",
+            "ListContainers",
+            "ListContainers",
+            "ListPodSandbox",
+            "ListPodSandbox",
+            "PodSandboxStatus",
+        ],
+        "two listings plus one pod's inspection"
+    );
+    let events = drain(&mut f.rx);
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (
+            events[0].uid.as_str(),
+            events[0].kind,
+            events[0].container_id.as_deref()
+        ),
+        (
+            "u042",
+            PlegEventKind::ContainerStarted,
+            Some(extra.as_str())
+        )
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_refresh_costs_only_that_pods_calls_and_the_next_relist_repeats_nothing() {
+    let mut f = fixture(RELIST_PERIOD);
+    let pods = running_pods(&f.rt, 3).await;
+    f.pleg.relist().await.unwrap();
+    drain(&mut f.rx);
+
+    let (p, sb) = &pods[1];
+    let started = container(&f.rt, sb, p, &spec("sidecar"), 0, true).await;
+    let created = container(&f.rt, sb, p, &spec("late"), 0, false).await;
+    f.rt.clear_calls();
+    f.pleg.refresh_pods(request("u001")).await;
+    assert_eq!(
+        sorted_calls(&f.rt),
+        [
+            "ContainerStatus",
+            "ContainerStatus",
+            "ContainerStatus",
+            "ListContainers",
+            "ListPodSandbox",
+            "PodSandboxStatus",
+        ],
+        "one pod's filtered listings and statuses, no listing of the whole runtime"
+    );
+    let events = drain(&mut f.rx);
+    assert_eq!(
+        events,
+        vec![PodLifecycleEvent {
+            uid: "u001".into(),
+            kind: PlegEventKind::ContainerStarted,
+            container_id: Some(started.clone()),
+        }],
+        "the events a relist would send (a created container is not news)"
+    );
+    let status = f.cache.get("u001").0.unwrap();
+    let state = |id: &str| {
+        status
+            .container_statuses
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.state)
+    };
+    assert_eq!(state(&started), Some(ContainerState::Running));
+    assert_eq!(state(&created), Some(ContainerState::Created));
+    assert_eq!(status.ips.len(), 1);
+
+    f.rt.clear_calls();
+    f.pleg.relist().await.unwrap();
+    assert!(drain(&mut f.rx).is_empty(), "no event is sent twice");
+    assert_eq!(f.rt.calls(), ["ListPodSandbox", "ListContainers"]);
+
+    // The pod's change after the refresh is still the relist's news.
+    f.rt.exit_container(&started, 2);
+    f.pleg.relist().await.unwrap();
+    let events = drain(&mut f.rx);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, PlegEventKind::ContainerDied);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_answers_a_waiting_pod_worker_even_without_a_state_change() {
+    let mut f = fixture(RELIST_PERIOD);
+    running_pods(&f.rt, 1).await;
+    f.pleg.relist().await.unwrap();
+    drain(&mut f.rx);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let sync_start = Instant::now();
+    // The sync changes the runtime (it takes a moment), then asks for the refresh.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let before =
+        tokio::time::timeout(Duration::ZERO, f.cache.get_newer_than("u000", sync_start)).await;
+    assert!(before.is_err(), "the worker waits for news");
+    f.pleg.refresh_pods(request("u000")).await;
+    let fresh =
+        tokio::time::timeout(Duration::ZERO, f.cache.get_newer_than("u000", sync_start)).await;
+    assert!(fresh.is_ok(), "the pod's entry is as new as the refresh");
+    assert!(drain(&mut f.rx).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_of_a_pod_that_is_gone_deletes_it_like_a_relist() {
+    let mut f = fixture(RELIST_PERIOD);
+    let pods = running_pods(&f.rt, 2).await;
+    f.pleg.relist().await.unwrap();
+    drain(&mut f.rx);
+    let (_, sb) = &pods[0];
+    for c in f.rt.containers() {
+        if c.pod_sandbox_id == *sb {
+            f.rt.exit_container(&c.id, 0);
+            f.rt.remove_container(rkubelet_cri::api::RemoveContainerRequest {
+                container_id: c.id.clone(),
+            })
+            .await
+            .unwrap();
+        }
+    }
+    f.rt.remove_pod_sandbox(rkubelet_cri::api::RemovePodSandboxRequest {
+        pod_sandbox_id: sb.clone(),
+    })
+    .await
+    .unwrap();
+    f.pleg.refresh_pods(request("u000")).await;
+    let kinds: Vec<PlegEventKind> = drain(&mut f.rx).iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            PlegEventKind::ContainerDied,
+            PlegEventKind::ContainerRemoved,
+            PlegEventKind::ContainerDied,
+            PlegEventKind::ContainerRemoved,
+        ]
+    );
+    assert_eq!(f.cache.len(), 1, "the gone pod's entry is deleted");
+    assert!(!f.pleg.records.contains_key("u000"));
+    f.pleg.relist().await.unwrap();
+    assert!(
+        drain(&mut f.rx).is_empty(),
+        "and the relist repeats nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_refresh_is_retried_by_the_next_relist() {
+    let mut f = fixture(RELIST_PERIOD);
+    let pods = running_pods(&f.rt, 2).await;
+    f.pleg.relist().await.unwrap();
+    drain(&mut f.rx);
+    let (p, sb) = &pods[0];
+    let c = container(&f.rt, sb, p, &spec("sidecar"), 0, true).await;
+    f.rt.fail_next(
+        "PodSandboxStatus",
+        CriError::unknown("PodSandboxStatus", "boom"),
+    );
+    f.pleg.refresh_pods(request("u000")).await;
+    assert!(drain(&mut f.rx).is_empty(), "no events without a status");
+    assert!(f.cache.get("u000").1.is_some_and(|e| e.contains("boom")));
+
+    f.pleg.relist().await.unwrap();
+    let events = drain(&mut f.rx);
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].kind, events[0].container_id.as_deref()),
+        (PlegEventKind::ContainerStarted, Some(c.as_str()))
+    );
+    assert!(f.cache.get("u000").0.is_some());
+    assert!(f.pleg.to_reinspect.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_trigger_refreshes_one_pod_and_a_full_request_wins() {
+    let f = fixture(Duration::from_secs(3600));
+    let Fixture {
+        rt,
+        pleg,
+        cache,
+        mut rx,
+    } = f;
+    let pods = running_pods(&rt, 5).await;
+    let trigger = pleg.relist_trigger();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(pleg.run(cancel.clone()));
+    // The first tick relists at once.
+    for _ in 0..10 {
+        rx.recv().await.unwrap();
+    }
+
+    let (p, sb) = &pods[3];
+    let c = container(&rt, sb, p, &spec("sidecar"), 0, true).await;
+    rt.clear_calls();
+    trigger.request_pod("u003", "web-3", "default");
+    let event = rx.recv().await.unwrap();
+    assert_eq!(
+        (event.uid.as_str(), event.container_id.as_deref()),
+        ("u003", Some(c.as_str()))
+    );
+    assert_eq!(
+        rt.call_count("ListPodSandbox"),
+        1,
+        "the pod's own listing only"
+    );
+    assert_eq!(rt.call_count("ContainerStatus"), 2);
+    assert_eq!(
+        cache.get("u003").0.unwrap().container_statuses.len(),
+        2,
+        "the woken reader sees the new container"
+    );
+
+    // Requests coalesce; a full one among them makes it a relist, which serves the pods too.
+    let (p, sb) = &pods[0];
+    let c0 = container(&rt, sb, p, &spec("sidecar"), 0, true).await;
+    rt.clear_calls();
+    trigger.request_pod("u000", "web-0", "default");
+    trigger.request_pod("u001", "web-1", "default");
+    trigger.request();
+    let event = rx.recv().await.unwrap();
+    assert_eq!(event.container_id.as_deref(), Some(c0.as_str()));
+    assert_eq!(
+        rt.call_count("ListPodSandbox"),
+        2,
+        "one relist: the full listing plus u000's inspection, nothing for u001"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(rx.try_recv().is_err());
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn changed_pods_are_inspected_concurrently() {
+    let mut f = fixture(RELIST_PERIOD);
+    let pods = running_pods(&f.rt, 250).await;
+    f.pleg.relist().await.unwrap();
+    drain(&mut f.rx);
+    let latency = Duration::from_millis(100);
+    for method in [
+        "ListPodSandbox",
+        "ListContainers",
+        "PodSandboxStatus",
+        "ContainerStatus",
+    ] {
+        f.rt.set_latency(method, latency);
+    }
+    for (p, sb) in pods.iter().step_by(5) {
+        container(&f.rt, sb, p, &spec("sidecar"), 0, true).await;
+    }
+    f.rt.clear_calls();
+    let start = Instant::now();
+    f.pleg.relist().await.unwrap();
+    let took = start.elapsed();
+    assert_eq!(drain(&mut f.rx).len(), 50);
+    assert_eq!(f.rt.call_count("ContainerStatus"), 100);
+    // Two full listings, then 50 pods 16 at a time (4 waves), each a round of listings and a
+    // round of statuses: 10 latencies. One pod after the other would take 2 + 50 × 4 = 202.
+    assert_eq!(took, latency * 10, "took {took:?}");
+}
