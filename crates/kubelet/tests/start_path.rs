@@ -69,7 +69,8 @@ async fn a_present_image_is_looked_up_once_per_container() {
 }
 
 /// A pulled image: the pull's size lookup already returned the record, so the config does
-/// not ask again (PullImage, then ImageStatus once, for that container).
+/// not ask again. b: PullImage, then the metrics decorator's size lookup
+/// (`kubelet_image_pull_duration_seconds`) and the image manager's (the Pulled event's size).
 #[tokio::test(start_paused = true)]
 async fn a_pulled_image_is_not_looked_up_again_for_the_config() {
     let dir = tempfile::tempdir().unwrap();
@@ -83,10 +84,10 @@ async fn a_pulled_image_is_not_looked_up_again_for_the_config() {
     })
     .await;
     assert_eq!(fake.call_count("PullImage"), 1);
-    // a: the pull-policy check; b: the size lookup after its pull.
+    // a: the pull-policy check; b: the two size lookups after its pull, none for its config.
     assert_eq!(
         fake.call_count("ImageStatus"),
-        2,
+        3,
         "calls: {:?}",
         fake.calls()
     );
