@@ -225,6 +225,18 @@ impl StandaloneKubelet {
         node: &str,
         extra_config: &str,
     ) -> Result<Self> {
+        Self::start_with_env(kubelet, endpoint, dir, node, extra_config, &[]).await
+    }
+
+    /// `start` with extra environment variables for the kubelet (e.g. `RUST_LOG`).
+    pub async fn start_with_env(
+        kubelet: &Path,
+        endpoint: &str,
+        dir: &Path,
+        node: &str,
+        extra_config: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let manifests = dir.join("manifests");
         std::fs::create_dir_all(&manifests)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -246,6 +258,7 @@ impl StandaloneKubelet {
             .arg(dir.join("root"))
             .arg("--hostname-override")
             .arg(node)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

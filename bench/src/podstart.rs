@@ -3,14 +3,20 @@
 //! client doing RunPodSandbox → CreateContainer → StartContainer for the same pods concurrently.
 //! Also reports rkubelet's peak RSS (VmHWM). Prints a Markdown table and writes JSON.
 //!
+//! With `--timeline`, rkubelet runs with its `timeline` tracing target on and the benchmark
+//! prints, per pod count, each start-path step's p50/p99 over all pods and the kubelet's own
+//! time per pod outside CRI calls (see `timeline.rs`).
+//!
 //! Usage: podstart --endpoint unix:///tmp/rkubelet-dev/containerd.sock \
 //!                 --kubelet target/release/rkubelet [--counts 1,10,30] [--rounds 5] [--out FILE]
+//!                 [--timeline]
 
 mod common;
+mod timeline;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use common::{StandaloneKubelet, http_get, parse_counts, proc_status_kib, summary};
@@ -30,7 +36,11 @@ struct Args {
     counts: Vec<usize>,
     rounds: usize,
     out: Option<PathBuf>,
+    timeline: bool,
 }
+
+/// rkubelet's log filter with `--timeline`: the default one plus the `timeline` target.
+const TIMELINE_FILTER: &str = "warn,rkubelet=info,kubelet=info,rkubelet_cri=info,timeline=debug";
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
@@ -39,6 +49,7 @@ fn parse_args() -> Result<Args> {
         counts: vec![1, 10, 30],
         rounds: 5,
         out: None,
+        timeline: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -49,6 +60,7 @@ fn parse_args() -> Result<Args> {
             "--counts" => args.counts = parse_counts(&val()?)?,
             "--rounds" => args.rounds = val()?.parse().context("--rounds: expected a number")?,
             "--out" => args.out = Some(PathBuf::from(val()?)),
+            "--timeline" => args.timeline = true,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -191,11 +203,14 @@ async fn kubelet_round(
     rt: &RemoteRuntime,
     n: usize,
     round: usize,
-) -> Result<(Vec<f64>, f64)> {
+) -> Result<(Vec<f64>, f64, u64)> {
     let names: Vec<String> = (0..n)
         .map(|i| format!("bench-{round}-{i}-bench-node"))
         .collect();
     let t0 = Instant::now();
+    let written_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
     for i in 0..n {
         let yaml = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench-{round}-{i}\n  namespace: bench\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
@@ -218,7 +233,108 @@ async fn kubelet_round(
         Duration::from_secs(60),
     )
     .await?;
-    Ok((seen.into_values().collect(), all))
+    Ok((seen.into_values().collect(), all, written_us))
+}
+
+/// The timelines of this round's pods from the kubelet log written since `offset`; moves
+/// `offset` to the end. `written_us`: when the benchmark started writing the manifests.
+fn round_timelines(
+    log: &Path,
+    offset: &mut usize,
+    round: usize,
+    written_us: u64,
+) -> Result<Vec<(timeline::PodTimeline, f64)>> {
+    let text = std::fs::read(log).with_context(|| format!("reading {}", log.display()))?;
+    let new = String::from_utf8_lossy(text.get(*offset..).unwrap_or_default()).into_owned();
+    *offset = text.len();
+    let marks: Vec<timeline::Mark> = new.lines().filter_map(timeline::parse_line).collect();
+    let seen_at: HashMap<&str, u64> = marks
+        .iter()
+        .filter(|m| m.step == "file_seen")
+        .map(|m| (m.pod.as_str(), m.at_us))
+        .collect();
+    let prefix = format!("bench/bench-{round}-");
+    let timelines = timeline::reduce(&marks)
+        .into_iter()
+        .filter(|t| t.name.starts_with(&prefix))
+        .map(|t| {
+            let uid_seen = marks
+                .iter()
+                .find(|m| m.step == "file_seen" && m.name.as_deref() == Some(&t.name))
+                .and_then(|m| seen_at.get(m.pod.as_str()))
+                .copied()
+                .unwrap_or(written_us);
+            let write_to_seen = uid_seen.saturating_sub(written_us) as f64 / 1000.0;
+            (t, write_to_seen)
+        })
+        .collect();
+    Ok(timelines)
+}
+
+/// Prints the per-step p50/p99 (ms) over `timelines` and returns them as JSON.
+fn print_timeline(n: usize, timelines: &[(timeline::PodTimeline, f64)]) -> Value {
+    let mut order: Vec<String> = vec!["manifests written→file_seen".to_owned()];
+    let mut samples: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut cri_ops: HashMap<String, Vec<f64>> = HashMap::new();
+    for (t, write_to_seen) in timelines {
+        samples
+            .entry(order[0].clone())
+            .or_default()
+            .push(*write_to_seen);
+        for (seg, ms) in &t.segments {
+            if !order.contains(seg) {
+                order.push(seg.clone());
+            }
+            samples.entry(seg.clone()).or_default().push(*ms);
+        }
+        for (op, ms) in &t.cri_by_op {
+            cri_ops.entry(op.clone()).or_default().push(*ms);
+        }
+        for (key, v) in [
+            ("total: file_seen→running", t.total_ms),
+            ("CRI calls of the pod", t.cri_ms),
+            ("own time outside CRI", t.own_ms()),
+            ("PLEG wait (sync_end→pleg_event)", t.pleg_wait_ms),
+            (
+                "own time outside CRI and PLEG wait",
+                t.own_ms() - t.pleg_wait_ms,
+            ),
+        ] {
+            samples.entry(key.to_owned()).or_default().push(v);
+        }
+    }
+    for key in [
+        "total: file_seen→running",
+        "CRI calls of the pod",
+        "own time outside CRI",
+        "PLEG wait (sync_end→pleg_event)",
+        "own time outside CRI and PLEG wait",
+    ] {
+        order.push(key.to_owned());
+    }
+    let mut ops: Vec<&String> = cri_ops.keys().collect();
+    ops.sort();
+    println!(
+        "\nTimeline, {n} pods ({} pod starts): ms per pod",
+        timelines.len()
+    );
+    println!("| step | p50 | p99 |");
+    println!("|---|---:|---:|");
+    let mut rows = Vec::new();
+    let mut row = |label: String, v: Vec<f64>| {
+        let (p50, p99) = summary(v);
+        println!("| {label} | {p50:.1} | {p99:.1} |");
+        rows.push(json!({"step": label, "p50_ms": p50, "p99_ms": p99}));
+    };
+    for key in &order {
+        if let Some(v) = samples.get(key) {
+            row(key.clone(), v.clone());
+        }
+    }
+    for op in ops {
+        row(format!("CRI {op} (sum per pod)"), cri_ops[op].clone());
+    }
+    json!({"pods": n, "starts": timelines.len(), "steps": rows})
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -227,7 +343,24 @@ async fn main() -> Result<()> {
     let rt = RemoteRuntime::connect(&args.endpoint, Duration::from_secs(120)).await?;
     let dir = std::env::temp_dir().join(format!("rkubelet-bench-{}", std::process::id()));
     let raw_logs = dir.join("raw-logs");
-    let k = StandaloneKubelet::start(&args.kubelet, &args.endpoint, &dir, "bench-node", "").await?;
+    let env: &[(&str, &str)] = if args.timeline {
+        &[("RUST_LOG", TIMELINE_FILTER)]
+    } else {
+        &[]
+    };
+    let k = StandaloneKubelet::start_with_env(
+        &args.kubelet,
+        &args.endpoint,
+        &dir,
+        "bench-node",
+        "",
+        env,
+    )
+    .await?;
+    let log = dir.join("kubelet.log");
+    let mut log_offset = 0;
+    let mut timeline_runs = Vec::new();
+    let mut round_no = 0;
 
     let mut rows = Vec::new();
     println!(
@@ -236,13 +369,23 @@ async fn main() -> Result<()> {
     println!("|---:|---:|---:|---:|---:|---:|");
     for &n in &args.counts {
         let (mut raw_all, mut kl_all, mut raw_per, mut kl_per) = (vec![], vec![], vec![], vec![]);
-        for round in 0..args.rounds {
+        let mut timelines = Vec::new();
+        for _ in 0..args.rounds {
+            // Rounds are numbered across counts so pod names (and timelines) never repeat.
+            let round = round_no;
+            round_no += 1;
             let (per, all) = raw_round(&rt, &raw_logs, n, round).await?;
             raw_per.extend(per);
             raw_all.push(all);
-            let (per, all) = kubelet_round(&k, &rt, n, round).await?;
+            let (per, all, written_us) = kubelet_round(&k, &rt, n, round).await?;
             kl_per.extend(per);
             kl_all.push(all);
+            if args.timeline {
+                timelines.extend(round_timelines(&log, &mut log_offset, round, written_us)?);
+            }
+        }
+        if args.timeline {
+            timeline_runs.push((n, timelines));
         }
         let (ra50, ra99) = summary(raw_all.clone());
         let (ka50, ka99) = summary(kl_all.clone());
@@ -260,12 +403,17 @@ async fn main() -> Result<()> {
             "raw_per_pod_p50_s": rp50, "rkubelet_per_pod_p50_s": kp50,
         }));
     }
+    let timeline_rows: Vec<Value> = timeline_runs
+        .iter()
+        .map(|(n, t)| print_timeline(*n, t))
+        .collect();
     let hwm = proc_status_kib(k.child.pid(), "VmHWM");
     println!(
         "\nrkubelet peak RSS (VmHWM): {} KiB",
         hwm.map_or("?".into(), |v| v.to_string())
     );
-    let out = json!({"endpoint": args.endpoint, "results": rows, "rkubelet_vm_hwm_kib": hwm});
+    let out = json!({"endpoint": args.endpoint, "results": rows, "rkubelet_vm_hwm_kib": hwm,
+        "timeline": timeline_rows});
     if let Some(path) = &args.out {
         std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
     }

@@ -186,6 +186,11 @@ impl PodConfigMerger {
                 },
             };
             for out in self.merge(update) {
+                if out.op == PodOp::Add && crate::metrics::timeline::enabled() {
+                    for pod in &out.pods {
+                        crate::metrics::timeline::mark(pod.uid(), "merged");
+                    }
+                }
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     sent = tx.send(out) => if sent.is_err() { return },

@@ -298,8 +298,10 @@ impl SyncLoop {
                 for pod in pods {
                     info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
                     self.register_objects(&pod);
+                    crate::metrics::timeline::mark(pod.uid(), "sync_loop_add");
                     self.pod_manager.upsert(pod.clone());
                     if self.admit(&pod) {
+                        crate::metrics::timeline::mark(pod.uid(), "admitted");
                         let new_worker = self.workers.phase(pod.uid()).is_none();
                         self.workers
                             .update_pod(PodWork::sync(UpdateType::Create, pod));
@@ -386,6 +388,7 @@ impl SyncLoop {
         match self.pod_manager.get(&event.uid) {
             Some(pod) if !self.rejected.contains(&event.uid) => {
                 debug!(pod = %pod.full_name(), uid = %event.uid, event = ?event.kind, "PLEG event");
+                crate::metrics::timeline::mark(&event.uid, "pleg_event");
                 self.workers
                     .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
             }

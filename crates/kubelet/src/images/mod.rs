@@ -367,8 +367,18 @@ impl fmt::Debug for ImageManager {
 
 struct PullOutcome {
     image_ref: String,
-    size: u64,
+    /// The runtime's record of the pulled image (from the size lookup), when it answered.
+    image: Option<Image>,
     pull_duration: Duration,
+}
+
+/// What `ensure_image` found: the image's ID and, when a CRI `ImageStatus` on the start path
+/// already returned it, the runtime's record (the container config reads the image's user from
+/// it instead of asking the runtime again).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnsuredImage {
+    pub image_ref: String,
+    pub image: Option<Image>,
 }
 
 impl ImageManager {
@@ -432,6 +442,20 @@ impl ImageManager {
         pod_sandbox_config: Option<&PodSandboxConfig>,
         pull_secrets: &[Secret],
     ) -> Result<String, ImageError> {
+        self.ensure_image(pod, container, pod_sandbox_config, pull_secrets)
+            .await
+            .map(|e| e.image_ref)
+    }
+
+    /// `ensure_image_exists` that also hands back the runtime's record of the image when the
+    /// pull-policy check (or the pull's size lookup) read it.
+    pub async fn ensure_image(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        pod_sandbox_config: Option<&PodSandboxConfig>,
+        pull_secrets: &[Secret],
+    ) -> Result<EnsuredImage, ImageError> {
         let requested = container.image.as_deref().unwrap_or_default();
         let image = match apply_default_image_tag(requested) {
             Ok(image) => image,
@@ -457,7 +481,7 @@ impl ImageManager {
         let policy = pull_policy(container);
         let mut present = None;
         if policy != PullPolicy::Always {
-            present = self.image_ref(&spec).await.map_err(|e| {
+            present = self.present_image(&spec).await.map_err(|e| {
                 let msg = format!(
                     "Failed to inspect image {requested:?}: {}",
                     cri_error_text(&e)
@@ -480,10 +504,13 @@ impl ImageManager {
             self.event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
             ImageError::new(ImageErrorReason::ErrImagePull, msg)
         })?;
-        if let Some(image_ref) = present {
+        if let Some(image) = present {
             let msg = format!("Container image {requested:?} already present on machine");
             self.event(pod, EventType::Normal, "Pulled", &msg);
-            return Ok(image_ref);
+            return Ok(EnsuredImage {
+                image_ref: image.id.clone(),
+                image: Some(image),
+            });
         }
         let repository = repository_to_pull(&spec.image).map_err(|msg| {
             self.event(pod, EventType::Warning, "InspectFailed", &msg);
@@ -527,7 +554,7 @@ impl ImageManager {
                     "Successfully pulled image {requested:?} in {} ({} including waiting). Image size: {} bytes.",
                     go_duration(truncate_to_millis(outcome.pull_duration)),
                     go_duration(truncate_to_millis(total)),
-                    outcome.size
+                    outcome.image.as_ref().map_or(0, |i| i.size)
                 );
                 self.event(pod, EventType::Normal, "Pulled", &msg);
                 let mut state = self.state();
@@ -538,7 +565,10 @@ impl ImageManager {
                 } = &mut *state;
                 prev_errors.retain(|k, _| !backoff.get(k).is_zero());
                 drop(state);
-                Ok(outcome.image_ref)
+                Ok(EnsuredImage {
+                    image_ref: outcome.image_ref,
+                    image: outcome.image,
+                })
             }
             Err(text) => {
                 self.event(
@@ -556,8 +586,8 @@ impl ImageManager {
         }
     }
 
-    /// The image's ID when present (upstream `GetImageRef`).
-    async fn image_ref(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
+    /// The image's record when present (upstream `GetImageRef` reads its ID from it).
+    async fn present_image(&self, spec: &ImageSpec) -> Result<Option<Image>, CriError> {
         let resp = self
             .images
             .image_status(ImageStatusRequest {
@@ -565,7 +595,7 @@ impl ImageManager {
                 verbose: false,
             })
             .await?;
-        Ok(resp.image.map(|i| i.id))
+        Ok(resp.image)
     }
 
     /// One pull through the concurrency limit, trying each credential in turn (none:
@@ -609,7 +639,7 @@ impl ImageManager {
                 _ => format!("[{}]", errors.join(", ")),
             });
         };
-        let mut size = 0;
+        let mut image = None;
         if !resp.image_ref.is_empty()
             && let Ok(status) = self
                 .images
@@ -619,11 +649,11 @@ impl ImageManager {
                 })
                 .await
         {
-            size = status.image.map_or(0, |i| i.size);
+            image = status.image;
         }
         Ok(PullOutcome {
             image_ref: resp.image_ref,
-            size,
+            image,
             pull_duration: started.elapsed(),
         })
     }

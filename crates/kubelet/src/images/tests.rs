@@ -436,3 +436,40 @@ async fn parallel_pulls_run_together() {
     let e = env(FakeRuntime::new(), false, Some(2));
     assert_eq!(two_pulls(&e).await, Duration::from_secs(1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn ensure_image_hands_back_the_record_the_pull_policy_check_read() {
+    let e = env(FakeRuntime::with_images(&["busybox:1.0"]), true, None);
+    let id = e.rt.add_image("busybox:1.0");
+    e.rt.clear_calls();
+    let got = e
+        .manager
+        .ensure_image(&pod(), &container("busybox:1.0", None), None, &[])
+        .await
+        .unwrap();
+    assert_eq!(got.image_ref, id);
+    assert_eq!(got.image.as_ref().map(|i| i.id.as_str()), Some(id.as_str()));
+    // The record is the one the runtime returns for the image: no second lookup needed.
+    let direct = e.manager.image_status(&id).await.unwrap();
+    assert_eq!(got.image, direct);
+    assert_eq!(
+        e.rt.call_count("ImageStatus"),
+        2,
+        "one here, one for `direct`"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ensure_image_after_a_pull_hands_back_the_size_lookup_record() {
+    let e = env(FakeRuntime::new(), true, None);
+    let got = e
+        .manager
+        .ensure_image(&pod(), &container("busybox:1.0", None), None, &[])
+        .await
+        .unwrap();
+    assert_eq!(e.rt.call_count("PullImage"), 1);
+    let image = got.image.expect("the size lookup's record");
+    assert_eq!(image.id, got.image_ref);
+    // Not present → pulled → size lookup: two ImageStatus calls in all, none left for later.
+    assert_eq!(e.rt.call_count("ImageStatus"), 2);
+}

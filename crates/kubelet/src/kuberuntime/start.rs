@@ -34,6 +34,7 @@ use crate::kuberuntime::sandbox_config::{
     pod_logs_directory,
 };
 use crate::kuberuntime::sync::Syncer;
+use crate::metrics::timeline;
 use crate::pod_workers::SyncError;
 use crate::status::qos::pod_qos_class;
 use crate::types::PodExt;
@@ -291,6 +292,7 @@ impl<'a> Starter<'a> {
             .await
             .map_err(|e| fail(e.to_string()))?;
         let id = resp.pod_sandbox_id;
+        timeline::mark(pod.uid(), "sandbox_created");
         info!(pod = %pod.full_name(), uid = %pod.uid(), sandbox = %id, attempt, elapsed = ?started.elapsed(), "created pod sandbox");
         let host_network = pod
             .spec
@@ -315,6 +317,7 @@ impl<'a> Starter<'a> {
                 ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
             }
         }
+        timeline::mark(pod.uid(), "sandbox_ready");
         Ok(SandboxInfo { id, config, ips })
     }
 
@@ -377,11 +380,13 @@ impl<'a> Starter<'a> {
                 )
             })
             .await;
-        let image_ref = syncer
+        let ensured = syncer
             .images
-            .ensure_image_exists(pod, container, Some(&sandbox.config), pull_secrets)
+            .ensure_image(pod, container, Some(&sandbox.config), pull_secrets)
             .await
             .map_err(StartError::Image)?;
+        timeline::mark_container(pod.uid(), "image_ready", &container.name);
+        let image_ref = ensured.image_ref;
 
         let log_dir = pod_logs_directory(
             &syncer.config.pod_logs_dir,
@@ -415,11 +420,16 @@ impl<'a> Starter<'a> {
                 log_dir.display()
             )))
         })?;
-        let image = syncer
-            .images
-            .image_status(&image_ref)
-            .await
-            .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?;
+        // The pull-policy check (or the pull) already read the image's record; ask the
+        // runtime again only when it did not (`Always` with a failed size lookup).
+        let image = match ensured.image {
+            Some(image) => Some(image),
+            None => syncer
+                .images
+                .image_status(&image_ref)
+                .await
+                .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?,
+        };
         let image_user = ImageUser::from_image(image.as_ref());
         // Upstream order (`GenerateRunContainerOptions`): the environment, then the mounts,
         // whose subPathExprs expand with it.
@@ -496,6 +506,7 @@ impl<'a> Starter<'a> {
             .map_err(|e| StartError::CreateContainerConfig(failed(e.to_string())))?
         };
         let log_path = config.log_path.clone();
+        timeline::mark_container(pod.uid(), "container_config", &container.name);
 
         let created = syncer
             .runtime
@@ -507,6 +518,7 @@ impl<'a> Starter<'a> {
             .await
             .map_err(|e| StartError::CreateContainer(failed(e.to_string())))?;
         let id = created.container_id;
+        timeline::mark_container(pod.uid(), "container_created", &container.name);
         syncer.events.event(
             pod,
             EventType::Normal,
@@ -520,6 +532,7 @@ impl<'a> Starter<'a> {
             })
             .await
             .map_err(|e| StartError::RunContainer(failed(e.to_string())))?;
+        timeline::mark_container(pod.uid(), "container_started", &container.name);
         syncer.events.event(
             pod,
             EventType::Normal,
@@ -535,6 +548,7 @@ impl<'a> Starter<'a> {
         )
         .await;
         self.post_start(sandbox, container, &id).await?;
+        timeline::mark_container(pod.uid(), "post_start_done", &container.name);
         Ok(id)
     }
 

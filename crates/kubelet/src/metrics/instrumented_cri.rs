@@ -80,9 +80,11 @@ macro_rules! timed {
     ($self:ident, $op:literal, $call:expr) => {{
         let start = Instant::now();
         let result = $call;
+        let elapsed = start.elapsed();
+        crate::metrics::timeline::cri_call($op, elapsed);
         $self
             .metrics
-            .record_runtime_operation($op, start.elapsed(), result.is_err());
+            .record_runtime_operation($op, elapsed, result.is_err());
         result
     }};
 }
@@ -105,6 +107,7 @@ impl RuntimeService for InstrumentedRuntime {
         let start = Instant::now();
         let result = self.inner.run_pod_sandbox(req).await;
         let (elapsed, failed) = (start.elapsed(), result.is_err());
+        crate::metrics::timeline::cri_call("run_podsandbox", elapsed);
         self.metrics
             .record_runtime_operation("run_podsandbox", elapsed, failed);
         self.metrics
@@ -378,6 +381,7 @@ impl ImageService for InstrumentedImages {
         let (start, wall_start) = (Instant::now(), SystemTime::now());
         let result = self.inner.pull_image(req).await;
         let elapsed = start.elapsed();
+        crate::metrics::timeline::cri_call("pull_image", elapsed);
         self.metrics
             .record_runtime_operation("pull_image", elapsed, result.is_err());
         if let Ok(resp) = &result {

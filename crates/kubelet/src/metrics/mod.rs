@@ -23,6 +23,7 @@ pub mod resource;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod resource_tests;
 pub mod rows;
+pub mod timeline;
 
 pub use instrumented_cri::{InstrumentedImages, InstrumentedRuntime};
 pub use kubelet::{KubeletMetrics, METRIC_NAMES};
@@ -99,11 +100,18 @@ impl PodSyncer for InstrumentedSyncer {
     ) -> Result<bool, SyncError> {
         let before = self.phase(pod);
         let start = Instant::now();
-        let result = self.inner.sync_pod(update_type, pod, status, cancel).await;
+        timeline::mark(pod.uid(), "sync_begin");
+        let result = timeline::scope(
+            pod.uid(),
+            self.inner.sync_pod(update_type, pod, status, cancel),
+        )
+        .await;
+        timeline::mark(pod.uid(), "sync_end");
         self.metrics
             .observe_pod_worker(update_type_label(update_type), start.elapsed());
         let after = self.phase(pod);
         if before.as_deref().is_none_or(|p| p == "Pending") && after.as_deref() == Some("Running") {
+            timeline::mark(pod.uid(), "running");
             let now = SystemTime::now();
             let since_seen = first_seen(pod).and_then(|t| now.duration_since(t).ok());
             let host_network = pod

@@ -95,8 +95,12 @@ impl Worker {
             let Some(round) = self.begin_round() else {
                 continue;
             };
+            crate::metrics::timeline::mark(&self.uid, "worker_round");
             let status = match self.fresh_status(&round, last_sync, cancel).await {
-                Fetched::Status(s) => s,
+                Fetched::Status(s) => {
+                    crate::metrics::timeline::mark(&self.uid, "status_fetched");
+                    s
+                }
                 Fetched::Failed(e) => {
                     // Upstream: no sync on a guessed status; FailedSync, then retry with
                     // backoff. The last sync time stays, so the retry takes the next data.

@@ -229,6 +229,9 @@ impl FileSource {
             if last_sent.as_ref() == Some(&pods) {
                 continue;
             }
+            if crate::metrics::timeline::enabled() {
+                mark_new_pods(last_sent.as_deref(), &pods);
+            }
             let update = PodUpdate {
                 op: PodOp::Set,
                 source: PodSource::File,
@@ -282,6 +285,19 @@ impl FileSource {
                 None
             }
         }
+    }
+}
+
+/// Timeline: the pods of this set that the previous set did not hold.
+fn mark_new_pods(previous: Option<&[Pod]>, pods: &[Pod]) {
+    use crate::types::PodExt;
+    let known: std::collections::HashSet<&str> = previous
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.uid())
+        .collect();
+    for pod in pods.iter().filter(|p| !known.contains(p.uid())) {
+        crate::metrics::timeline::mark_seen(pod.uid(), &pod.full_name());
     }
 }
 
