@@ -17,7 +17,7 @@
 //! Usage:
 //!   churn real --endpoint unix:///tmp/rkubelet-churn/containerd.sock \
 //!              --kubelet target/release/rkubelet [--pods 100] [--rounds 10] [--out FILE]
-//!   churn fake [--pods 100] [--rounds 10] [--settle-secs 5] [--out FILE]
+//!   churn fake [--pods 100] [--rounds 10] [--settle-secs 5] [--profile-running] [--out FILE]
 //!   churn steady --endpoint … --kubelet … [--pods 110] [--settle-secs 120] [--window-secs 60]
 
 mod common;
@@ -38,7 +38,7 @@ static ALLOC: dhat::Alloc = dhat::Alloc;
 const IMAGE: &str = "docker.io/library/busybox:latest";
 const NAMESPACE: &str = "churn";
 
-#[derive(PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Real,
     Fake,
@@ -53,6 +53,8 @@ struct Args {
     rounds: usize,
     settle: Duration,
     window: Duration,
+    /// `fake` with dhat: write the profile while the last round's pods all run.
+    profile_running: bool,
     out: Option<PathBuf>,
 }
 
@@ -72,6 +74,7 @@ fn parse_args() -> Result<Args> {
         rounds: 10,
         settle: Duration::from_secs(if mode == Mode::Steady { 120 } else { 5 }),
         window: Duration::from_secs(60),
+        profile_running: false,
         out: None,
     };
     while let Some(a) = it.next() {
@@ -95,6 +98,7 @@ fn parse_args() -> Result<Args> {
                         .context("--window-secs: expected a number of seconds")?,
                 )
             }
+            "--profile-running" => args.profile_running = true,
             "--out" => args.out = Some(PathBuf::from(val()?)),
             other => bail!("unknown argument {other:?}"),
         }
@@ -214,7 +218,9 @@ async fn real_round(
         std::fs::remove_file(k.manifests.join(format!("p{i}.yaml")))?;
     }
     wait_until("pods gone", Duration::from_secs(300), async || {
-        pod_counts(k.port).await.is_some_and(|(_, total)| total == 0)
+        pod_counts(k.port)
+            .await
+            .is_some_and(|(_, total)| total == 0)
     })
     .await?;
     if !common::wait_sandboxes_gone(
@@ -302,7 +308,9 @@ async fn run_steady(args: &Args) -> Result<Value> {
     let rss = proc_status_kib(pid, "VmRSS");
     let hwm = proc_status_kib(pid, "VmHWM");
     let threads = proc_status_kib(pid, "Threads");
-    println!("| pods | settle (s) | window (s) | CPU (cores) | VmRSS (KiB) | VmHWM (KiB) | threads |");
+    println!(
+        "| pods | settle (s) | window (s) | CPU (cores) | VmRSS (KiB) | VmHWM (KiB) | threads |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     println!(
         "| {n} | {} | {} | {cores:.4} | {} | {} | {} |",
@@ -316,7 +324,9 @@ async fn run_steady(args: &Args) -> Result<Value> {
         std::fs::remove_file(k.manifests.join(format!("p{i}.yaml")))?;
     }
     wait_until("pods gone", Duration::from_secs(300), async || {
-        pod_counts(k.port).await.is_some_and(|(_, total)| total == 0)
+        pod_counts(k.port)
+            .await
+            .is_some_and(|(_, total)| total == 0)
     })
     .await?;
     common::wait_sandboxes_gone(
@@ -337,7 +347,9 @@ async fn run_steady(args: &Args) -> Result<Value> {
 
 // ---------- fake: the agent in this process on FakeRuntime ----------
 
-fn live_heap() -> Option<(u64, u64)> {
+/// Live heap (bytes, blocks) while the dhat profiler in `profile` runs.
+fn live_heap(profile: &Option<Box<dyn std::any::Any>>) -> Option<(u64, u64)> {
+    profile.as_ref()?;
     #[cfg(feature = "dhat-heap")]
     {
         let s = dhat::HeapStats::get();
@@ -349,7 +361,7 @@ fn live_heap() -> Option<(u64, u64)> {
 
 /// `profile` (the dhat profiler, if any) is dropped after the last round, before the agent
 /// stops, so `dhat-heap.json`'s end state is the kubelet after churn.
-async fn run_fake(args: &Args, profile: Option<Box<dyn std::any::Any>>) -> Result<Vec<Sample>> {
+async fn run_fake(args: &Args, mut profile: Option<Box<dyn std::any::Any>>) -> Result<Vec<Sample>> {
     use k8s_openapi::api::core::v1::Pod;
     use kubelet::agent::{Agent, AgentConfig, AgentDeps};
     use kubelet::events::LoggingRecorder;
@@ -385,7 +397,7 @@ async fn run_fake(args: &Args, profile: Option<Box<dyn std::any::Any>>) -> Resul
             .await
             .context("the agent stopped")
     };
-    let mut out = vec![proc_sample(pid, 0, 0.0, live_heap())];
+    let mut out = vec![proc_sample(pid, 0, 0.0, live_heap(&profile))];
     print_row(&out[0]);
     for round in 1..=args.rounds {
         let t0 = Instant::now();
@@ -413,7 +425,11 @@ async fn run_fake(args: &Args, profile: Option<Box<dyn std::any::Any>>) -> Resul
         })
         .await?;
         let running_rss = proc_status_kib(pid, "VmRSS");
-        let running_heap = live_heap();
+        let running_heap = live_heap(&profile);
+        if args.profile_running && round == args.rounds {
+            // The profile's end state: the kubelet with the round's N pods running.
+            drop(profile.take());
+        }
         set(Vec::new()).await?;
         wait_until("runtime empty", Duration::from_secs(120), async || {
             fake.sandboxes().is_empty() && fake.containers().is_empty()
@@ -423,7 +439,7 @@ async fn run_fake(args: &Args, profile: Option<Box<dyn std::any::Any>>) -> Resul
         // The fake runtime's own call log is not the kubelet's memory.
         fake.clear_calls();
         tokio::time::sleep(args.settle).await;
-        let mut s = proc_sample(pid, round, secs, live_heap());
+        let mut s = proc_sample(pid, round, secs, live_heap(&profile));
         s.running_rss_kib = running_rss;
         s.running_heap = running_heap;
         print_row(&s);
