@@ -73,7 +73,11 @@ fn main() -> ExitCode {
     for w in &node.warnings {
         warn!("{w}");
     }
-    let runtime = match build_runtime() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("rkubelet: starting the async runtime: {e}");
@@ -88,23 +92,6 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Most threads tokio's blocking pool may run at once (its default is 512). The kubelet's
-/// blocking work is short file and mount operations; a burst of 100 pod starts or deletions
-/// otherwise grows the pool to dozens of threads, each with its own glibc malloc arena whose
-/// pages stay resident after the burst (RSS grew across churn rounds while the live heap did
-/// not). Further work queues for a free thread.
-const MAX_BLOCKING_THREADS: usize = 8;
-
-/// The kubelet's async runtime: two worker threads (the kubelet is I/O-bound) and a bounded
-/// blocking pool.
-fn build_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .max_blocking_threads(MAX_BLOCKING_THREADS)
-        .enable_all()
-        .build()
 }
 
 /// Host checks and process settings upstream makes before it starts: swap, kernel tunables,
@@ -650,69 +637,6 @@ fn default_host_ip() -> String {
 mod tests {
     use super::*;
     use kubelet::config::{Duration as GoDuration, load_config};
-
-    fn own_threads() -> usize {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Threads:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    /// A burst of blocking work larger than the pool runs at most `MAX_BLOCKING_THREADS` at a
-    /// time; the rest waits for a free thread instead of growing the pool (and the process's
-    /// malloc arenas). Every task is held at a gate, and tokio starts a pool thread within
-    /// `spawn_blocking` when below its cap, so without the bound the process would have 32 new
-    /// threads here. (nextest runs each test in its own process, so the thread count is ours.)
-    #[test]
-    fn blocking_pool_is_bounded() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::sync::{Condvar, Mutex};
-        const TASKS: usize = 32;
-        let rt = build_runtime().unwrap();
-        rt.block_on(tokio::task::yield_now());
-        let before = own_threads();
-        let running = Arc::new(AtomicUsize::new(0));
-        let most = Arc::new(AtomicUsize::new(0));
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let handles: Vec<_> = (0..TASKS)
-            .map(|_| {
-                let (running, most, gate) = (running.clone(), most.clone(), gate.clone());
-                rt.spawn_blocking(move || {
-                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    let (open, cv) = &*gate;
-                    let mut open = open.lock().unwrap();
-                    while !*open {
-                        open = cv.wait(open).unwrap();
-                    }
-                    drop(open);
-                    running.fetch_sub(1, Ordering::SeqCst);
-                })
-            })
-            .collect();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while running.load(Ordering::SeqCst) < MAX_BLOCKING_THREADS {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the blocking pool never filled"
-            );
-            std::thread::yield_now();
-        }
-        let pool = own_threads() - before;
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        rt.block_on(async {
-            for h in handles {
-                h.await.unwrap();
-            }
-        });
-        assert_eq!(pool, MAX_BLOCKING_THREADS, "threads the burst started");
-        assert_eq!(most.load(Ordering::SeqCst), MAX_BLOCKING_THREADS);
-    }
 
     fn node(root: &Path) -> cli::NodeOptions {
         cli::NodeOptions {
