@@ -42,12 +42,14 @@ mod tests {
     fn a_map_in_use_keeps_room_and_is_not_reallocated_each_change() {
         let mut m: HashMap<u32, u32> = (0..100).map(|i| (i, i)).collect();
         let cap = m.capacity();
-        // Down to half: still more than a quarter in use, nothing changes.
+        // Down to half: still more than a quarter in use, nothing is reallocated. (Removals
+        // alone lower `capacity()` a little: hashbrown counts tombstones against it.)
         for i in 0..50 {
             m.remove(&i);
+            let before = m.capacity();
             release_spare(&mut m);
+            assert_eq!(m.capacity(), before);
         }
-        assert_eq!(m.capacity(), cap);
         // Down to 10 of ~112: shrunk, with room for at least twice what is left.
         for i in 50..90 {
             m.remove(&i);
