@@ -25,6 +25,7 @@ pub mod gostr;
 pub mod images;
 pub mod kuberuntime;
 pub mod logs;
+pub mod maps;
 pub mod metrics;
 pub mod mirror;
 pub mod nodelease;

@@ -82,6 +82,8 @@ impl PodManager {
             if self.by_full_name.get(&name).is_some_and(|u| u == uid) {
                 self.by_full_name.remove(&name);
             }
+            crate::maps::release_spare(&mut self.pods);
+            crate::maps::release_spare(&mut self.by_full_name);
             self.publish();
             return Some(pod);
         }
@@ -94,6 +96,8 @@ impl PodManager {
         {
             self.mirror_by_full_name.remove(&name);
         }
+        crate::maps::release_spare(&mut self.mirrors);
+        crate::maps::release_spare(&mut self.mirror_by_full_name);
         self.publish_mirrors();
         Some(mirror)
     }
@@ -235,6 +239,26 @@ mod tests {
                 (CONFIG_MIRROR_ANNOTATION, hash),
             ],
         )
+    }
+
+    /// After a burst of 100 pods is deleted the tables give their capacity back (each slot
+    /// holds a whole Pod inline).
+    #[test]
+    fn removing_a_burst_of_pods_releases_the_tables() {
+        let mut m = PodManager::new();
+        for i in 0..100 {
+            m.upsert(pod(&format!("u{i}"), &format!("p{i}")));
+        }
+        assert!(m.pods.capacity() >= 100);
+        for i in 0..100 {
+            assert!(m.remove(&format!("u{i}")).is_some());
+        }
+        assert!(m.pods.capacity() <= 32, "pods: {}", m.pods.capacity());
+        assert!(
+            m.by_full_name.capacity() <= 32,
+            "by_full_name: {}",
+            m.by_full_name.capacity()
+        );
     }
 
     #[test]

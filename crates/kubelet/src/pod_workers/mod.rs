@@ -504,6 +504,8 @@ impl PodWorkers {
                 state.work_queue.remove(&uid);
                 forgotten.push(uid);
             }
+            crate::maps::release_spare(&mut state.workers);
+            crate::maps::release_spare(&mut state.work_queue);
         }
         for uid in to_kill {
             let pod = self.lock().workers.get(&uid).and_then(|s| s.pod.clone());

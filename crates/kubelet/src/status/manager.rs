@@ -211,12 +211,16 @@ impl StatusManager {
 
     /// Forgets pods that are no longer desired and have no worker.
     pub fn remove_orphaned_statuses(&self, keep: &HashSet<PodUid>) {
-        self.lock().statuses.retain(|uid, _| keep.contains(uid));
+        let mut inner = self.lock();
+        inner.statuses.retain(|uid, _| keep.contains(uid));
+        crate::maps::release_spare(&mut inner.statuses);
     }
 
     /// Forgets one pod's status.
     pub fn delete(&self, uid: &str) {
-        self.lock().statuses.remove(uid);
+        let mut inner = self.lock();
+        inner.statuses.remove(uid);
+        crate::maps::release_spare(&mut inner.statuses);
     }
 
     /// Carries the newest status version; changes whenever any status changes.
@@ -277,6 +281,26 @@ mod tests {
         );
         m.remove_orphaned_statuses(&HashSet::new());
         assert!(m.is_empty());
+    }
+
+    /// Statuses of a deleted burst of pods are forgotten and their table's capacity given
+    /// back, both by the housekeeping sweep and by per-pod deletes.
+    #[test]
+    fn forgetting_a_burst_releases_the_table() {
+        let m = StatusManager::new();
+        for i in 0..100 {
+            m.set_pod_status(&pod_with_uid(&format!("a{i}")), status("Running"));
+        }
+        m.remove_orphaned_statuses(&HashSet::new());
+        assert!(m.is_empty());
+        assert!(m.lock().statuses.capacity() <= 32);
+        for i in 0..100 {
+            m.set_pod_status(&pod_with_uid(&format!("b{i}")), status("Running"));
+        }
+        for i in 0..100 {
+            m.delete(&format!("b{i}"));
+        }
+        assert!(m.lock().statuses.capacity() <= 32);
     }
 
     #[test]
