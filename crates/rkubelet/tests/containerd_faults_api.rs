@@ -221,7 +221,10 @@ async fn api_server_faults() {
     let mut k = Kubelet::new();
     let (server, _client) = fixture(k.dir.path()).await;
     k.extra_args = vec!["--kubeconfig".into(), server.kubeconfig_path.clone().into()];
-    k.append_config(&format!("kubeAPIQPS: {QPS}\nkubeAPIBurst: {BURST}\n"));
+    // Events have their own bucket, as upstream's separate event client: bound it the same.
+    k.append_config(&format!(
+        "kubeAPIQPS: {QPS}\nkubeAPIBurst: {BURST}\neventRecordQPS: {QPS}\neventBurst: {BURST}\n"
+    ));
     k.write_manifest(
         "static.yaml",
         &format!(
@@ -464,11 +467,19 @@ async fn api_server_faults() {
     row.assert_undisturbed("3e", &before).await;
     // kubeAPIQPS / kubeAPIBurst over the whole run: no second ever saw more than the bucket
     // allows (burst plus one second of refill; one request of slack: arrival times at the
-    // server jitter around the send times).
-    let all = inject.max_per_second(run_start, Instant::now(), |_| true);
+    // server jitter around the send times). Event writes go by eventRecordQPS / eventBurst
+    // instead (upstream's own event client), set to the same values here.
+    let event_write =
+        |r: &Record| r.key.ends_with(" events") && matches!(r.verb(), "POST" | "PATCH" | "PUT");
+    let all = inject.max_per_second(run_start, Instant::now(), |r| !event_write(r));
     assert!(
         all <= BURST + QPS + 1,
         "{all} requests in one second (kubeAPIQPS {QPS}, kubeAPIBurst {BURST})"
+    );
+    let events = inject.max_per_second(run_start, Instant::now(), event_write);
+    assert!(
+        events <= BURST + QPS + 1,
+        "{events} event writes in one second (eventRecordQPS {QPS}, eventBurst {BURST})"
     );
     faults::report(
         "3e",

@@ -335,10 +335,19 @@ async fn log_rotation_keeps_max_files_while_a_pod_writes_fast() {
     }
 
     // `kubectl logs` reads the live file: it keeps growing with the newest, well-formed lines.
+    // Rotation is driven by growth, so the live file may have just been reopened empty when
+    // read: read it again until it holds lines (the writer fills it within milliseconds).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let live = std::fs::read_to_string(dir.join("0.log")).expect("live log file");
-    let nums = line_numbers(&live);
-    assert!(!nums.is_empty(), "live log is empty");
+    let mut nums = Vec::new();
+    for _ in 0..40 {
+        let live = std::fs::read_to_string(dir.join("0.log")).expect("live log file");
+        nums = line_numbers(&live);
+        if !nums.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!nums.is_empty(), "live log stayed empty for 2 s");
     assert!(
         nums.windows(2).all(|w| w[1] == w[0] + 1),
         "live log lines are consecutive"
