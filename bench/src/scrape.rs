@@ -281,8 +281,15 @@ async fn main() -> Result<()> {
     println!("|---|---|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for path in &args.paths {
-        let plain_len = gunzipped_len(port, path).await?;
-        for gzip in [false, true] {
+        // Only the Prometheus endpoints are gzip-encoded (as upstream's metrics handler).
+        let metrics = path.starts_with("/metrics");
+        let plain_len = if metrics {
+            gunzipped_len(port, path).await?
+        } else {
+            get_ok(port, path, false).await?
+        };
+        let encodings: &[bool] = if metrics { &[false, true] } else { &[false] };
+        for &gzip in encodings {
             let r = scrape(port, pid, path, gzip, args.requests, idle_cores, ticks).await?;
             let (p50, p99) = summary(r.latencies_ms.clone());
             let coding = if r.gzip { "gzip" } else { "identity" };
