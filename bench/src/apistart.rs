@@ -20,13 +20,13 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::{ChildGuard, parse_counts, proc_status_kib, summary};
+use common::{ChildGuard, Counts, breakdown, diff, parse_counts, per, proc_status_kib, summary};
 use fake_apiserver::{FakeApiServer, Options};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -83,53 +83,6 @@ fn parse_args() -> Result<Args> {
         bail!("--rounds and --counts must be positive");
     }
     Ok(args)
-}
-
-type Counts = BTreeMap<String, u64>;
-
-/// `after - before` per key, zero entries dropped.
-fn diff(before: &Counts, after: &Counts) -> Counts {
-    after
-        .iter()
-        .filter_map(|(k, &v)| {
-            let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
-            (d > 0).then(|| (k.clone(), d))
-        })
-        .collect()
-}
-
-/// Counts divided by `by`, as JSON.
-fn per(counts: &Counts, by: f64) -> Value {
-    let total: u64 = counts.values().sum();
-    let by_request: serde_json::Map<String, Value> = counts
-        .iter()
-        .map(|(k, &v)| (k.clone(), json!(v as f64 / by)))
-        .collect();
-    json!({"total": total as f64 / by, "by_request": by_request})
-}
-
-/// "7.00 (PATCH pods/status 2.00, POST events 3.00, ...)", largest first.
-fn breakdown(v: &Value) -> String {
-    let mut items: Vec<(&String, f64)> = v["by_request"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, x)| (k, x.as_f64().unwrap_or(0.0)))
-        .collect();
-    items.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-    // Two decimals, three for the rare background calls (node status, lease) in the window.
-    let parts: Vec<String> = items
-        .iter()
-        .map(|(k, x)| match x {
-            x if *x < 0.01 => format!("{k} {x:.3}"),
-            x => format!("{k} {x:.2}"),
-        })
-        .collect();
-    format!(
-        "{:.2} ({})",
-        v["total"].as_f64().unwrap_or(0.0),
-        parts.join(", ")
-    )
 }
 
 fn is_running(p: &Value) -> bool {
