@@ -24,6 +24,8 @@ pub(crate) mod fsat;
 pub mod gostr;
 pub mod images;
 pub mod kuberuntime;
+#[cfg(test)]
+mod log_capture;
 pub mod logs;
 pub mod maps;
 pub mod metrics;

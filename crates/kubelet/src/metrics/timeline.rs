@@ -80,29 +80,10 @@ pub fn cri_call(op: &'static str, elapsed: Duration) {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
     use tracing_subscriber::layer::SubscriberExt;
 
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-        type Writer = Capture;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
-
     fn with_filter<R>(filter: &str, f: impl FnOnce() -> R) -> (R, String) {
-        let cap = Capture::default();
+        let cap = crate::log_capture::LogCapture::default();
         let subscriber = tracing_subscriber::registry()
             .with(tracing_subscriber::EnvFilter::new(filter))
             .with(
@@ -111,7 +92,7 @@ mod tests {
                     .with_ansi(false),
             );
         let r = tracing::subscriber::with_default(subscriber, f);
-        let out = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+        let out = cap.text();
         (r, out)
     }
 

@@ -1,7 +1,5 @@
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Mutex;
-
 use rkubelet_cri::fake::FakeRuntime;
 use tokio::sync::mpsc;
 
@@ -221,33 +219,9 @@ async fn a_runtime_restart_resyncs_and_goes_back_to_events() {
     task.await.unwrap();
 }
 
-/// `MakeWriter` collecting log output.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn unimplemented_falls_back_at_once_and_logs_once() {
-    let capture = Capture::default();
+    let capture = crate::log_capture::LogCapture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(capture.clone())
         .with_ansi(false)
@@ -290,7 +264,7 @@ async fn unimplemented_falls_back_at_once_and_logs_once() {
     cancel.cancel();
     task.await.unwrap();
 
-    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     let lines: Vec<&str> = logs
         .lines()
         .filter(|l| l.contains("does not serve GetContainerEvents"))

@@ -708,30 +708,6 @@ mod tests {
         assert_eq!(x509_version(b"not a certificate"), None);
     }
 
-    /// A `MakeWriter` appending to a shared buffer.
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-        type Writer = Capture;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
-
     /// rustls/webpki refuse an X.509 v1 client certificate at the handshake (the Go kubelet
     /// accepts it); the refusal says why, in the error and in the log.
     #[tokio::test]
@@ -739,7 +715,7 @@ mod tests {
         use rustls::pki_types::PrivateKeyDer;
         use rustls::pki_types::pem::PemObject;
 
-        let capture = Capture::default();
+        let capture = crate::log_capture::LogCapture::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(capture.clone())
             .with_ansi(false)
@@ -793,8 +769,7 @@ mod tests {
             .to_string();
         assert!(err.contains(X509_V1_REFUSAL), "{err}");
         assert!(client.is_err(), "the client sees the alert: {client:?}");
-        let logged = String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|e| e.into_inner()))
-            .into_owned();
+        let logged = capture.text();
         assert!(
             logged.contains("WARN") && logged.contains(X509_V1_REFUSAL),
             "{logged}"
