@@ -435,23 +435,25 @@ impl GenericPleg {
                 _ = ticker.tick() => true,
                 _ = self.trigger.wake.notified() => false,
             };
-            let asked = self.trigger.take();
-            if ticked || asked.full {
-                // A relist refreshes every pod that changed, the requested ones included.
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = self.relist() => {}
-                }
-            } else if !asked.pods.is_empty() {
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = self.refresh_pods(asked.pods) => {}
-                }
+            let mut asked = self.trigger.take();
+            asked.full |= ticked;
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                _ = self.answer(asked) => {}
             }
         }
         debug!("PLEG stopped");
+    }
+
+    /// Does what was asked: a full relist (which refreshes every pod that changed, the
+    /// requested ones included), else a refresh of just the requested pods.
+    async fn answer(&mut self, asked: PendingRelist) {
+        if asked.full {
+            let _ = self.relist().await;
+        } else if !asked.pods.is_empty() {
+            self.refresh_pods(asked.pods).await;
+        }
     }
 
     /// One relist (upstream `Relist`): list all pods, diff against the last relist, refresh the

@@ -153,14 +153,7 @@ impl EventedPleg {
                     let _ = self.generic.relist().await;
                     next_relist = Instant::now() + self.period(&source);
                 }
-                _ = trigger.wake.notified() => {
-                    let asked = trigger.take();
-                    if asked.full {
-                        let _ = self.generic.relist().await;
-                    } else if !asked.pods.is_empty() {
-                        self.generic.refresh_pods(asked.pods).await;
-                    }
-                }
+                _ = trigger.wake.notified() => self.generic.answer(trigger.take()).await,
                 _ = health_tick.tick() => {
                     if !matches!(source, Source::Events(_)) {
                         continue;
