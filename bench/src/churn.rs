@@ -128,6 +128,9 @@ struct Sample {
     secs: f64,
     rss_kib: Option<u64>,
     hwm_kib: Option<u64>,
+    /// VmRSS split: anonymous (heap, stacks) and file-backed (the binary's code pages).
+    anon_kib: Option<u64>,
+    file_kib: Option<u64>,
     threads: Option<u64>,
     heap: Option<(u64, u64)>,
     /// VmRSS and live heap while the round's N pods were all running.
@@ -139,7 +142,8 @@ impl Sample {
     fn json(&self) -> Value {
         json!({
             "round": self.round, "round_s": self.secs, "vm_rss_kib": self.rss_kib,
-            "vm_hwm_kib": self.hwm_kib, "threads": self.threads,
+            "vm_hwm_kib": self.hwm_kib, "rss_anon_kib": self.anon_kib,
+            "rss_file_kib": self.file_kib, "threads": self.threads,
             "live_heap_bytes": self.heap.map(|h| h.0), "live_heap_blocks": self.heap.map(|h| h.1),
             "running_vm_rss_kib": self.running_rss_kib,
             "running_live_heap_bytes": self.running_heap.map(|h| h.0),
@@ -153,6 +157,8 @@ fn proc_sample(pid: u32, round: usize, secs: f64, heap: Option<(u64, u64)>) -> S
         secs,
         rss_kib: proc_status_kib(pid, "VmRSS"),
         hwm_kib: proc_status_kib(pid, "VmHWM"),
+        anon_kib: proc_status_kib(pid, "RssAnon"),
+        file_kib: proc_status_kib(pid, "RssFile"),
         threads: proc_status_kib(pid, "Threads"),
         heap,
         running_rss_kib: None,
@@ -307,16 +313,22 @@ async fn run_steady(args: &Args) -> Result<Value> {
     let cores = (c1 - c0) / t0.elapsed().as_secs_f64();
     let rss = proc_status_kib(pid, "VmRSS");
     let hwm = proc_status_kib(pid, "VmHWM");
+    let (anon, file) = (
+        proc_status_kib(pid, "RssAnon"),
+        proc_status_kib(pid, "RssFile"),
+    );
     let threads = proc_status_kib(pid, "Threads");
     println!(
-        "| pods | settle (s) | window (s) | CPU (cores) | VmRSS (KiB) | VmHWM (KiB) | threads |"
+        "| pods | settle (s) | window (s) | CPU (cores) | VmRSS (KiB) | anon / file (KiB) | VmHWM (KiB) | threads |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {n} | {} | {} | {cores:.4} | {} | {} | {} |",
+        "| {n} | {} | {} | {cores:.4} | {} | {} / {} | {} | {} |",
         args.settle.as_secs(),
         args.window.as_secs(),
         fmt_opt(rss),
+        fmt_opt(anon),
+        fmt_opt(file),
         fmt_opt(hwm),
         fmt_opt(threads)
     );
@@ -340,7 +352,7 @@ async fn run_steady(args: &Args) -> Result<Value> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(json!({
         "mode": "steady", "pods": n, "settle_s": args.settle.as_secs(),
-        "window_s": args.window.as_secs(), "cpu_cores": cores, "vm_rss_kib": rss,
+        "window_s": args.window.as_secs(), "cpu_cores": cores, "vm_rss_kib": rss, "rss_anon_kib": anon, "rss_file_kib": file,
         "vm_hwm_kib": hwm, "threads": threads,
     }))
 }
@@ -457,12 +469,14 @@ fn fmt_opt(v: Option<u64>) -> String {
 
 fn print_row(s: &Sample) {
     println!(
-        "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} | {:.1} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
         s.round,
         s.secs,
         fmt_opt(s.running_rss_kib),
         fmt_opt(s.running_heap.map(|h| h.0 / 1024)),
         fmt_opt(s.rss_kib),
+        fmt_opt(s.anon_kib),
+        fmt_opt(s.file_kib),
         fmt_opt(s.hwm_kib),
         fmt_opt(s.threads),
         fmt_opt(s.heap.map(|h| h.0 / 1024)),
@@ -489,9 +503,9 @@ fn main() -> Result<()> {
         return Ok(());
     }
     println!(
-        "| round | round time (s) | VmRSS all running (KiB) | live heap all running (KiB) | VmRSS after (KiB) | VmHWM (KiB) | threads | live heap after (KiB) | live blocks after |"
+        "| round | round time (s) | VmRSS all running (KiB) | live heap all running (KiB) | VmRSS after (KiB) | anon / file after (KiB) | VmHWM (KiB) | threads | live heap after (KiB) | live blocks after |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let samples = rt.block_on(async {
         match args.mode {
             Mode::Real => run_real(&args).await,

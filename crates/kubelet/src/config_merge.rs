@@ -56,6 +56,12 @@ pub type Clock = Box<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 /// Upstream `podStorage` in `PodConfigNotificationIncremental` mode.
 pub struct PodConfigMerger {
     pods: BTreeMap<PodSource, BTreeMap<String, Pod>>,
+    /// Sources whose first `Set` has been merged.
+    merged_sets: BTreeSet<PodSource>,
+    /// What `SeenSources` handles see. `run` publishes a source only after the updates its
+    /// first `Set` produced are queued for the sync loop, so a reader that sees it ready and
+    /// then drains the queue knows every pod that source had (housekeeping relies on this
+    /// to never take a pod that is merely in flight for an orphan).
     seen: watch::Sender<BTreeSet<PodSource>>,
     clock: Clock,
 }
@@ -92,20 +98,34 @@ impl PodConfigMerger {
     pub fn with_clock(clock: Clock) -> Self {
         PodConfigMerger {
             pods: BTreeMap::new(),
+            merged_sets: BTreeSet::new(),
             seen: watch::channel(BTreeSet::new()).0,
             clock,
         }
     }
 
-    /// A handle answering "have all these sources sent their first `Set`?".
+    /// A handle answering "have all these sources sent their first `Set`, and are the
+    /// updates it produced queued downstream?" (see `publish_seen`).
     pub fn seen_sources(&self) -> SeenSources {
         SeenSources(self.seen.subscribe())
     }
 
-    /// Upstream `SeenAllSources`, on the merger itself.
+    /// Upstream `SeenAllSources`, on the merger itself: every one of `sources` has had its
+    /// first `Set` merged (published or not).
     pub fn seen_all_sources(&self, sources: &[PodSource]) -> bool {
-        let seen = self.seen.borrow();
-        sources.iter().all(|s| seen.contains(s))
+        sources.iter().all(|s| self.merged_sets.contains(s))
+    }
+
+    /// Shows the sources merged so far to the `SeenSources` handles. Call it once the
+    /// updates `merge` returned are delivered.
+    pub fn publish_seen(&self) {
+        self.seen.send_if_modified(|seen| {
+            let changed = *seen != self.merged_sets;
+            if changed {
+                seen.clone_from(&self.merged_sets);
+            }
+            changed
+        });
     }
 
     /// Every pod currently known, all sources (upstream `MergedState`).
@@ -122,7 +142,7 @@ impl PodConfigMerger {
     /// to signal the source is ready.
     pub fn merge(&mut self, update: PodUpdate) -> Vec<PodUpdate> {
         let source = update.source;
-        let seen_before = self.seen.borrow().contains(&source);
+        let seen_before = self.merged_sets.contains(&source);
         let mut changes = Changes::default();
         let now = format_seen(&(self.clock)());
         let mut store = self.pods.remove(&source).unwrap_or_default();
@@ -140,7 +160,7 @@ impl PodConfigMerger {
                 }
             }
             PodOp::Set => {
-                self.seen.send_if_modified(|seen| seen.insert(source));
+                self.merged_sets.insert(source);
                 let mut old = std::mem::take(&mut store);
                 for pod in filter_invalid(update.pods, source) {
                     upsert(&mut store, Some(&mut old), pod, source, &now, &mut changes);
@@ -153,7 +173,7 @@ impl PodConfigMerger {
         }
         self.pods.insert(source, store);
 
-        let first_set = !seen_before && self.seen.borrow().contains(&source);
+        let first_set = !seen_before && self.merged_sets.contains(&source);
         let quiet =
             changes.adds.is_empty() && changes.updates.is_empty() && changes.deletes.is_empty();
         let mut out = Vec::new();
@@ -196,6 +216,8 @@ impl PodConfigMerger {
                     sent = tx.send(out) => if sent.is_err() { return },
                 }
             }
+            // Only now: a source counts as seen once its pods are in the sync loop's queue.
+            self.publish_seen();
         }
     }
 }
@@ -333,6 +355,7 @@ pub fn format_seen(t: &DateTime<Utc>) -> String {
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicI64, Ordering};
+    use std::time::Duration;
 
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -748,12 +771,19 @@ mod tests {
         let mut m = merger();
         let handle = m.seen_sources();
         m.merge(upd(PodOp::Add, PodSource::Api, vec![pod("a", "u", "x")]));
+        m.publish_seen();
         assert!(!handle.seen_all(&[PodSource::Api]));
         m.merge(upd(PodOp::Set, PodSource::File, vec![]));
-        assert!(handle.seen_all(&[PodSource::File]));
         assert!(m.seen_all_sources(&[PodSource::File]));
+        assert!(
+            !handle.seen_all(&[PodSource::File]),
+            "handles see a source only once its updates are published"
+        );
+        m.publish_seen();
+        assert!(handle.seen_all(&[PodSource::File]));
         assert!(!handle.seen_all(&[PodSource::File, PodSource::Http]));
         m.merge(upd(PodOp::Set, PodSource::Http, vec![]));
+        m.publish_seen();
         assert!(handle.seen_all(&[PodSource::File, PodSource::Http]));
         assert!(handle.seen_all(&[]));
     }
@@ -766,6 +796,45 @@ mod tests {
         assert_eq!(format_seen(&t), "2023-11-14T22:13:20.123456789Z");
         let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         assert_eq!(format_seen(&t), "2023-11-14T22:13:20Z");
+    }
+
+    /// A source is published as seen only after the updates of its first `Set` are in the
+    /// downstream queue: a reader that sees it ready and drains the queue has its pods.
+    #[tokio::test(start_paused = true)]
+    async fn run_publishes_a_source_only_after_queueing_its_pods() {
+        let (in_tx, in_rx) = mpsc::channel(8);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        let cancel = CancellationToken::new();
+        let m = merger();
+        let seen = m.seen_sources();
+        // The downstream queue is full, so the merger blocks on delivering the Set's ADD.
+        out_tx
+            .send(upd(PodOp::Update, PodSource::Api, vec![]))
+            .await
+            .unwrap();
+        let task = tokio::spawn(m.run(in_rx, out_tx, cancel.clone()));
+        in_tx
+            .send(upd(
+                PodOp::Set,
+                PodSource::File,
+                vec![pod("a", "uid-a", "x")],
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !seen.seen_all(&[PodSource::File]),
+            "seen before its pods were queued"
+        );
+        assert_eq!(out_rx.recv().await.unwrap().op, PodOp::Update);
+        let mut waiter = seen.clone();
+        waiter.wait_for(&[PodSource::File]).await;
+        let queued = out_rx
+            .try_recv()
+            .expect("the Set's pods are queued once seen");
+        assert_eq!((queued.op, queued.pods.len()), (PodOp::Add, 1));
+        cancel.cancel();
+        task.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,7 +2,8 @@
 //! second, diffs each pod's containers and sandboxes against the previous relist, refreshes the
 //! pod cache for every pod that changed (before telling anyone), then emits
 //! `PodLifecycleEvent`s to the sync loop. Owns the per-pod relist records and the time of the
-//! last successful relist (read through `PlegHealth`); writes the `PodCache`.
+//! last successful relist (read through `PlegHealth`); writes the `PodCache`; publishes its
+//! latest listing (`LatestListing`) for housekeeping and the stats to reuse.
 
 use std::collections::{BTreeMap, HashSet};
 use std::mem;
@@ -11,8 +12,8 @@ use std::time::Duration;
 
 use rkubelet_cri::RuntimeService;
 use rkubelet_cri::error::go_duration;
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, trace};
@@ -22,7 +23,7 @@ use crate::container::{ContainerState, PodStatus};
 use futures::stream::{self, StreamExt};
 
 use crate::kuberuntime::runtime_status::{
-    ListedEntry, RuntimeStatusError, get_pod_status, list_runtime,
+    ListedEntry, RuntimeListing, RuntimeStatusError, get_pod_status, list_runtime,
 };
 use crate::metrics::KubeletMetrics;
 use crate::types::PodUid;
@@ -293,6 +294,30 @@ impl PlegHealth {
     }
 }
 
+/// A runtime listing and when the relist that made it started.
+#[derive(Debug)]
+pub struct TimedListing {
+    pub at: Instant,
+    pub listing: RuntimeListing,
+}
+
+/// The PLEG's latest successful listing, for readers that would otherwise list the runtime
+/// themselves (two CRI calls that decode every sandbox and container): housekeeping and the
+/// stats collection.
+#[derive(Debug, Clone)]
+pub struct LatestListing(watch::Receiver<Option<Arc<TimedListing>>>);
+
+impl LatestListing {
+    /// The latest listing if it started at most `max_age` ago.
+    pub fn fresh(&self, max_age: Duration) -> Option<Arc<TimedListing>> {
+        self.0
+            .borrow()
+            .as_ref()
+            .filter(|l| l.at.elapsed() <= max_age)
+            .cloned()
+    }
+}
+
 /// How many pods one relist (or targeted refresh) inspects concurrently. Upstream inspects
 /// them one after the other, which is what makes a burst of changes at scale trip the "PLEG is
 /// not healthy" threshold.
@@ -315,6 +340,8 @@ pub struct GenericPleg {
     listing_failed: bool,
     /// Notified when a listing succeeds after one failed (the runtime answers again).
     runtime_back: Option<Arc<tokio::sync::Notify>>,
+    /// The latest listing, for `LatestListing` readers.
+    latest: watch::Sender<Option<Arc<TimedListing>>>,
 }
 
 /// Asks the PLEG to look at the runtime now instead of at the next tick. The syncer uses it
@@ -391,6 +418,7 @@ impl GenericPleg {
             metrics: None,
             listing_failed: false,
             runtime_back: None,
+            latest: watch::Sender::new(None),
         }
     }
 
@@ -422,6 +450,11 @@ impl GenericPleg {
 
     pub fn health(&self) -> PlegHealth {
         self.health.clone()
+    }
+
+    /// A handle on the latest listing, valid after `run` consumed the PLEG.
+    pub fn latest_listing(&self) -> LatestListing {
+        LatestListing(self.latest.subscribe())
     }
 
     /// Relists every `relist_period` until `cancel` fires.
@@ -498,7 +531,10 @@ impl GenericPleg {
         }
         let changed = self.changed_pods(&entries);
         drop(entries);
-        drop(listing);
+        self.latest.send_replace(Some(Arc::new(TimedListing {
+            at: timestamp,
+            listing,
+        })));
 
         // Refresh the cache first, so whoever the events wake sees the new state. Pods are
         // inspected a few at a time: a burst of pod starts must not serialize on CRI calls.
@@ -1009,6 +1045,45 @@ mod tests {
         );
         pleg.relist().await.unwrap();
         assert_eq!(health.healthy(), Ok(()));
+    }
+
+    /// Each successful relist publishes its listing with the relist's start; readers get it
+    /// only while it is recent; a failed listing leaves the last good one in place.
+    #[tokio::test(start_paused = true)]
+    async fn the_latest_listing_is_published_with_its_time() {
+        let rt = FakeRuntime::with_images(&["busybox"]);
+        let (mut pleg, _cache, _rx) = pleg(&rt, 10);
+        let latest = pleg.latest_listing();
+        assert!(
+            latest.fresh(Duration::from_secs(60)).is_none(),
+            "no relist yet"
+        );
+        let p = pod("u1", "web");
+        let sb = run_sandbox(&rt, &p, 0, false).await;
+        container(&rt, &sb, &p, &spec("app"), 0, true).await;
+
+        let start = Instant::now();
+        pleg.relist().await.unwrap();
+        let got = latest.fresh(Duration::from_secs(1)).unwrap();
+        assert_eq!(got.at, start);
+        assert_eq!(
+            (
+                got.listing.sandboxes().len(),
+                got.listing.containers().len()
+            ),
+            (1, 1)
+        );
+        assert_eq!(got.listing.pods()[0].pod.uid, "u1");
+
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(latest.fresh(Duration::from_secs(1)).is_none(), "too old");
+        rt.fail_next(
+            "ListPodSandbox",
+            CriError::unavailable("ListPodSandbox", "/run/x.sock", "down"),
+        );
+        assert!(pleg.relist().await.is_err());
+        let kept = latest.fresh(Duration::from_secs(60)).unwrap();
+        assert_eq!(kept.at, start, "a failed relist publishes nothing");
     }
 
     #[tokio::test(start_paused = true)]

@@ -23,6 +23,16 @@ pub struct PodManager {
     mirror_by_full_name: HashMap<String, PodUid>,
     snapshot: watch::Sender<Arc<Vec<Pod>>>,
     mirror_snapshot: watch::Sender<MirrorSnapshot>,
+    /// Between [`PodManager::begin_batch`] and [`PodManager::end_batch`]: which snapshots
+    /// changed and are still to publish.
+    batch: Option<Pending>,
+}
+
+/// Snapshots a batch has changed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Pending {
+    pods: bool,
+    mirrors: bool,
 }
 
 impl Default for PodManager {
@@ -46,6 +56,26 @@ impl PodManager {
             mirror_by_full_name: HashMap::new(),
             snapshot: watch::Sender::new(Arc::new(Vec::new())),
             mirror_snapshot: watch::Sender::new(Arc::new(HashMap::new())),
+            batch: None,
+        }
+    }
+
+    /// Holds the snapshots back until [`PodManager::end_batch`], so an update of many pods
+    /// publishes (clones every pod) once rather than once per pod.
+    pub fn begin_batch(&mut self) {
+        self.batch.get_or_insert_with(Pending::default);
+    }
+
+    /// Publishes what changed since [`PodManager::begin_batch`].
+    pub fn end_batch(&mut self) {
+        let Some(pending) = self.batch.take() else {
+            return;
+        };
+        if pending.pods {
+            self.publish();
+        }
+        if pending.mirrors {
+            self.publish_mirrors();
         }
     }
 
@@ -176,13 +206,21 @@ impl PodManager {
             .map_or(uid, |p| p.uid())
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        if let Some(pending) = &mut self.batch {
+            pending.pods = true;
+            return;
+        }
         let mut pods: Vec<Pod> = self.pods.values().cloned().collect();
-        pods.sort_by_key(|p| p.full_name());
+        pods.sort_by_cached_key(|p| p.full_name());
         self.snapshot.send_replace(Arc::new(pods));
     }
 
-    fn publish_mirrors(&self) {
+    fn publish_mirrors(&mut self) {
+        if let Some(pending) = &mut self.batch {
+            pending.mirrors = true;
+            return;
+        }
         let by_name: HashMap<String, Pod> = self
             .mirror_by_full_name
             .iter()
@@ -259,6 +297,36 @@ mod tests {
             "by_full_name: {}",
             m.by_full_name.capacity()
         );
+    }
+
+    #[test]
+    fn a_batch_publishes_once_at_its_end() {
+        let mut pm = PodManager::new();
+        let mut rx = pm.subscribe();
+        let mut mirrors = pm.subscribe_mirrors();
+        rx.mark_unchanged();
+        mirrors.mark_unchanged();
+        pm.begin_batch();
+        pm.upsert(pod("u1", "a"));
+        pm.upsert(pod("u2", "b"));
+        pm.upsert(mirror("m1", "s", "h1"));
+        pm.remove("u1");
+        assert!(!rx.has_changed().unwrap() && !mirrors.has_changed().unwrap());
+        pm.end_batch();
+        assert!(rx.has_changed().unwrap() && mirrors.has_changed().unwrap());
+        let names: Vec<String> = rx
+            .borrow_and_update()
+            .iter()
+            .map(|p| p.full_name())
+            .collect();
+        assert_eq!(names, ["default/b"]);
+        assert_eq!(mirrors.borrow_and_update().len(), 1);
+        // Outside a batch every change publishes at once; an empty batch publishes nothing.
+        pm.begin_batch();
+        pm.end_batch();
+        assert!(!rx.has_changed().unwrap());
+        pm.upsert(pod("u3", "c"));
+        assert_eq!(rx.borrow_and_update().len(), 2);
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! status-only RECONCILE syncs the pod when its readiness gates moved), PLEG events, probe
 //! result changes, the 1 s sync tick (which also syncs pods whose `activeDeadlineSeconds`
 //! passed) and the 2 s housekeeping tick; dispatches work to pod workers; kills runtime pods
-//! that belong to no source once every source has reported. Mirror pods go to the pod
-//! manager's mirror store, never to workers or admission. Publishes its liveness for
-//! `/healthz`.
+//! that belong to no source once every source has reported and the pods they queued are
+//! applied. Mirror pods go to the pod manager's mirror store, never to workers or admission.
+//! Publishes its liveness for `/healthz` and `SourcesApplied` for the other cleaners.
 
 use crate::objects::PodObjects;
 use std::collections::HashSet;
@@ -24,9 +24,9 @@ use crate::admission::{Admission, is_inactive, is_terminal, rejected_status};
 use crate::clock::Clock;
 use crate::cm::ContainerManager;
 use crate::events::{EventRecorder, EventType};
-use crate::kuberuntime::runtime_status::list_pods;
+use crate::kuberuntime::runtime_status::{ListedPod, list_pods_with_sandbox_states, running_only};
 use crate::metrics::KubeletMetrics;
-use crate::pleg::PodLifecycleEvent;
+use crate::pleg::{LatestListing, PodLifecycleEvent};
 use crate::pod_manager::{MirrorSnapshot, PodManager, stored_as_mirror};
 use crate::pod_workers::{KillOptions, PodWork, PodWorkers, UpdateType};
 use crate::prober::ProbeUpdate;
@@ -88,6 +88,19 @@ impl Default for LoopTimings {
 /// Tells whether every configured source has delivered its first full set.
 pub type SourcesReady = Box<dyn Fn() -> bool + Send + Sync>;
 
+/// Whether the sync loop has every pod its sources have: each configured source has
+/// reported, and the updates it queued are in the pod manager and its pods have workers.
+/// Whoever removes state for pods it does not see (mirror pods, CPU assignments, dead
+/// containers) waits for this, not for the merger's view, which runs ahead of the pod manager.
+#[derive(Debug, Clone)]
+pub struct SourcesApplied(watch::Receiver<bool>);
+
+impl SourcesApplied {
+    pub fn ready(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
 /// The kubelet's main loop.
 pub struct SyncLoop {
     pub pod_manager: PodManager,
@@ -95,6 +108,8 @@ pub struct SyncLoop {
     status: StatusManager,
     runtime: Arc<dyn RuntimeService>,
     sources_ready: SourcesReady,
+    /// Set once `sources_ready` held and what was queued then was applied; never unset.
+    applied: watch::Sender<bool>,
     health: SyncLoopHealth,
     timings: LoopTimings,
     admission: Admission,
@@ -110,6 +125,10 @@ pub struct SyncLoop {
     /// Pod cgroups to clean up, with the kubelet root dir (to see whose volumes remain).
     cgroups: Option<(ContainerManager, PathBuf)>,
     metrics: Option<KubeletMetrics>,
+    /// The PLEG's listing, which housekeeping reuses when it is recent.
+    latest_listing: Option<LatestListing>,
+    /// The pods the last pod cgroup sweep kept and when, if it left no orphan behind.
+    clean_sweep: Option<(HashSet<String>, Instant)>,
 }
 
 impl SyncLoop {
@@ -127,6 +146,7 @@ impl SyncLoop {
             status,
             runtime,
             sources_ready,
+            applied: watch::Sender::new(false),
             health,
             timings,
             admission: Admission::default(),
@@ -138,7 +158,15 @@ impl SyncLoop {
             objects: None,
             cgroups: None,
             metrics: None,
+            latest_listing: None,
+            clean_sweep: None,
         }
+    }
+
+    /// Lets housekeeping reuse the PLEG's recent listing instead of listing the runtime.
+    pub fn with_latest_listing(mut self, latest: LatestListing) -> Self {
+        self.latest_listing = Some(latest);
+        self
     }
 
     /// Lets housekeeping destroy the cgroups of pods nobody knows any more (upstream
@@ -190,11 +218,9 @@ impl SyncLoop {
     fn is_active(&self, pod: &Pod) -> bool {
         let uid = pod.uid();
         !self.rejected.contains(uid)
-            && !is_inactive(
-                pod,
-                self.status.get_pod_status(uid).as_ref(),
-                self.workers.phase(uid),
-            )
+            && self.status.with_pod_status(uid, |status| {
+                !is_inactive(pod, status, self.workers.phase(uid))
+            })
     }
 
     /// Upstream `canAdmitPod` + `rejectPod`: `true` when the pod goes to a worker. A pod that
@@ -242,6 +268,29 @@ impl SyncLoop {
         self.pod_manager.subscribe_mirrors()
     }
 
+    /// Turns ready once every pod the sources have is in the pod manager (see the type).
+    pub fn sources_applied(&self) -> SourcesApplied {
+        SourcesApplied(self.applied.subscribe())
+    }
+
+    /// Whether every source has reported and its pods are applied. The merger marks a source
+    /// seen only after queueing its pods, so once the sources read ready, what is queued now
+    /// holds every pod they have: it is applied here before the answer is `true`.
+    fn catch_up_with_sources(&mut self, updates: &mut mpsc::Receiver<PodUpdate>) -> bool {
+        if *self.applied.borrow() {
+            return true;
+        }
+        if !(self.sources_ready)() {
+            return false;
+        }
+        while let Ok(u) = updates.try_recv() {
+            self.handle_update(u);
+        }
+        info!("all pod sources have reported and their pods are applied");
+        self.applied.send_replace(true);
+        true
+    }
+
     /// Runs until `cancel` fires.
     pub async fn run(
         mut self,
@@ -261,7 +310,10 @@ impl SyncLoop {
                 biased;
                 _ = cancel.cancelled() => break,
                 u = updates.recv() => match u {
-                    Some(u) => self.handle_update(u),
+                    Some(u) => {
+                        self.handle_update(u);
+                        self.catch_up_with_sources(&mut updates);
+                    }
                     None => {
                         warn!("pod config channel closed; stopping the sync loop");
                         break;
@@ -270,7 +322,14 @@ impl SyncLoop {
                 Some(e) = pleg.recv() => self.handle_pleg_event(e),
                 Some(u) = recv_probe(&mut probes) => self.handle_probe_update(u),
                 _ = sync_tick.tick() => self.sync_due_pods(),
-                _ = housekeeping.tick() => self.housekeeping().await,
+                _ = housekeeping.tick() => {
+                    // A pod still in flight from its source would be killed as an orphan.
+                    if self.catch_up_with_sources(&mut updates) {
+                        self.cleanup_pods().await;
+                    } else {
+                        debug!("skipping pod cleanup: not all pod sources have reported yet");
+                    }
+                }
             }
         }
         info!("kubelet main sync loop stopped");
@@ -283,6 +342,8 @@ impl SyncLoop {
         debug!(op = ?update.op, source = %update.source, pods = update.pods.len(), "pod config update");
         let (mirrors, pods): (Vec<Pod>, Vec<Pod>) =
             update.pods.into_iter().partition(stored_as_mirror);
+        // Readers see the update's pods in one snapshot, published once at the end.
+        self.pod_manager.begin_batch();
         self.handle_mirror_pods(update.op, mirrors);
         let update = PodUpdate { pods, ..update };
         match update.op {
@@ -355,6 +416,7 @@ impl SyncLoop {
                 }
             }
         }
+        self.pod_manager.end_batch();
     }
 
     /// Upstream `handleMirrorPod`: store the mirror pod apart; a change of it (not a
@@ -460,12 +522,39 @@ impl SyncLoop {
         m.set_pod_counts(desired, active, self.pod_manager.mirror_pods().count());
     }
 
-    /// Upstream `HandlePodCleanups`.
-    pub async fn housekeeping(&mut self) {
-        if !(self.sources_ready)() {
-            debug!("skipping pod cleanup: not all pod sources have reported yet");
-            return;
+    /// The runtime pods one cleanup round looks at (upstream lists the running ones afresh
+    /// each round, and all of them for the dead ones); `None` when the runtime cannot be
+    /// listed. When the PLEG's listing is at most a housekeeping period old and shows only pods
+    /// in `keep` (desired or with a worker), there is nothing to act on and the answer is empty,
+    /// without a listing of its own: a pod that has gone since only keeps its directory and
+    /// cgroup one round longer. Otherwise every pod of a listing made now, so that a pod is
+    /// never killed as an orphan on the word of a listing older than its worker's end.
+    async fn runtime_pods(&self, keep: &HashSet<String>) -> Option<Vec<ListedPod>> {
+        let latest = self
+            .latest_listing
+            .as_ref()
+            .and_then(|l| l.fresh(self.timings.housekeeping));
+        if let Some(latest) = latest
+            && latest
+                .listing
+                .entries()
+                .iter()
+                .all(|e| keep.contains(e.uid))
+        {
+            return Some(Vec::new());
         }
+        match list_pods_with_sandbox_states(self.runtime.as_ref(), true).await {
+            Ok(all) => Some(all),
+            Err(e) => {
+                warn!(error = %e, "housekeeping: listing runtime pods failed");
+                None
+            }
+        }
+    }
+
+    /// Upstream `HandlePodCleanups`, once every source has reported. Each pod the sources
+    /// have must already be in the pod manager: a running pod that is not is killed.
+    async fn cleanup_pods(&mut self) {
         let desired = self.pod_manager.uids();
         let forgotten = self.workers.sync_known_pods(&desired);
         for uid in &forgotten {
@@ -494,14 +583,13 @@ impl SyncLoop {
             }
         }
 
-        let mut possibly_running = keep;
-        let running = match list_pods(self.runtime.as_ref(), false).await {
-            Ok(running) => running,
-            Err(e) => {
-                warn!(error = %e, "housekeeping: listing runtime pods failed");
-                return;
-            }
+        let Some(all) = self.runtime_pods(&keep).await else {
+            return;
         };
+        let mut possibly_running = keep;
+        // The running view is the ready sandboxes and running containers, as the runtime's
+        // state filters would answer (the pods in `keep` are possibly running already).
+        let running = running_only(&all);
         possibly_running.extend(running.iter().map(|rp| rp.uid.clone()));
         // Upstream `cleanupOrphanedPodDirs(allPods, runningRuntimePods)`: the directory (and
         // volume mounts) of a pod still running in the runtime stays until it is killed, e.g.
@@ -520,34 +608,55 @@ impl SyncLoop {
         // and removing it leaves stopped sandboxes and exited containers. rkubelet removes a
         // terminated pod's content at once (where upstream leaves it to the next container GC),
         // so this is removed at the next housekeeping as well, not a GC period later.
-        match list_pods(self.runtime.as_ref(), true).await {
-            Ok(all) => {
-                for rp in all {
-                    if !known.contains(&rp.uid)
-                        && !desired.contains(&rp.uid)
-                        && !running_uids.contains(&rp.uid)
-                    {
-                        info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "removing dead orphaned runtime pod");
-                        self.workers.update_pod(PodWork::kill_orphan(rp));
-                    }
-                }
+        for rp in all.into_iter().map(|listed| listed.pod) {
+            if !known.contains(&rp.uid)
+                && !desired.contains(&rp.uid)
+                && !running_uids.contains(&rp.uid)
+            {
+                info!(pod = %format!("{}/{}", rp.namespace, rp.name), uid = %rp.uid, reason = "no pod source has it", "removing dead orphaned runtime pod");
+                self.workers.update_pod(PodWork::kill_orphan(rp));
             }
-            Err(e) => warn!(error = %e, "housekeeping: listing all runtime pods failed"),
         }
-        if let Some((cm, root_dir)) = &self.cgroups {
+        if let Some((cm, root_dir)) = &self.cgroups
+            && cgroup_sweep_due(self.clean_sweep.as_ref(), &possibly_running, Instant::now())
+        {
             let (cm, root_dir) = (cm.clone(), root_dir.clone());
+            let keep = possibly_running.clone();
             let cleanup = tokio::task::spawn_blocking(move || {
                 let volumes_exist = |uid: &str| {
                     std::fs::read_dir(root_dir.join("pods").join(uid).join("volumes"))
                         .is_ok_and(|mut d| d.next().is_some())
                 };
-                cm.cleanup_orphaned_pod_cgroups(&possibly_running, &volumes_exist)
+                cm.cleanup_orphaned_pod_cgroups(&keep, &volumes_exist)
             });
-            if let Err(e) = cleanup.await {
-                warn!(error = %e, "housekeeping: pod cgroup cleanup failed");
-            }
+            self.clean_sweep = match cleanup.await {
+                Ok(sweep) if sweep.left_behind == 0 => Some((possibly_running, Instant::now())),
+                Ok(_) => None,
+                Err(e) => {
+                    warn!(error = %e, "housekeeping: pod cgroup cleanup failed");
+                    None
+                }
+            };
         }
     }
+}
+
+/// How long a clean sweep of the pod cgroups stands while the possibly running pods stay the
+/// same (a cgroup that no pod of ours made would otherwise wait this long).
+const CGROUP_RESWEEP: Duration = Duration::from_secs(60);
+
+/// Whether housekeeping sweeps the pod cgroups this round. Upstream sweeps every round; the
+/// sweep reads every QoS directory of every hierarchy, and only the kubelet's own pods make pod
+/// cgroups, so a sweep that left nothing behind stands until the set of possibly running pods
+/// changes (a pod went: its cgroup may be an orphan now), or [`CGROUP_RESWEEP`] passed.
+fn cgroup_sweep_due(
+    last_clean: Option<&(HashSet<String>, Instant)>,
+    possibly_running: &HashSet<String>,
+    now: Instant,
+) -> bool {
+    last_clean.is_none_or(|(kept, at)| {
+        kept != possibly_running || now.duration_since(*at) >= CGROUP_RESWEEP
+    })
 }
 
 /// The next probe update, or never when there is no prober.
@@ -557,3 +666,7 @@ async fn recv_probe(rx: &mut Option<mpsc::UnboundedReceiver<ProbeUpdate>>) -> Op
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -17,7 +17,7 @@ use fake_apiserver::store::DeleteOpts;
 use fake_apiserver::{FakeApiServer, Options};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kubelet::config_merge::PodConfigMerger;
+use kubelet::config_merge::{PodConfigMerger, SeenSources};
 use kubelet::mirror::MirrorPodReconciler;
 use kubelet::pod_manager::PodManager;
 use kubelet::sources::api::ApiSource;
@@ -417,22 +417,36 @@ struct MirrorHarness {
     cancel: CancellationToken,
 }
 
+/// Applies the merged updates to `pm`, and turns `applied` true once both sources have
+/// reported and nothing they sent is still queued (the sync loop's `SourcesApplied`: the
+/// merger's own "seen" runs ahead of the pod manager, and the reconciler must not act on it).
 async fn run_pod_manager(
     mut pm: PodManager,
     mut rx: mpsc::Receiver<PodUpdate>,
+    seen: SeenSources,
+    applied: watch::Sender<bool>,
     cancel: CancellationToken,
 ) {
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {
-        let u = tokio::select! {
+        tokio::select! {
             _ = cancel.cancelled() => return,
-            u = rx.recv() => match u { Some(u) => u, None => return },
-        };
-        for p in u.pods {
-            if u.op == PodOp::Remove {
-                pm.remove(p.uid());
-            } else {
-                pm.upsert(p);
+            u = rx.recv() => {
+                let Some(u) = u else { return };
+                for p in u.pods {
+                    if u.op == PodOp::Remove {
+                        pm.remove(p.uid());
+                    } else {
+                        pm.upsert(p);
+                    }
+                }
             }
+            _ = tick.tick() => {}
+        }
+        // The merger marks a source seen only after queueing its pods: seen and an empty
+        // queue mean every one of them is in `pm`.
+        if seen.seen_all(&[PodSource::File, PodSource::Api]) && rx.is_empty() {
+            applied.send_if_modified(|a| !std::mem::replace(a, true));
         }
     }
 }
@@ -448,7 +462,14 @@ fn start_mirror_harness(f: &Fixture, node: Node) -> MirrorHarness {
     let pm = PodManager::new();
     let pods = pm.subscribe();
     let mirrors = pm.subscribe_mirrors();
-    tokio::spawn(run_pod_manager(pm, merged_rx, cancel.clone()));
+    let (applied_tx, applied) = watch::channel(false);
+    tokio::spawn(run_pod_manager(
+        pm,
+        merged_rx,
+        seen,
+        applied_tx,
+        cancel.clone(),
+    ));
     let (node_tx, node_rx) = watch::channel(Some(Arc::new(node)));
     let reconciler = MirrorPodReconciler::new(
         f.client.clone(),
@@ -457,7 +478,7 @@ fn start_mirror_harness(f: &Fixture, node: Node) -> MirrorHarness {
         mirrors.clone(),
         node_rx,
         Duration::from_millis(300),
-        Box::new(move || seen.seen_all(&[PodSource::File, PodSource::Api])),
+        Box::new(move || *applied.borrow()),
     );
     tokio::spawn(reconciler.run(cancel.clone()));
     MirrorHarness {

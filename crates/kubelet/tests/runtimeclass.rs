@@ -298,10 +298,19 @@ impl Env {
     }
 
     fn event(&self, pod: &str, reason: &str) -> Option<Value> {
+        self.event_saying(pod, reason, "")
+    }
+
+    /// The first event about `pod` with `reason` whose message contains `text`.
+    fn event_saying(&self, pod: &str, reason: &str, text: &str) -> Option<Value> {
         self.server
             .list("events", Some("default"))
             .into_iter()
-            .find(|e| e["involvedObject"]["name"] == pod && e["reason"] == reason)
+            .find(|e| {
+                e["involvedObject"]["name"] == pod
+                    && e["reason"] == reason
+                    && e["message"].as_str().is_some_and(|m| m.contains(text))
+            })
     }
 
     /// The handlers of the sandboxes of pod `name`.
@@ -365,9 +374,11 @@ async fn a_handler_the_runtime_lacks_fails_the_sandbox_with_the_runtimes_message
     let env = Env::start().await;
     env.runtime_class("gvisor", "runsc");
     env.pod("nohandler", "gvisor").await;
+    // The class and the pod reach the kubelet by separate watches, so the first attempt may
+    // still find no class (NotFound, as upstream's informer would); the retry meets the runtime.
     let event = env
-        .wait(30, "FailedCreatePodSandBox for pod nohandler", |e| {
-            e.event("nohandler", "FailedCreatePodSandBox")
+        .wait(40, "FailedCreatePodSandBox from the runtime", |e| {
+            e.event_saying("nohandler", "FailedCreatePodSandBox", "no runtime for")
         })
         .await;
     let msg = event["message"].as_str().unwrap();

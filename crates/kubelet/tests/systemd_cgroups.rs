@@ -317,7 +317,8 @@ async fn systemd_driver_on_cgroup_v2_sets_weight_and_memory_max() {
     })
     .await
     .unwrap();
-    assert_eq!(destroyed, vec![B_UID.to_owned()]);
+    assert_eq!(destroyed.destroyed, vec![B_UID.to_owned()]);
+    assert_eq!(destroyed.left_behind, 0);
     assert!(!b_dir.exists());
     assert!(
         sd.calls()

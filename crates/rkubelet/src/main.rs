@@ -7,6 +7,7 @@ mod cli;
 mod ctl;
 mod flagvalues;
 mod logging;
+mod malloc;
 mod sdnotify;
 
 use std::net::{IpAddr, SocketAddr};
@@ -36,7 +37,15 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// The blocking pool's ceiling. Its work is short file and cgroup I/O (stat, rename, mkdir,
+/// cgroupfs writes; none waits on another blocking task), so a queue in front of a few threads
+/// costs microseconds. Without a ceiling the pool grows to the burst's width (110 log monitors
+/// ticking together) and never shrinks: an idle thread is woken in turn before its keep-alive
+/// runs out, and every thread keeps its stack and malloc arena.
+const BLOCKING_THREADS: usize = 16;
+
 fn main() -> ExitCode {
+    malloc::limit_arenas();
     // `rkubelet get|describe|logs|doctor|completion|man …` are operator commands; anything
     // else is the kubelet with upstream's flags.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -75,6 +84,7 @@ fn main() -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
         .build()
     {
@@ -175,6 +185,8 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         Err(e) => warn!(error = %e, "cannot notify systemd of readiness"),
     }
 
+    let trimmer = tokio::spawn(malloc::run(cancel.clone()));
+
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let fatal = tokio::select! {
@@ -182,7 +194,7 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         _ = int.recv() => { info!("received SIGINT, shutting down (pods keep running)"); None }
         panic = agent.fatal() => Some(panic),
     };
-    match fatal {
+    let stopped = match fatal {
         None => {
             agent.shutdown().await;
             Ok(())
@@ -200,7 +212,10 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
             }
             Err(anyhow::Error::new(panic))
         }
-    }
+    };
+    cancel.cancel();
+    let _ = trimmer.await;
+    stopped
 }
 
 /// The API client of `--kubeconfig` (TLS bootstrap with `--bootstrap-kubeconfig`, rotation with

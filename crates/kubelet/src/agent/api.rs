@@ -13,7 +13,6 @@ use rkubelet_cri::{ImageService, RuntimeService};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config_merge::SeenSources;
 use crate::events::EventRecorder;
 use crate::events_api::{ApiEventRecorder, EventSettings};
 use crate::mirror::MirrorPodReconciler;
@@ -27,7 +26,8 @@ use crate::sources::api::ApiSource;
 use crate::status::api_sync::{ApiStatusSyncer, ApiSyncSettings, StatusTarget};
 use crate::status::manager::StatusManager;
 use crate::supervisor::Supervisor;
-use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt, PodSource, PodUpdate};
+use crate::sync_loop::SourcesApplied;
+use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt, PodUpdate};
 
 /// Settings only API-server mode uses.
 #[derive(Debug, Clone)]
@@ -92,8 +92,9 @@ pub(super) struct ApiInputs {
     pub admission_node: watch::Sender<Arc<Node>>,
     pub pods: watch::Receiver<Arc<Vec<Pod>>>,
     pub mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
-    pub seen_sources: SeenSources,
-    pub expected_sources: Vec<PodSource>,
+    /// Ready once the pod manager has every pod of every source (the mirror reconciler
+    /// deletes mirror pods whose static pod it does not see).
+    pub sources_applied: SourcesApplied,
     pub status: StatusManager,
     pub workers: PodWorkers,
     /// The eviction manager's pressure verdict (node conditions).
@@ -124,8 +125,7 @@ pub(super) fn start(
         admission_node,
         pods,
         mirrors,
-        seen_sources,
-        expected_sources,
+        sources_applied,
         status,
         workers,
         pressure,
@@ -176,7 +176,7 @@ pub(super) fn start(
         mirrors.clone(),
         node_rx,
         cfg.mirror_period,
-        Box::new(move || seen_sources.seen_all(&expected_sources)),
+        Box::new(move || sources_applied.ready()),
     )
     .with_static_running(Arc::new(move |mirror: &Pod| {
         // The mirror annotation holds the static pod's hash, which is its UID.

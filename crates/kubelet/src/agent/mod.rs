@@ -392,6 +392,7 @@ impl Agent {
         let node_pleg_health = pleg_health.clone();
         let view_pleg_health = pleg_health.clone();
         let relist_trigger = pleg.relist_trigger();
+        let latest_listing = pleg.latest_listing();
         if cfg.evented_pleg {
             let evented = crate::pleg::evented::EventedPleg::new(pleg);
             sup.spawn_critical("pleg", evented.run(cancel.child_token()));
@@ -569,14 +570,7 @@ impl Agent {
             "config merger",
             merger.run(source_rx, merged_tx, cancel.child_token()),
         );
-        let sources_ready = {
-            let (seen, expected) = (seen.clone(), expected.clone());
-            Box::new(move || seen.seen_all(&expected))
-        };
-        let gc_sources_ready: SourcesReadyFn = {
-            let (seen, expected) = (seen.clone(), expected.clone());
-            Arc::new(move || seen.seen_all(&expected))
-        };
+        let sources_ready = Box::new(move || seen.seen_all(&expected));
 
         // Eviction: the pressure verdict admission and node status read.
         let (pressure_tx, pressure) = watch::channel(NodePressure::default());
@@ -616,6 +610,7 @@ impl Agent {
             events.clone(),
         )
         .with_probe_updates(probe_updates)
+        .with_latest_listing(latest_listing.clone())
         .with_volumes(volumes)
         .with_metrics(metrics.clone());
         let sync_loop = with_opt(sync_loop, objects, |l, o| l.with_objects(o));
@@ -624,22 +619,14 @@ impl Agent {
         });
         let pods = sync_loop.pods();
         let mirrors = sync_loop.mirrors();
-        {
-            let (pods, status) = (pods.clone(), status.clone());
-            allocation.set_active_pods(Box::new(move || {
-                pods.borrow()
-                    .iter()
-                    .filter(|p| {
-                        !crate::admission::is_terminal(
-                            status
-                                .get_pod_status(crate::types::PodExt::uid(*p))
-                                .as_ref(),
-                        )
-                    })
-                    .cloned()
-                    .collect()
-            }));
-        }
+        // Everything that drops state for pods it does not see waits for the sync loop to have
+        // every pod of every source, not just for the sources to have reported.
+        let applied = sync_loop.sources_applied();
+        let gc_sources_ready: SourcesReadyFn = {
+            let applied = applied.clone();
+            Arc::new(move || applied.ready())
+        };
+        allocation.set_active_pods(non_terminal_pods(pods.clone(), status.clone()));
         if let Some(cm) = cm {
             cm.set_active_pods(pods.clone());
             sup.spawn_critical("container manager", cm.run(cancel.child_token()));
@@ -651,23 +638,10 @@ impl Agent {
 
         // CPU manager reconcile loop: admitted, non-terminal pods and the PLEG's view.
         if cfg.cpu_manager.policy != CpuManagerPolicy::None {
-            let (pods, status) = (pods.clone(), status.clone());
-            let (seen, expected) = (seen.clone(), expected.clone());
+            let applied = applied.clone();
             let inputs = ReconcileInputs {
-                active_pods: Box::new(move || {
-                    pods.borrow()
-                        .iter()
-                        .filter(|p| {
-                            !crate::admission::is_terminal(
-                                status
-                                    .get_pod_status(crate::types::PodExt::uid(*p))
-                                    .as_ref(),
-                            )
-                        })
-                        .cloned()
-                        .collect()
-                }),
-                sources_ready: Box::new(move || seen.seen_all(&expected)),
+                active_pods: non_terminal_pods(pods.clone(), status.clone()),
+                sources_ready: Box::new(move || applied.ready()),
                 cache: cpu_cache,
             };
             sup.spawn_critical(
@@ -698,6 +672,7 @@ impl Agent {
                 events: events.clone(),
                 pressure: pressure_tx,
                 metrics: metrics.clone(),
+                latest_listing,
             },
             &sup,
             &cancel,
@@ -743,8 +718,7 @@ impl Agent {
                     admission_node: admission_node_tx,
                     pods: pods.clone(),
                     mirrors,
-                    seen_sources: seen,
-                    expected_sources: expected,
+                    sources_applied: applied,
                     status: status.clone(),
                     workers: workers.clone(),
                     pressure: pressure.clone(),
@@ -981,6 +955,26 @@ struct EvictionInputs {
     events: Arc<dyn EventRecorder>,
     pressure: watch::Sender<NodePressure>,
     metrics: KubeletMetrics,
+    /// The PLEG's listing, whose creation times the stats reuse.
+    latest_listing: crate::pleg::LatestListing,
+}
+
+/// The desired pods whose status is not terminal (admitted and still to run), for the
+/// allocation and CPU managers.
+fn non_terminal_pods(
+    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    status: StatusManager,
+) -> Box<dyn Fn() -> Vec<Pod> + Send + Sync> {
+    Box::new(move || {
+        pods.borrow()
+            .iter()
+            .filter(|p| {
+                !status
+                    .with_pod_status(crate::types::PodExt::uid(*p), crate::admission::is_terminal)
+            })
+            .cloned()
+            .collect()
+    })
 }
 
 /// `f(value, x)` when `opt` holds an `x`, else `value` unchanged: an optional builder step.
@@ -1012,6 +1006,7 @@ fn start_eviction(
                 settings.clone(),
                 inputs.pods.clone(),
             );
+            let provider = provider.with_latest_listing(inputs.latest_listing.clone());
             sup.spawn_critical("stats provider", provider.run(cancel.child_token()));
             handle
         }
@@ -1024,6 +1019,7 @@ fn start_eviction(
         events,
         pressure,
         metrics,
+        latest_listing: _,
     } = inputs;
     let active_pods = {
         let (status, workers) = (status.clone(), workers.clone());
@@ -1033,12 +1029,11 @@ fn start_eviction(
                 .filter(|p| {
                     use crate::types::PodExt;
                     workers.is_syncing(p.uid())
-                        && !crate::status::manager::is_terminal_phase(
-                            status
-                                .get_pod_status(p.uid())
-                                .and_then(|s| s.phase)
-                                .as_deref(),
-                        )
+                        && !status.with_pod_status(p.uid(), |s| {
+                            crate::status::manager::is_terminal_phase(
+                                s.and_then(|s| s.phase.as_deref()),
+                            )
+                        })
                 })
                 .cloned()
                 .collect()

@@ -363,13 +363,14 @@ impl ContainerManager {
     /// Upstream `cleanupOrphanedPodCgroups`: destroys (killing leftover processes first) the
     /// pod cgroups of pods not in `keep`. A pod whose volumes still exist
     /// (`volumes_exist(uid)`) only gets its cpu reduced to the minimum until they are gone.
-    /// Returns the uids whose cgroups were destroyed. Blocking (kill retries sleep).
+    /// Returns the uids whose cgroups were destroyed and how many orphans are left behind.
+    /// Blocking (kill retries sleep).
     pub fn cleanup_orphaned_pod_cgroups(
         &self,
         keep: &HashSet<String>,
         volumes_exist: &dyn Fn(&str) -> bool,
-    ) -> Vec<String> {
-        let mut destroyed = Vec::new();
+    ) -> OrphanSweep {
+        let mut sweep = OrphanSweep::default();
         for (uid, name) in self.pod_cgroups_on_host() {
             if keep.contains(&uid) {
                 continue;
@@ -383,17 +384,19 @@ impl ContainerManager {
                 if let Err(e) = self.inner.fs.update(&name, &rc) {
                     debug!(%uid, error = %e, "failed to reduce cpu of orphaned pod cgroup");
                 }
+                sweep.left_behind += 1;
                 continue;
             }
             info!(%uid, cgroup = %name, "orphaned pod found, removing pod cgroups");
             match self.inner.fs.destroy(&name) {
-                Ok(()) => destroyed.push(uid),
+                Ok(()) => sweep.destroyed.push(uid),
                 Err(e) => {
+                    sweep.left_behind += 1;
                     warn!(%uid, cgroup = %name, error = %e, "failed to remove orphaned pod cgroup; retrying at next housekeeping")
                 }
             }
         }
-        destroyed
+        sweep
     }
 
     /// Keeps the QoS cgroups current: on every change of the active pods and every
@@ -424,6 +427,15 @@ async fn changed(rx: &mut Option<watch::Receiver<Arc<Vec<Pod>>>>) -> bool {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
     }
+}
+
+/// What one sweep of the pod cgroups did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OrphanSweep {
+    /// The pods whose cgroups were destroyed.
+    pub destroyed: Vec<String>,
+    /// Orphaned pod cgroups still there (volumes not yet removed, or a failed removal).
+    pub left_behind: usize,
 }
 
 #[cfg(test)]
@@ -529,8 +541,9 @@ mod tests {
             cgroups::ResourceConfig::default(),
         );
         let keep: HashSet<String> = ["b1".to_owned()].into();
-        let destroyed = cm.cleanup_orphaned_pod_cgroups(&keep, &|uid| uid == "pending");
-        assert_eq!(destroyed, vec!["gone".to_owned()]);
+        let sweep = cm.cleanup_orphaned_pod_cgroups(&keep, &|uid| uid == "pending");
+        assert_eq!(sweep.destroyed, vec!["gone".to_owned()]);
+        assert_eq!(sweep.left_behind, 1, "the pod whose volumes remain");
         assert_eq!(fs.killed(), vec![99_999_999]);
         assert!(fs.get("/rk/kubepods/besteffort/podgone").is_none());
         assert!(fs.get("/rk/kubepods/burstable/podb1").is_some());

@@ -269,79 +269,60 @@ pub async fn list_pods_with_sandbox_states(
         }),
         ..Default::default()
     });
-    let mut sandboxes = rt
+    let sandboxes = rt
         .list_pod_sandbox(api::ListPodSandboxRequest {
             filter: sandbox_filter,
         })
         .await
         .map_err(RuntimeStatusError::ListAllSandboxes)?
         .items;
-    sandboxes.sort_by_key(|s| Reverse(s.created_at));
-
     let container_filter = (!all).then(|| api::ContainerFilter {
         state: Some(api::ContainerStateValue {
             state: api::ContainerState::ContainerRunning as i32,
         }),
         ..Default::default()
     });
-    let mut containers = rt
+    let containers = rt
         .list_containers(api::ListContainersRequest {
             filter: container_filter,
         })
         .await
         .map_err(RuntimeStatusError::ListAllContainers)?
         .containers;
-    containers.sort_by_key(|c| Reverse(c.created_at));
-
-    // Insertion order = newest sandbox first, then pods known only from their containers.
-    let mut order: Vec<String> = Vec::new();
-    let mut pods: HashMap<String, ListedPod> = HashMap::new();
-    for sandbox in &sandboxes {
-        let Some(meta) = sandbox.metadata.as_ref() else {
-            debug!(sandbox_id = %sandbox.id, "sandbox has no metadata; ignoring it");
-            continue;
-        };
-        if !sandbox.labels.contains_key(POD_UID_LABEL) {
-            debug!(sandbox_id = %sandbox.id, "sandbox lacks the kubelet's labels; not ours");
-            continue;
-        }
-        let listed = entry(
-            &mut pods,
-            &mut order,
-            &meta.uid,
-            &meta.name,
-            &meta.namespace,
-        );
-        listed.pod.sandboxes.push(sandbox.id.clone());
-        listed
-            .sandbox_states
-            .push((sandbox.id.clone(), sandbox_state(sandbox.state)));
+    Ok(RuntimeListing {
+        sandboxes,
+        containers,
     }
+    .pods())
+}
 
-    for container in &containers {
-        if container.metadata.is_none() {
-            debug!(container_id = %container.id, "container has no metadata; ignoring it");
-            continue;
-        }
-        if !container.labels.contains_key(POD_UID_LABEL) {
-            debug!(container_id = %container.id, "container lacks the kubelet's labels; not ours");
-            continue;
-        }
-        let info = container_info_from_labels(&container.labels);
-        let listed = entry(
-            &mut pods,
-            &mut order,
-            &info.pod_uid,
-            &info.pod_name,
-            &info.pod_namespace,
-        );
-        listed.pod.containers.push(listed_container(container));
-    }
-
-    Ok(order
-        .into_iter()
-        .filter_map(|uid| pods.remove(&uid))
-        .collect())
+/// The running part of an unfiltered listing, as `list_pods(rt, false)` would list it: each
+/// pod's ready sandboxes and running containers; pods with neither are left out.
+pub fn running_only(all: &[ListedPod]) -> Vec<RunningPod> {
+    all.iter()
+        .filter_map(|listed| {
+            let sandboxes: Vec<String> = listed
+                .sandbox_states
+                .iter()
+                .filter(|(_, state)| *state == ContainerState::Running)
+                .map(|(id, _)| id.clone())
+                .collect();
+            let containers: Vec<ContainerStatus> = listed
+                .pod
+                .containers
+                .iter()
+                .filter(|c| c.state == ContainerState::Running)
+                .cloned()
+                .collect();
+            (!sandboxes.is_empty() || !containers.is_empty()).then(|| RunningPod {
+                uid: listed.pod.uid.clone(),
+                name: listed.pod.name.clone(),
+                namespace: listed.pod.namespace.clone(),
+                sandboxes,
+                containers,
+            })
+        })
+        .collect()
 }
 
 /// Every sandbox and container the runtime has, as two CRI listings answered them (upstream
@@ -384,19 +365,72 @@ pub async fn list_runtime(rt: &dyn RuntimeService) -> Result<RuntimeListing, Run
 }
 
 impl RuntimeListing {
+    /// Every sandbox, as `ListPodSandbox` answered.
+    pub fn sandboxes(&self) -> &[api::PodSandbox] {
+        &self.sandboxes
+    }
+
+    /// Every container, as `ListContainers` answered.
+    pub fn containers(&self) -> &[api::Container] {
+        &self.containers
+    }
+
+    /// The kubelet's pods in this listing, grouped by pod UID (what
+    /// `list_pods_with_sandbox_states` answers): newest sandbox first, pods known only from
+    /// their containers last; a pod's sandboxes and containers newest first.
+    pub fn pods(&self) -> Vec<ListedPod> {
+        let mut sandboxes: Vec<&api::PodSandbox> = self.sandboxes.iter().collect();
+        sandboxes.sort_by_key(|s| Reverse(s.created_at));
+        let mut containers: Vec<&api::Container> = self.containers.iter().collect();
+        containers.sort_by_key(|c| Reverse(c.created_at));
+
+        // Insertion order = newest sandbox first, then pods known only from their containers.
+        let mut order: Vec<String> = Vec::new();
+        let mut pods: HashMap<String, ListedPod> = HashMap::new();
+        for sandbox in sandboxes {
+            let Some(meta) = kubelet_sandbox(sandbox) else {
+                continue;
+            };
+            let listed = entry(
+                &mut pods,
+                &mut order,
+                &meta.uid,
+                &meta.name,
+                &meta.namespace,
+            );
+            listed.pod.sandboxes.push(sandbox.id.clone());
+            listed
+                .sandbox_states
+                .push((sandbox.id.clone(), sandbox_state(sandbox.state)));
+        }
+        for container in containers {
+            if kubelet_container_uid(container).is_none() {
+                continue;
+            }
+            let info = container_info_from_labels(&container.labels);
+            let listed = entry(
+                &mut pods,
+                &mut order,
+                &info.pod_uid,
+                &info.pod_name,
+                &info.pod_namespace,
+            );
+            listed.pod.containers.push(listed_container(container));
+        }
+        order
+            .into_iter()
+            .filter_map(|uid| pods.remove(&uid))
+            .collect()
+    }
+
     /// The kubelet's sandboxes and containers (those with metadata and the pod UID label),
     /// ordered by pod UID, then a pod's containers before its sandboxes, then ID.
     pub fn entries(&self) -> Vec<ListedEntry<'_>> {
         let mut entries = Vec::with_capacity(self.sandboxes.len() + self.containers.len());
         for sandbox in &self.sandboxes {
-            let Some(meta) = sandbox.metadata.as_ref() else {
-                debug!(sandbox_id = %sandbox.id, "sandbox has no metadata; ignoring it");
+            let Some(meta) = kubelet_sandbox(sandbox) else {
                 continue;
             };
-            if !sandbox.labels.contains_key(POD_UID_LABEL) {
-                debug!(sandbox_id = %sandbox.id, "sandbox lacks the kubelet's labels; not ours");
-                continue;
-            }
             entries.push(ListedEntry {
                 uid: &meta.uid,
                 name: &meta.name,
@@ -407,12 +441,7 @@ impl RuntimeListing {
             });
         }
         for container in &self.containers {
-            if container.metadata.is_none() {
-                debug!(container_id = %container.id, "container has no metadata; ignoring it");
-                continue;
-            }
-            let Some(uid) = container.labels.get(POD_UID_LABEL) else {
-                debug!(container_id = %container.id, "container lacks the kubelet's labels; not ours");
+            let Some(uid) = kubelet_container_uid(container) else {
                 continue;
             };
             let label = |key: &str| container.labels.get(key).map_or("", String::as_str);
@@ -429,6 +458,34 @@ impl RuntimeListing {
             .sort_unstable_by(|a, b| (a.uid, a.is_sandbox, a.id).cmp(&(b.uid, b.is_sandbox, b.id)));
         entries
     }
+}
+
+/// A sandbox's metadata when the sandbox is the kubelet's (it has metadata and the kubelet's
+/// pod UID label); others are logged and skipped.
+fn kubelet_sandbox(sandbox: &api::PodSandbox) -> Option<&api::PodSandboxMetadata> {
+    let Some(meta) = sandbox.metadata.as_ref() else {
+        debug!(sandbox_id = %sandbox.id, "sandbox has no metadata; ignoring it");
+        return None;
+    };
+    if !sandbox.labels.contains_key(POD_UID_LABEL) {
+        debug!(sandbox_id = %sandbox.id, "sandbox lacks the kubelet's labels; not ours");
+        return None;
+    }
+    Some(meta)
+}
+
+/// A container's pod UID when the container is the kubelet's (it has metadata and the
+/// kubelet's pod UID label); others are logged and skipped.
+fn kubelet_container_uid(container: &api::Container) -> Option<&str> {
+    if container.metadata.is_none() {
+        debug!(container_id = %container.id, "container has no metadata; ignoring it");
+        return None;
+    }
+    let Some(uid) = container.labels.get(POD_UID_LABEL) else {
+        debug!(container_id = %container.id, "container lacks the kubelet's labels; not ours");
+        return None;
+    };
+    Some(uid)
 }
 
 /// The `ListedPod` of `uid`, created (and its UID appended to `order`) on first sight.
@@ -1166,6 +1223,18 @@ pub(crate) mod tests {
         assert_eq!(a_running.containers.len(), 1);
         assert_eq!(a_running.containers[0].id, a_live);
         assert_eq!(running.len(), 2);
+
+        // Housekeeping's single listing: its running view is what the filtered one answers,
+        // and a pod with nothing ready or running is not in it.
+        let c = pod("uc", "c");
+        let sc = run_sandbox(&rt, &c, 0, false).await;
+        container(&rt, &sc, &c, &spec("app"), 0, true).await;
+        stop_sandbox(&rt, &sc).await;
+        let all = list_pods_with_sandbox_states(&rt, true).await.unwrap();
+        assert_eq!(all.len(), 3);
+        let derived = running_only(&all);
+        assert_eq!(derived, list_pods(&rt, false).await.unwrap());
+        assert!(derived.iter().all(|p| p.uid != "uc"), "{derived:?}");
 
         rt.fail_next(
             "ListContainers",

@@ -85,7 +85,8 @@ impl InstrumentedSyncer {
     }
 
     fn phase(&self, pod: &Pod) -> Option<String> {
-        self.status.get_pod_status(pod.uid()).and_then(|s| s.phase)
+        self.status
+            .with_pod_status(pod.uid(), |s| s.and_then(|s| s.phase.clone()))
     }
 }
 

@@ -163,7 +163,15 @@ impl ProbeManager {
         let (tx, rx) = watch::channel(WorkerInput::default());
         // Marks the initial value as unseen so the worker picks it up at once.
         tx.send_replace(input);
-        let w = Worker {
+        let w = self.worker(pod, c, kind, probe);
+        let mut rx = rx;
+        rx.mark_changed();
+        self.inner.tracker.spawn(w.run(rx, cancel.clone()));
+        WorkerHandle { cancel, input: tx }
+    }
+
+    fn worker(&self, pod: &Pod, c: &Container, kind: ProbeKind, probe: Probe) -> Worker {
+        Worker {
             kind,
             pod: pod.clone(),
             container: c.clone(),
@@ -174,11 +182,7 @@ impl ProbeManager {
             metrics: self.inner.metrics.clone(),
             clock: self.inner.clock,
             panics: self.inner.panics.clone(),
-        };
-        let mut rx = rx;
-        rx.mark_changed();
-        self.inner.tracker.spawn(w.run(rx, cancel.clone()));
-        WorkerHandle { cancel, input: tx }
+        }
     }
 
     /// Stops the liveness and startup workers of a terminating pod (upstream

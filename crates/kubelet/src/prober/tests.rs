@@ -166,3 +166,26 @@ async fn results_follow_the_container_and_go_with_it() {
     assert_eq!(m.sizes(), (0, 0));
     m.shutdown().await;
 }
+
+/// A worker lives as long as its pod and sleeps between probes; the probe itself (HTTP client,
+/// gRPC channel, exec stream: ~18 KiB of future) is allocated only while it runs. With the
+/// probe inline, 110 probed pods kept 2 MiB of idle task state (dhat, `churn fake`).
+#[test]
+fn an_idle_worker_task_is_small() {
+    let (m, _rx) = ProbeManager::new(
+        Arc::new(FakeRuntime::new()),
+        Arc::new(CollectingRecorder::default()),
+        Clock::new(),
+        CancellationToken::new(),
+    );
+    let p = pod();
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let (kind, probe) = probes_of(c).next().unwrap();
+    let w = m.worker(&p, c, kind, probe.clone());
+    let (_tx, rx) = watch::channel(WorkerInput::default());
+    let task = w.run(rx, CancellationToken::new());
+    let size = std::mem::size_of_val(&task);
+    // The worker's own Pod and Container copies (~4.7 KiB) and the loop's state stay; 18 KiB
+    // with the probe inline (debug build).
+    assert!(size <= 12 * 1024, "probe worker future is {size} bytes");
+}

@@ -153,7 +153,9 @@ impl Worker {
                 continue;
             }
             let probe_start = tokio::time::Instant::now();
-            let probed = catch_panic(run_probe(
+            // Boxed: a probe's future (an HTTP client, a gRPC channel, an exec stream) is
+            // ~18 KiB; inline it would stay in every worker's task between probes.
+            let probed = catch_panic(Box::pin(run_probe(
                 Action::of_probe(&self.probe),
                 &Target {
                     runtime: self.runtime.as_ref(),
@@ -162,7 +164,7 @@ impl Worker {
                     pod_ip: &now_input.pod_ip,
                     timeout: timings.timeout,
                 },
-            ))
+            )))
             .await;
             let outcome = match probed {
                 Ok(outcome) => outcome,

@@ -81,6 +81,25 @@ pub fn parse_flat_keyed(s: &str) -> HashMap<&str, u64> {
         .collect()
 }
 
+/// The values of `keys` in a flat-keyed file (`key value` lines), 0 for a missing key; as in
+/// `parse_flat_keyed`, a line whose value is not a number is skipped and a repeated key's last
+/// line wins. No map is built: a pod's `memory.stat` has dozens of lines and four are wanted.
+pub fn flat_values<const N: usize>(s: &str, keys: [&str; N]) -> [u64; N] {
+    let mut out = [0; N];
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(key), Some(value)) = (it.next(), it.next()) else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|k| *k == key)
+            && let Ok(value) = value.parse()
+        {
+            out[i] = value;
+        }
+    }
+    out
+}
+
 /// `/proc/meminfo` in bytes (`kB` values × 1024).
 pub fn parse_meminfo(s: &str) -> HashMap<&str, u64> {
     s.lines()
@@ -105,27 +124,34 @@ pub fn read_memory(fs: &dyn StatsFs, layout: &CgroupLayout, rel: &str) -> Option
         CgroupMode::V1 => {
             let usage = read_u64(fs, &dir.join("memory.usage_in_bytes"))?;
             let stat = fs.read_to_string(&dir.join("memory.stat")).ok()?;
-            let stat = parse_flat_keyed(&stat);
-            let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+            let [inactive_file, rss, pgfault, pgmajfault] = flat_values(
+                &stat,
+                [
+                    "total_inactive_file",
+                    "total_rss",
+                    "total_pgfault",
+                    "total_pgmajfault",
+                ],
+            );
             Some(MemorySample {
                 usage,
-                working_set: usage.saturating_sub(get("total_inactive_file")),
-                rss: get("total_rss"),
-                page_faults: get("total_pgfault"),
-                major_page_faults: get("total_pgmajfault"),
+                working_set: usage.saturating_sub(inactive_file),
+                rss,
+                page_faults: pgfault,
+                major_page_faults: pgmajfault,
             })
         }
         CgroupMode::V2 => {
             let usage = read_u64(fs, &dir.join("memory.current"))?;
             let stat = fs.read_to_string(&dir.join("memory.stat")).ok()?;
-            let stat = parse_flat_keyed(&stat);
-            let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+            let [inactive_file, anon, pgfault, pgmajfault] =
+                flat_values(&stat, ["inactive_file", "anon", "pgfault", "pgmajfault"]);
             Some(MemorySample {
                 usage,
-                working_set: usage.saturating_sub(get("inactive_file")),
-                rss: get("anon"),
-                page_faults: get("pgfault"),
-                major_page_faults: get("pgmajfault"),
+                working_set: usage.saturating_sub(inactive_file),
+                rss: anon,
+                page_faults: pgfault,
+                major_page_faults: pgmajfault,
             })
         }
     }
@@ -242,6 +268,16 @@ mod tests {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, content).unwrap();
+    }
+
+    #[test]
+    fn flat_values_reads_what_parse_flat_keyed_reads() {
+        let stat = "cache 10\ntotal_rss 7\nrss x\ntotal_rss 9\nbroken\npgfault 3 extra\n";
+        let map = parse_flat_keyed(stat);
+        let keys = ["total_rss", "pgfault", "cache", "rss", "missing"];
+        let want = keys.map(|k| map.get(k).copied().unwrap_or(0));
+        assert_eq!(flat_values(stat, keys), want);
+        assert_eq!(want, [9, 3, 10, 0, 0]);
     }
 
     #[test]

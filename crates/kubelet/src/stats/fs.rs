@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -79,39 +80,98 @@ impl StatsFs for SystemFs {
     }
 }
 
+/// How deep [`du`] descends: as deep as a path walk of `PATH_MAX` (4096 bytes) with one-letter
+/// names could, so no tree is counted less than a path-based `du` would; it bounds the
+/// directory fds held open at once.
+const DU_MAX_DEPTH: usize = 2048;
+
 /// `du` semantics: allocated 512-byte blocks of every entry (hard links counted once), not
-/// following symlinks and not crossing into other filesystems.
+/// following symlinks and not crossing into other filesystems. The tree may be a pod's
+/// (emptyDir), so it is walked by directory fd: each entry is looked at with `fstatat` without
+/// following links, each subdirectory opened `O_NOFOLLOW | O_DIRECTORY` under its parent's fd
+/// and checked to be the one just looked at. A directory swapped for a link in between is not
+/// entered, and no path is walked from `/` again per entry.
 pub fn du(path: &Path) -> io::Result<DirUsage> {
-    use std::os::unix::fs::MetadataExt;
-    let root = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DirUsage::default()),
-        Err(e) => return Err(e),
+    use rustix::fs::{AtFlags, Stat, statat};
+    let root = match rustix::fs::lstat(path) {
+        Ok(st) => st,
+        Err(e) if e == rustix::io::Errno::NOENT => return Ok(DirUsage::default()),
+        Err(e) => return Err(e.into()),
     };
-    let dev = root.dev();
-    let mut seen = std::collections::HashSet::new();
-    let mut usage = DirUsage::default();
-    let mut stack = vec![(path.to_path_buf(), root)];
-    while let Some((p, meta)) = stack.pop() {
-        if meta.nlink() > 1 && !meta.is_dir() && !seen.insert((meta.dev(), meta.ino())) {
-            continue;
-        }
-        usage.bytes = usage
-            .bytes
-            .saturating_add(meta.blocks().saturating_mul(512));
-        usage.inodes += 1;
-        if meta.is_dir() && meta.dev() == dev {
-            let Ok(entries) = std::fs::read_dir(&p) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                if let Ok(m) = entry.metadata() {
-                    stack.push((entry.path(), m));
+    let dev = root.st_dev;
+    let mut tally = DuTally::default();
+    tally.count(&root);
+    if !is_dir(&root) {
+        return Ok(tally.usage);
+    }
+    // Opens `name` under `parent` as the directory `st` describes, or nothing.
+    let open_same = |parent: &OwnedFd, name: &std::ffi::OsStr, st: &Stat| {
+        let fd = crate::fsat::open_dir_at(parent, name).ok()?;
+        rustix::fs::fstat(&fd)
+            .is_ok_and(|now| same_inode(&now, st))
+            .then_some(fd)
+    };
+    let Some(top) = crate::fsat::open_dir_at(rustix::fs::CWD, path)
+        .ok()
+        .filter(|fd| rustix::fs::fstat(fd).is_ok_and(|st| same_inode(&st, &root)))
+    else {
+        return Ok(tally.usage);
+    };
+    // Depth-first; each level holds its directory fd and the subdirectories still to enter.
+    let mut stack: Vec<(OwnedFd, Vec<(std::ffi::OsString, Stat)>)> = Vec::new();
+    let mut dir = Some(top);
+    loop {
+        if let Some(fd) = dir.take() {
+            let mut subdirs = Vec::new();
+            for name in crate::fsat::list_dir(fd.as_fd()).unwrap_or_default() {
+                let Ok(st) = statat(&fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+                    continue;
+                };
+                tally.count(&st);
+                if is_dir(&st) && st.st_dev == dev && stack.len() < DU_MAX_DEPTH {
+                    subdirs.push((name, st));
                 }
+            }
+            stack.push((fd, subdirs));
+        }
+        let Some((parent, pending)) = stack.last_mut() else {
+            break;
+        };
+        match pending.pop() {
+            Some((name, st)) => dir = open_same(parent, &name, &st),
+            None => {
+                stack.pop();
             }
         }
     }
-    Ok(usage)
+    Ok(tally.usage)
+}
+
+fn is_dir(st: &rustix::fs::Stat) -> bool {
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+}
+
+fn same_inode(a: &rustix::fs::Stat, b: &rustix::fs::Stat) -> bool {
+    a.st_dev == b.st_dev && a.st_ino == b.st_ino
+}
+
+/// What [`du`] has counted so far.
+#[derive(Default)]
+struct DuTally {
+    usage: DirUsage,
+    /// Files with several links, counted once.
+    seen: std::collections::HashSet<(u64, u64)>,
+}
+
+impl DuTally {
+    fn count(&mut self, st: &rustix::fs::Stat) {
+        if st.st_nlink > 1 && !is_dir(st) && !self.seen.insert((st.st_dev, st.st_ino)) {
+            return;
+        }
+        let blocks = u64::try_from(st.st_blocks).unwrap_or(0);
+        self.usage.bytes = self.usage.bytes.saturating_add(blocks.saturating_mul(512));
+        self.usage.inodes += 1;
+    }
 }
 
 /// `statvfs(2)` (through rustix's safe wrapper). The kubelet's one call of it (node capacity,
@@ -137,7 +197,8 @@ pub fn statvfs(path: &Path) -> io::Result<FsUsage> {
 
 /// An in-memory [`StatsFs`]: files, symlinks, modification times, filesystems (by path
 /// prefix) and directory usages set by the test; directories exist implicitly above every
-/// file and link. Clones share state.
+/// file and link. Every file read is logged, for tests of a collection's cost. Clones share
+/// state.
 #[derive(Debug, Clone, Default)]
 pub struct FakeFs {
     inner: Arc<Mutex<FakeInner>>,
@@ -150,6 +211,7 @@ struct FakeInner {
     dirs: HashMap<PathBuf, DirUsage>,
     links: HashMap<PathBuf, PathBuf>,
     mtimes: HashMap<PathBuf, SystemTime>,
+    reads: Vec<PathBuf>,
 }
 
 impl FakeFs {
@@ -178,6 +240,10 @@ impl FakeFs {
     pub fn remove_file(&self, path: impl AsRef<Path>) {
         self.lock().files.remove(path.as_ref());
     }
+    /// Every path `read_to_string` was asked for so far, in order (found or not).
+    pub fn reads(&self) -> Vec<PathBuf> {
+        self.lock().reads.clone()
+    }
     fn fs_of(&self, path: &Path) -> io::Result<(u64, FsUsage)> {
         self.lock()
             .filesystems
@@ -191,7 +257,9 @@ impl FakeFs {
 
 impl StatsFs for FakeFs {
     fn read_to_string(&self, path: &Path) -> io::Result<String> {
-        self.lock()
+        let mut inner = self.lock();
+        inner.reads.push(path.to_owned());
+        inner
             .files
             .get(path)
             .cloned()
@@ -265,6 +333,48 @@ mod tests {
             du(&dir.path().join("missing")).unwrap(),
             DirUsage::default()
         );
+    }
+
+    #[test]
+    fn du_never_follows_a_link_and_counts_hard_links_once() {
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("secret"), vec![1u8; 256 * 1024]).unwrap();
+        let pod = tempfile::tempdir().unwrap();
+        std::fs::write(pod.path().join("a"), vec![1u8; 64 * 1024]).unwrap();
+        std::fs::hard_link(pod.path().join("a"), pod.path().join("a2")).unwrap();
+        // A pod plants links to the host's tree, as a directory entry and deeper down.
+        std::os::unix::fs::symlink(host.path(), pod.path().join("to-host")).unwrap();
+        std::fs::create_dir(pod.path().join("d")).unwrap();
+        std::os::unix::fs::symlink(host.path().join("secret"), pod.path().join("d/s")).unwrap();
+        let u = du(pod.path()).unwrap();
+        assert_eq!(u.inodes, 5, "root, a (once), to-host, d, d/s: {u:?}");
+        assert!(
+            (64 * 1024..128 * 1024).contains(&u.bytes),
+            "the 64 KiB file once, nothing of the host's 256 KiB: {u:?}"
+        );
+        // A root that is itself a link is the link alone.
+        let root_link = pod.path().join("to-host");
+        assert_eq!(du(&root_link).unwrap().inodes, 1);
+    }
+
+    #[test]
+    fn du_walks_a_tree_deeper_than_a_path_could_name() {
+        // 3000 levels of 2-byte names: 6000 bytes of path, past PATH_MAX (4096), built by fd.
+        let top = tempfile::tempdir().unwrap();
+        let mut fd = crate::fsat::open_dir_at(rustix::fs::CWD, top.path()).unwrap();
+        for _ in 0..3000 {
+            rustix::fs::mkdirat(&fd, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+            fd = crate::fsat::open_dir_at(&fd, "d").unwrap();
+        }
+        let u = du(top.path()).unwrap();
+        assert_eq!(u.inodes, 1 + DU_MAX_DEPTH as u64 + 1, "{u:?}");
+        // A path-based walk stops where the path gets too long; this one at DU_MAX_DEPTH,
+        // which is deeper. Clean up by fd (remove_dir_all cannot name the bottom either).
+        drop(fd);
+        let _ = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(top.path())
+            .status();
     }
 
     #[test]

@@ -6,14 +6,18 @@
 //! memory/CPU/process count of its cgroup (`<cgroupRoot>/kubepods[/burstable|/besteffort]/pod<uid>`,
 //! or the sum of CRI `ListContainerStats` when there is none), writable layers (CRI), log
 //! directory and disk emptyDir sizes, start times (boot time; CRI sandbox / container
-//! `created_at` from one `ListPodSandbox` + `ListContainers` per collection), network
+//! `created_at` from the PLEG's recent listing, else one `ListPodSandbox` + `ListContainers`
+//! per collection), network
 //! (the host's `/proc/net/dev`; a pod's from a process of its cgroup) and the system
-//! containers (`kubelet`, `runtime`, `misc`, `pods`). Tree walks happen here, in a blocking
-//! task, never on a request path. Receives the desired pods on a watch channel; file reads go
-//! through [`StatsFs`].
+//! containers (`kubelet`, `runtime`, `misc`, `pods`). A pod's cgroup and network are read when
+//! cAdvisor's dynamic housekeeping says it is due ([`housekeeping`]: every 10–20 s while its
+//! values change, every 15–30 s while they do not); the node's at every collection. Tree walks
+//! happen here, in a blocking task, never on a request path. Receives the desired pods on a
+//! watch channel; file reads go through [`StatsFs`].
 
 pub mod cgroup;
 pub mod fs;
+pub mod housekeeping;
 pub mod net;
 pub mod system;
 pub mod types;
@@ -37,9 +41,11 @@ use tracing::{debug, warn};
 use crate::cm::cgroups::{CgroupDriver, CgroupName};
 use crate::cm::qos_containers::QosCgroups;
 use crate::kuberuntime::labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
+use crate::pleg::LatestListing;
 use crate::types::PodExt;
 use crate::volumes::EMPTY_DIR_PLUGIN;
 use cgroup::{CgroupLayout, MemorySample};
+use housekeeping::{PodHousekeeping, PodReading};
 use system::{SystemCgroups, SystemLocator};
 
 /// Where the provider looks.
@@ -95,6 +101,10 @@ type RefreshRequest = oneshot::Sender<Arc<Summary>>;
 /// pod additions into one collection).
 pub const POD_CHANGE_DELAY: Duration = Duration::from_secs(1);
 
+/// How old the PLEG's listing may be for its creation times to serve a collection (the PLEG
+/// relists every second; a pod that started since has no start time until the next one).
+pub const LISTING_MAX_AGE: Duration = Duration::from_secs(2);
+
 /// Read side of the stats: the latest snapshot, and a way to ask for a fresh one.
 #[derive(Clone)]
 pub struct StatsHandle {
@@ -148,10 +158,14 @@ pub struct StatsProvider {
     pods: watch::Receiver<Arc<Vec<Pod>>>,
     tx: watch::Sender<Arc<Summary>>,
     refresh_rx: mpsc::Receiver<RefreshRequest>,
-    /// Previous cumulative CPU readings (key → (ns, when)) for `usageNanoCores`.
-    prev_cpu: HashMap<String, (u64, DateTime<Utc>)>,
+    /// Previous cumulative CPU readings by key, for `usageNanoCores`.
+    prev_cpu: HashMap<String, PrevCpu>,
+    /// Each pod's cgroup reading and when it is next due (cAdvisor's dynamic housekeeping).
+    pod_readings: PodHousekeeping,
     /// Where the system containers are (boot time and the kubelet's cgroup, read once).
     locator: SystemLocator,
+    /// The PLEG's listing: its creation times serve when it is recent.
+    latest_listing: Option<LatestListing>,
 }
 
 impl StatsProvider {
@@ -165,6 +179,7 @@ impl StatsProvider {
         let (tx, rx) = watch::channel(Arc::new(Summary::default()));
         let (refresh_tx, refresh_rx) = mpsc::channel(8);
         let layout = CgroupLayout::detect(fs.as_ref(), &settings.cgroup_mount);
+        let pod_readings = PodHousekeeping::new(settings.interval);
         (
             Self {
                 fs,
@@ -176,13 +191,22 @@ impl StatsProvider {
                 tx,
                 refresh_rx,
                 prev_cpu: HashMap::new(),
+                pod_readings,
                 locator: SystemLocator::default(),
+                latest_listing: None,
             },
             StatsHandle {
                 rx,
                 refresh: Some(refresh_tx),
             },
         )
+    }
+
+    /// Takes creation times from the PLEG's listing when it is at most
+    /// [`LISTING_MAX_AGE`] old, instead of listing the runtime.
+    pub fn with_latest_listing(mut self, latest: LatestListing) -> Self {
+        self.latest_listing = Some(latest);
+        self
     }
 
     /// Collects every `interval`, on request, and [`POD_CHANGE_DELAY`] after the desired pods
@@ -257,16 +281,22 @@ impl StatsProvider {
             created,
             system: SystemCgroups::default(),
             now: Utc::now(),
+            now_mono: tokio::time::Instant::now(),
         };
         let mut locator = std::mem::take(&mut self.locator);
+        let mut readings = std::mem::replace(
+            &mut self.pod_readings,
+            PodHousekeeping::new(self.settings.interval),
+        );
         let collected = tokio::task::spawn_blocking(move || {
             input.system = locator.resolve(input.fs.as_ref(), &input.layout, &input.settings);
-            (build_summary(&input), locator)
+            (build_summary(&input, &mut readings), locator, readings)
         })
         .await;
         let mut summary = match collected {
-            Ok((s, locator)) => {
+            Ok((s, locator, readings)) => {
                 self.locator = locator;
+                self.pod_readings = readings;
                 s
             }
             Err(e) => {
@@ -280,50 +310,34 @@ impl StatsProvider {
     }
 
     /// Creation times of the sandboxes (by pod UID: the newest ready one, else the newest)
-    /// and containers (by ID), from one `ListPodSandbox` and one `ListContainers`.
+    /// and containers (by ID): from the PLEG's recent listing, else from one `ListPodSandbox`
+    /// and one `ListContainers`.
     async fn created_times(&self) -> CreatedTimes {
-        let mut created = CreatedTimes::default();
+        if let Some(latest) = self
+            .latest_listing
+            .as_ref()
+            .and_then(|l| l.fresh(LISTING_MAX_AGE))
+        {
+            return CreatedTimes::from_listing(
+                latest.listing.sandboxes(),
+                latest.listing.containers(),
+            );
+        }
         let (sandboxes, containers) = tokio::join!(
             self.runtime
                 .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }),
             self.runtime
                 .list_containers(cri::ListContainersRequest { filter: None })
         );
-        match sandboxes {
-            Ok(r) => {
-                // (ready, created_at) orders the candidates of one pod.
-                let mut best: HashMap<String, (bool, i64)> = HashMap::new();
-                for sb in r.items {
-                    let Some(uid) = sb.metadata.as_ref().map(|m| m.uid.clone()) else {
-                        continue;
-                    };
-                    let key = (
-                        sb.state == cri::PodSandboxState::SandboxReady as i32,
-                        sb.created_at,
-                    );
-                    let e = best.entry(uid).or_insert(key);
-                    if key > *e {
-                        *e = key;
-                    }
-                }
-                created.sandboxes = best
-                    .into_iter()
-                    .map(|(uid, (_, at))| (uid, DateTime::from_timestamp_nanos(at)))
-                    .collect();
-            }
-            Err(e) => warn!(error = %e, "stats: ListPodSandbox failed"),
-        }
-        match containers {
-            Ok(r) => {
-                created.containers = r
-                    .containers
-                    .into_iter()
-                    .map(|c| (c.id, DateTime::from_timestamp_nanos(c.created_at)))
-                    .collect();
-            }
-            Err(e) => warn!(error = %e, "stats: ListContainers failed"),
-        }
-        created
+        let sandboxes = sandboxes.map(|r| r.items).unwrap_or_else(|e| {
+            warn!(error = %e, "stats: ListPodSandbox failed");
+            Vec::new()
+        });
+        let containers = containers.map(|r| r.containers).unwrap_or_else(|e| {
+            warn!(error = %e, "stats: ListContainers failed");
+            Vec::new()
+        });
+        CreatedTimes::from_listing(&sandboxes, &containers)
     }
 
     fn fill_nano_cores(&mut self, summary: &mut Summary) {
@@ -333,14 +347,24 @@ impl StatsProvider {
             let Some(total) = cpu.usage_core_nano_seconds else {
                 return;
             };
-            if let Some((prev, at)) = self.prev_cpu.get(&key) {
-                let dt = (cpu.time - *at).num_nanoseconds().unwrap_or(0);
-                if dt > 0 && total >= *prev {
-                    let cores = (total - prev) as f64 / dt as f64;
+            if let Some(prev) = self.prev_cpu.get(&key) {
+                let dt = (cpu.time - prev.at).num_nanoseconds().unwrap_or(0);
+                if dt > 0 && total >= prev.total {
+                    let cores = (total - prev.total) as f64 / dt as f64;
                     cpu.usage_nano_cores = Some((cores * 1e9) as u64);
+                } else if dt == 0 && total == prev.total {
+                    // The same reading again (a pod not due for housekeeping): its rate stands.
+                    cpu.usage_nano_cores = prev.nano_cores;
                 }
             }
-            next.insert(key, (total, cpu.time));
+            next.insert(
+                key,
+                PrevCpu {
+                    total,
+                    at: cpu.time,
+                    nano_cores: cpu.usage_nano_cores,
+                },
+            );
         };
         rate("/".to_owned(), &mut summary.node.cpu);
         for c in &mut summary.node.system_containers {
@@ -356,6 +380,14 @@ impl StatsProvider {
     }
 }
 
+/// A cumulative CPU reading and the rate computed from it.
+#[derive(Debug, Clone, Copy)]
+struct PrevCpu {
+    total: u64,
+    at: DateTime<Utc>,
+    nano_cores: Option<u64>,
+}
+
 /// Everything one collection reads, moved into the blocking task.
 pub struct CollectInput {
     pub fs: Arc<dyn StatsFs>,
@@ -369,6 +401,8 @@ pub struct CollectInput {
     /// The system containers to report.
     pub system: SystemCgroups,
     pub now: DateTime<Utc>,
+    /// The same moment on the runtime's clock: when pods are due for housekeeping.
+    pub now_mono: tokio::time::Instant,
 }
 
 /// CRI creation times: sandboxes by pod UID, containers by container ID.
@@ -376,6 +410,37 @@ pub struct CollectInput {
 pub struct CreatedTimes {
     pub sandboxes: HashMap<String, DateTime<Utc>>,
     pub containers: HashMap<String, DateTime<Utc>>,
+}
+
+impl CreatedTimes {
+    /// From a listing: each pod's newest ready sandbox (else its newest), every container.
+    pub fn from_listing(sandboxes: &[cri::PodSandbox], containers: &[cri::Container]) -> Self {
+        // (ready, created_at) orders the candidates of one pod.
+        let mut best: HashMap<&str, (bool, i64)> = HashMap::new();
+        for sb in sandboxes {
+            let Some(meta) = sb.metadata.as_ref() else {
+                continue;
+            };
+            let key = (
+                sb.state == cri::PodSandboxState::SandboxReady as i32,
+                sb.created_at,
+            );
+            let e = best.entry(&meta.uid).or_insert(key);
+            if key > *e {
+                *e = key;
+            }
+        }
+        Self {
+            sandboxes: best
+                .into_iter()
+                .map(|(uid, (_, at))| (uid.to_owned(), DateTime::from_timestamp_nanos(at)))
+                .collect(),
+            containers: containers
+                .iter()
+                .map(|c| (c.id.clone(), DateTime::from_timestamp_nanos(c.created_at)))
+                .collect(),
+        }
+    }
 }
 
 fn fs_stats(u: FsUsage, now: DateTime<Utc>) -> FsStats {
@@ -441,8 +506,9 @@ fn add(a: &mut Option<u64>, b: Option<u64>) {
     }
 }
 
-/// Builds the snapshot (blocking: reads files and walks directories).
-pub fn build_summary(inp: &CollectInput) -> Summary {
+/// Builds the snapshot (blocking: reads files and walks directories). Pod cgroups are read
+/// when `readings` says they are due.
+pub fn build_summary(inp: &CollectInput, readings: &mut PodHousekeeping) -> Summary {
     let fs = inp.fs.as_ref();
     let s = &inp.settings;
     let now = inp.now;
@@ -525,8 +591,9 @@ pub fn build_summary(inp: &CollectInput) -> Summary {
     let pods = inp
         .pods
         .iter()
-        .map(|pod| pod_stats(inp, pod, by_pod.get(pod.uid()), image_fs_usage))
+        .map(|pod| pod_stats(inp, readings, pod, by_pod.get(pod.uid()), image_fs_usage))
         .collect();
+    readings.finish_round();
     Summary {
         node,
         pods,
@@ -536,6 +603,7 @@ pub fn build_summary(inp: &CollectInput) -> Summary {
 
 fn pod_stats(
     inp: &CollectInput,
+    readings: &mut PodHousekeeping,
     pod: &Pod,
     cri: Option<&HashMap<&str, (u32, &cri::ContainerStats)>>,
     image_fs: Option<FsUsage>,
@@ -660,15 +728,18 @@ fn pod_stats(
         .cgroups_per_qos
         .then(|| pod_cgroup_path(&s.cgroup_root, s.cgroup_driver, pod))
         .flatten();
-    let cg = cg_path
-        .as_ref()
-        .and_then(|p| cgroup::read_cgroup(fs, &inp.layout, p));
-    let network = cg_path
-        .as_ref()
-        .and_then(|p| net::read_cgroup_network(fs, &inp.layout, &s.proc_root, p, now));
-    let (memory, cpu_ns, pids) = match cg {
-        Some(cg) => (cg.memory, cg.cpu_usage_ns, cg.pids),
-        None => (sum_mem, sum_cpu, None),
+    let reading = cg_path.as_ref().map(|p| {
+        readings.reading(pod.uid(), p, inp.now_mono, || PodReading {
+            cgroup: cgroup::read_cgroup(fs, &inp.layout, p),
+            network: net::read_cgroup_network(fs, &inp.layout, &s.proc_root, p, now),
+            at: now,
+        })
+    });
+    let network = reading.and_then(|r| r.network.clone());
+    // A pod cgroup's reading carries the time it was taken; the CRI sum is of this collection.
+    let (memory, cpu_ns, pids, at) = match reading.and_then(|r| r.cgroup.map(|cg| (cg, r.at))) {
+        Some((cg, at)) => (cg.memory, cg.cpu_usage_ns, cg.pids, at),
+        None => (sum_mem, sum_cpu, None, now),
     };
     PodStats {
         pod_ref: PodReference {
@@ -679,11 +750,11 @@ fn pod_stats(
         start_time: inp.created.sandboxes.get(pod.uid()).copied(),
         containers,
         cpu: cpu_ns.map(|ns| CpuStats {
-            time: now,
+            time: at,
             usage_nano_cores: None,
             usage_core_nano_seconds: Some(ns),
         }),
-        memory: memory.map(|m| memory_stats(m, None, now)),
+        memory: memory.map(|m| memory_stats(m, None, at)),
         network,
         volume_stats,
         ephemeral_storage: Some(eph),

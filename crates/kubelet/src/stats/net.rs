@@ -87,28 +87,13 @@ fn procs(fs: &dyn StatsFs, dir: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Some processes of the cgroup at `rel` or of its direct children (a pod's processes live
-/// in its containers' cgroups); v1 reads the `pids` hierarchy, else `memory`.
-pub fn cgroup_pids(fs: &dyn StatsFs, layout: &CgroupLayout, rel: &str) -> Vec<u32> {
-    let dirs = [layout.dir("pids", rel), layout.dir("memory", rel)];
-    let Some(dir) = dirs.iter().find(|d| fs.exists(d)) else {
-        return Vec::new();
-    };
-    let mut pids = procs(fs, dir);
-    if pids.is_empty() {
-        let mut children = fs.list_dir(dir).unwrap_or_default();
-        children.sort();
-        for child in children {
-            let child = dir.join(child);
-            pids.extend(procs(fs, &child));
-        }
-    }
-    pids
-}
-
 /// The network of the namespace the cgroup's processes share: `/proc/<pid>/net/dev` of the
 /// first one readable, `eth0` inline (hostNetwork pods see the host's interfaces, as
-/// upstream reports them).
+/// upstream reports them). The processes are those of the cgroup at `rel` or, when it has none
+/// itself (a pod's processes live in its containers' cgroups), of its direct children in name
+/// order, read one child at a time: the first child with a readable process answers, so a pod
+/// costs one `cgroup.procs` read every collection, not one per container. v1 reads the `pids`
+/// hierarchy, else `memory`.
 pub fn read_cgroup_network(
     fs: &dyn StatsFs,
     layout: &CgroupLayout,
@@ -116,9 +101,21 @@ pub fn read_cgroup_network(
     rel: &str,
     now: DateTime<Utc>,
 ) -> Option<NetworkStats> {
-    cgroup_pids(fs, layout, rel)
+    let dirs = [layout.dir("pids", rel), layout.dir("memory", rel)];
+    let dir = dirs.iter().find(|d| fs.exists(d))?;
+    let of = |pids: Vec<u32>| {
+        pids.into_iter()
+            .find_map(|pid| read_net_dev(fs, &proc.join(pid.to_string()), now))
+    };
+    let own = procs(fs, dir);
+    if !own.is_empty() {
+        return of(own);
+    }
+    let mut children = fs.list_dir(dir).unwrap_or_default();
+    children.sort();
+    children
         .into_iter()
-        .find_map(|pid| read_net_dev(fs, &proc.join(pid.to_string()), now))
+        .find_map(|child| of(procs(fs, &dir.join(child))))
 }
 
 #[cfg(test)]
@@ -233,5 +230,37 @@ vethab12:  100  1 0 0 0 0 0 0  200 2 0 0 0 0 0 0
         .unwrap();
         assert_eq!(n.default, InterfaceStats::default());
         assert_eq!(n.interfaces[0].name, "net1");
+    }
+
+    /// 110 pods every 10 s: a pod's network costs its own `cgroup.procs`, the first child's,
+    /// and one `net/dev`; the other containers' cgroups are not read.
+    #[test]
+    fn pod_network_stops_at_the_first_child_that_answers() {
+        let fs = FakeFs::default();
+        let layout = CgroupLayout {
+            mount: "/cg".into(),
+            mode: CgroupMode::V1,
+        };
+        let pod = "/kubepods/podu3";
+        fs.set_file(format!("/cg/pids{pod}/cgroup.procs"), "");
+        for (child, pid) in [("c1", 51), ("c2", 52), ("c3", 53)] {
+            fs.set_file(
+                format!("/cg/pids{pod}/{child}/cgroup.procs"),
+                &format!("{pid}\n"),
+            );
+            fs.set_file(format!("/proc/{pid}/net/dev"), NET_DEV);
+        }
+        let n = read_cgroup_network(&fs, &layout, Path::new("/proc"), pod, Utc::now());
+        assert_eq!(n.unwrap().default.name, "eth0");
+        let reads = fs.reads();
+        let want: Vec<std::path::PathBuf> = [
+            format!("/cg/pids{pod}/cgroup.procs"),
+            format!("/cg/pids{pod}/c1/cgroup.procs"),
+            "/proc/51/net/dev".to_string(),
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        assert_eq!(reads, want);
     }
 }

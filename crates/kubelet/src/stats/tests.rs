@@ -71,28 +71,13 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
             ..root_fs
         },
     );
-    // Guaranteed pod with its own cgroup; BestEffort pod without one (CRI sums).
-    let guaranteed = pod(
-        "g1",
-        "gpod",
-        serde_json::json!({"containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]}),
-    );
-    fake.set_file("/cg/memory/kubepods/podg1/memory.usage_in_bytes", "700");
-    fake.set_file(
-        "/cg/memory/kubepods/podg1/memory.stat",
-        "total_inactive_file 100\n",
-    );
-    fake.set_file("/cg/cpuacct/kubepods/podg1/cpuacct.usage", "42");
-    // Start times, host and pod network, the `pods` system container.
+    // Guaranteed pod with its own cgroup and network; BestEffort pod without one (CRI sums).
+    let guaranteed = guaranteed_pod_cgroup(&fake, 42);
+    // Start times, host network, the `pods` system container.
     fake.set_file("/proc/stat", "cpu 1 2 3 4\nbtime 1700000000\n");
     fake.set_file(
         "/proc/net/dev",
         "h\nh\n  lo: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n  eth0: 10 1 0 0 0 0 0 0 20 1 0 0 0 0 0 0\n",
-    );
-    fake.set_file("/cg/pids/kubepods/podg1/sandbox/cgroup.procs", "4242\n");
-    fake.set_file(
-        "/proc/4242/net/dev",
-        "h\nh\n  eth0: 555 1 0 0 0 0 0 0 666 1 0 0 0 0 0 0\n",
     );
     fake.set_file("/cg/memory/kubepods/memory.usage_in_bytes", "900");
     fake.set_file("/cg/memory/kubepods/memory.stat", "total_inactive_file 0\n");
@@ -146,28 +131,32 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
         containers: [("b1-a".to_owned(), container_created)].into(),
     };
     let system = SystemLocator::default().resolve(&fake, &layout, &settings);
-    let s = build_summary(&CollectInput {
-        fs: Arc::new(fake),
-        settings,
-        layout,
-        created,
-        system,
-        pods: Arc::new(vec![guaranteed, best]),
-        cri_stats: vec![
-            cri_stat("b1", "a", 10, 5, 1000),
-            cri_stat("b1", "b", 20, 6, 2000),
-            cri_stat("g1", "c", 999, 999, 1),
-        ],
-        image_fs: Some(cri::FilesystemUsage {
-            timestamp: 1,
-            fs_id: Some(cri::FilesystemIdentifier {
-                mountpoint: "/images".into(),
+    let s = build_summary(
+        &CollectInput {
+            fs: Arc::new(fake),
+            settings,
+            layout,
+            created,
+            system,
+            pods: Arc::new(vec![guaranteed, best]),
+            cri_stats: vec![
+                cri_stat("b1", "a", 10, 5, 1000),
+                cri_stat("b1", "b", 20, 6, 2000),
+                cri_stat("g1", "c", 999, 999, 1),
+            ],
+            image_fs: Some(cri::FilesystemUsage {
+                timestamp: 1,
+                fs_id: Some(cri::FilesystemIdentifier {
+                    mountpoint: "/images".into(),
+                }),
+                used_bytes: Some(cri::UInt64Value { value: 77 }),
+                inodes_used: Some(cri::UInt64Value { value: 7 }),
             }),
-            used_bytes: Some(cri::UInt64Value { value: 77 }),
-            inodes_used: Some(cri::UInt64Value { value: 7 }),
-        }),
-        now,
-    });
+            now,
+            now_mono: tokio::time::Instant::now(),
+        },
+        &mut housekeeping::PodHousekeeping::new(Duration::from_secs(10)),
+    );
     let mem = s.node.memory.as_ref().unwrap();
     assert_eq!(mem.working_set_bytes, Some(600));
     assert_eq!(mem.available_bytes, Some(10 * 1024 - 600));
@@ -316,6 +305,16 @@ fn spawn_provider(
     rt: rkubelet_cri::fake::FakeRuntime,
     pods: watch::Receiver<Arc<Vec<Pod>>>,
 ) -> (StatsHandle, CancellationToken, tokio::task::JoinHandle<()>) {
+    spawn_provider_with(fs, rt, pods, None)
+}
+
+/// `spawn_provider`, reusing `latest` (the PLEG's listing) when given.
+fn spawn_provider_with(
+    fs: FakeFs,
+    rt: rkubelet_cri::fake::FakeRuntime,
+    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    latest: Option<crate::pleg::LatestListing>,
+) -> (StatsHandle, CancellationToken, tokio::task::JoinHandle<()>) {
     let settings = StatsSettings {
         cgroup_mount: "/cg".into(),
         interval: Duration::from_secs(3600),
@@ -332,6 +331,10 @@ fn spawn_provider(
         settings,
         pods,
     );
+    let provider = match latest {
+        Some(l) => provider.with_latest_listing(l),
+        None => provider,
+    };
     let cancel = CancellationToken::new();
     let task = tokio::spawn(provider.run(cancel.clone()));
     (handle, cancel, task)
@@ -487,17 +490,114 @@ async fn provider_takes_start_times_from_the_ready_sandbox_and_the_container() {
         "p",
         serde_json::json!({"containers": [{"name": "c"}]}),
     )]));
-    let (handle, cancel, task) = spawn_provider(FakeFs::default(), rt, pods);
-    let s = handle.refresh().await;
-    let p = s.pod("u1").unwrap();
-    assert_eq!(
-        p.start_time,
-        Some(DateTime::from_timestamp_nanos(ready_created))
+    let want = (
+        Some(DateTime::from_timestamp_nanos(ready_created)),
+        Some(DateTime::from_timestamp_nanos(container_created)),
     );
-    assert_eq!(
-        p.containers[0].start_time,
-        Some(DateTime::from_timestamp_nanos(container_created))
+    let start_times = |s: &Arc<Summary>| {
+        let p = s.pod("u1").unwrap();
+        (p.start_time, p.containers[0].start_time)
+    };
+    let (handle, cancel, task) = spawn_provider(FakeFs::default(), rt.clone(), pods.clone());
+    assert_eq!(start_times(&handle.refresh().await), want);
+    cancel.cancel();
+    task.await.unwrap();
+
+    // The same times from the PLEG's recent listing, without listing the runtime again.
+    let (events, _rx) = tokio::sync::mpsc::channel(8);
+    let mut pleg = crate::pleg::GenericPleg::new(
+        Arc::new(rt.clone()),
+        crate::container::cache::PodCache::new(),
+        Duration::from_secs(1),
+        events,
     );
+    pleg.relist().await.unwrap();
+    rt.clear_calls();
+    let (handle, cancel, task) = spawn_provider_with(
+        FakeFs::default(),
+        rt.clone(),
+        pods,
+        Some(pleg.latest_listing()),
+    );
+    assert_eq!(start_times(&handle.refresh().await), want);
+    assert_eq!(
+        (
+            rt.call_count("ListPodSandbox"),
+            rt.call_count("ListContainers")
+        ),
+        (0, 0),
+        "the PLEG's listing served"
+    );
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+/// A guaranteed pod `g1` with its own cgroup (CPU `cpu_ns`) and a network, in `fake`.
+fn guaranteed_pod_cgroup(fake: &FakeFs, cpu_ns: u64) -> Pod {
+    fake.set_file("/cg/memory/kubepods/podg1/memory.usage_in_bytes", "700");
+    fake.set_file(
+        "/cg/memory/kubepods/podg1/memory.stat",
+        "total_inactive_file 100\n",
+    );
+    fake.set_file(
+        "/cg/cpuacct/kubepods/podg1/cpuacct.usage",
+        &cpu_ns.to_string(),
+    );
+    fake.set_file("/cg/pids/kubepods/podg1/sandbox/cgroup.procs", "4242\n");
+    fake.set_file(
+        "/proc/4242/net/dev",
+        "h\nh\n  eth0: 555 1 0 0 0 0 0 0 666 1 0 0 0 0 0 0\n",
+    );
+    pod(
+        "g1",
+        "gpod",
+        serde_json::json!({"containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]}),
+    )
+}
+
+fn pod_cpu(s: &Summary) -> CpuStats {
+    s.pods[0].cpu.clone().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_cgroup_is_read_when_due_and_a_cached_reading_keeps_its_time_and_rate() {
+    let fake = FakeFs::default();
+    let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
+    let (_pods_tx, pods) =
+        watch::channel(Arc::new(vec![guaranteed_pod_cgroup(&fake, 1_000_000_000)]));
+    // The provider's interval is an hour: a pod is due one to two hours after it was read.
+    let (handle, cancel, task) = spawn_provider(fake.clone(), rt, pods);
+    let first = handle.refresh().await;
+    assert_eq!(pod_cpu(&first).usage_core_nano_seconds, Some(1_000_000_000));
+    assert_eq!(
+        first.pods[0].network.as_ref().unwrap().default.rx_bytes,
+        Some(555)
+    );
+
+    // Not due: the next collection reports the same reading, taken at the same time.
+    fake.set_file("/cg/cpuacct/kubepods/podg1/cpuacct.usage", "1500000000");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let cached = handle.refresh().await;
+    assert_eq!(pod_cpu(&cached), pod_cpu(&first));
+    assert_eq!(cached.pods[0].network, first.pods[0].network);
+
+    // Due (the hour plus its jitter of up to another hour): read afresh, with a rate from the
+    // two readings.
+    std::thread::sleep(Duration::from_millis(5));
+    tokio::time::advance(Duration::from_secs(2 * 3600)).await;
+    let fresh = handle.refresh().await;
+    let cpu = pod_cpu(&fresh);
+    assert_eq!(cpu.usage_core_nano_seconds, Some(1_500_000_000));
+    assert!(cpu.time > pod_cpu(&first).time);
+    let rate = cpu.usage_nano_cores;
+    assert!(rate.is_some_and(|r| r > 0), "{cpu:?}");
+
+    // A changed reading brings the interval back to the base: not due a minute later, and the
+    // cached reading keeps its rate.
+    fake.set_file("/cg/cpuacct/kubepods/podg1/cpuacct.usage", "9000000000");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let again = handle.refresh().await;
+    assert_eq!(pod_cpu(&again), cpu, "same reading, same time, same rate");
     cancel.cancel();
     task.await.unwrap();
 }

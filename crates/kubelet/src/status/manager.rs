@@ -178,6 +178,12 @@ impl StatusManager {
         self.lock().statuses.get(uid).map(|v| v.status.clone())
     }
 
+    /// `f` of the latest status of a pod, without copying it (per-pod checks that run over
+    /// every pod, e.g. "is it terminal?"). `f` runs under the manager's lock: keep it short.
+    pub fn with_pod_status<R>(&self, uid: &str, f: impl FnOnce(Option<&PodStatus>) -> R) -> R {
+        f(self.lock().statuses.get(uid).map(|v| &v.status))
+    }
+
     /// The latest status of a pod with its version.
     pub fn get_versioned(&self, uid: &str) -> Option<VersionedStatus> {
         self.lock().statuses.get(uid).map(|v| VersionedStatus {

@@ -34,6 +34,7 @@ use tracing::{debug, info, warn};
 
 use self::push::{
     ApiView, Job, Outcome, PushContext, Written, choose_pre_image, is_transient, push,
+    throttle_hold,
 };
 use crate::apiclient::RetryBackoff;
 use crate::apiclient::patch::PatchError;
@@ -105,6 +106,10 @@ pub enum ApiSyncError {
     #[error("building the status patch: {0}")]
     PatchBody(#[source] PatchError),
 }
+
+/// After a push the kubelet's throttle held for `Retry-After`, how long past the hold's end it
+/// goes again.
+const THROTTLE_SLACK: Duration = Duration::from_millis(50);
 
 /// Timing and concurrency knobs.
 #[derive(Debug, Clone)]
@@ -497,7 +502,10 @@ impl Scheduler {
                         st.pushed = pushed;
                         st.deletion_seen = deleting;
                     }
-                    let delay = st.backoff.next_delay();
+                    let mut delay = st.backoff.next_delay();
+                    if let Some(hold) = throttle_hold(&error) {
+                        delay = delay.min(hold + THROTTLE_SLACK);
+                    }
                     st.retry_at = Some(now + delay);
                     st.transient_failure = is_transient(&error);
                     warn!(%uid, %api_uid, version, retry_in = ?delay, reason = if st.transient_failure { "API unavailable" } else { "request refused" }, error = %error, "pod status sync failed");

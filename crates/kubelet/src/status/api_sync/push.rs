@@ -22,6 +22,7 @@ use tracing::{debug, info};
 use super::merge::merge_pod_status;
 use super::{ApiSyncError, ApiSyncStats, CanBeDeleted, CouldHaveRunningContainers, StatusTarget};
 use crate::apiclient::patch::pod_status_patch;
+use crate::apiclient::throttle::ThrottleError;
 use crate::clock::Clock;
 use crate::status::manager::is_terminal_phase;
 use crate::types::{CONFIG_MIRROR_ANNOTATION, PodUid};
@@ -403,11 +404,8 @@ async fn sync_from(
 /// Whether a failure is worth retrying soon: transport errors, timeouts, 429 and 5xx. Other
 /// client errors (e.g. 422) are retried too, but do not count as an outage.
 pub(super) fn is_transient(e: &ApiSyncError) -> bool {
-    let source = match e {
-        ApiSyncError::Get { source, .. }
-        | ApiSyncError::Patch { source, .. }
-        | ApiSyncError::Delete { source, .. } => source,
-        ApiSyncError::PatchBody(_) => return false,
+    let Some(source) = request_error(e) else {
+        return false;
     };
     match code(source) {
         Some(c) => c == 408 || c == 429 || c >= 500,
@@ -415,11 +413,70 @@ pub(super) fn is_transient(e: &ApiSyncError) -> bool {
     }
 }
 
+/// The client's error of a request that failed (none for a patch that could not be built).
+fn request_error(e: &ApiSyncError) -> Option<&kube::Error> {
+    match e {
+        ApiSyncError::Get { source, .. }
+        | ApiSyncError::Patch { source, .. }
+        | ApiSyncError::Delete { source, .. } => Some(source),
+        ApiSyncError::PatchBody(_) => None,
+    }
+}
+
+/// How long the kubelet's own API throttle still holds requests when `e` is a request it did
+/// not send because the server asked to retry after a time (`Retry-After`): the push then goes
+/// again as soon as the hold ends, as client-go retries such a request itself, instead of
+/// after its backoff (which could be the whole sync period). A throttle backing off from a
+/// failing server answers `None`: its next probe time is no promise the server is back.
+pub(super) fn throttle_hold(e: &ApiSyncError) -> Option<Duration> {
+    let Some(kube::Error::Service(inner)) = request_error(e) else {
+        return None;
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
+    while let Some(err) = cause {
+        if let Some(ThrottleError::RetryAfter { left, .. }) = err.downcast_ref::<ThrottleError>() {
+            return Some(*left);
+        }
+        cause = err.source();
+    }
+    None
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn a_request_held_for_retry_after_is_retried_when_the_hold_ends() {
+        let patch = |source| ApiSyncError::Patch {
+            pod: "ns/p".into(),
+            source,
+        };
+        let held = ThrottleError::RetryAfter {
+            retry_after: Duration::from_secs(3),
+            left: Duration::from_millis(40),
+        };
+        assert_eq!(
+            throttle_hold(&patch(kube::Error::Service(Box::new(held)))),
+            Some(Duration::from_millis(40))
+        );
+        let backing_off = ThrottleError::BackingOff {
+            failures: 4,
+            left: Duration::from_millis(900),
+        };
+        assert_eq!(
+            throttle_hold(&patch(kube::Error::Service(Box::new(backing_off)))),
+            None
+        );
+        let refused = kube::Error::Api(
+            kube::core::Status::failure("too many requests", "TooManyRequests")
+                .with_code(429)
+                .boxed(),
+        );
+        assert_eq!(throttle_hold(&patch(refused)), None);
+    }
 
     fn target(is_static: bool) -> StatusTarget {
         StatusTarget {
