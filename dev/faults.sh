@@ -9,8 +9,8 @@
 # Emits:    nextest's output, then the table of rows (row, form, fault, what held, figures),
 #           one per passed row; exit status 0 only if every fault test passed.
 #
-# Every fault test lives in crates/rkubelet/tests/containerd_faults_*.rs and reports its row
-# through tests/common/faults.rs (RKUBELET_FAULTS_REPORT); dev/test.sh runs the short form too.
+# Every fault test lives in crates/rkubelet/tests/it/containerd_faults_*.rs and reports its row
+# through tests/it/common/faults.rs (RKUBELET_FAULTS_REPORT); dev/test.sh runs the short form too.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,12 +18,12 @@ cd "$ROOT"
 command -v cargo >/dev/null || PATH=$HOME/.cargo/bin:$PATH
 
 MODE=short
-FILTER='binary(/^containerd_faults_/)'
+FILTER='kind(test) & test(/^containerd_faults_/)'
 case ${1:-} in
 --short) shift ;;
 --full)
 	MODE=full
-	FILTER='binary(/^containerd_faults_/) & !binary(containerd_faults_soak)'
+	FILTER='kind(test) & test(/^containerd_faults_/) & !test(/^containerd_faults_soak::/)'
 	shift
 	;;
 --soak)
@@ -34,7 +34,7 @@ case ${1:-} in
 		shift
 	fi
 	export RKUBELET_SOAK_MINUTES=$MINUTES
-	FILTER='binary(containerd_faults_soak)'
+	FILTER='kind(test) & test(/^containerd_faults_soak::/)'
 	;;
 -h | --help)
 	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'

@@ -83,7 +83,7 @@ PACKAGES=(containerd runc containernetworking-plugins busybox-static gcc libc6-d
 	openssl # client certificates in the HTTPS server tests
 	dbus-daemon # private buses for the systemd cgroup driver and graceful node shutdown tests
 	prometheus # promtool: the metrics tests check the /metrics text with it
-	tmux) # `rkubelet get pods -w` is watched on a terminal screen (tests/ctl.rs)
+	tmux) # `rkubelet get pods -w` is watched on a terminal screen (tests/it/ctl.rs)
 
 log() { printf '[runtime.sh] %s\n' "$*" >&2; }
 warn() { printf '[runtime.sh] WARNING: %s\n' "$*" >&2; }

@@ -368,7 +368,7 @@ fn admission_and_readiness_follow_the_state() {
     let p = pod("new", 0, None);
     assert!(admit.admit(&p, &[]).is_ok());
     assert_eq!(state.not_ready_reason(), None);
-    // Only the manager sets the state (the whole path runs in tests/node_shutdown.rs).
+    // Only the manager sets the state (the whole path runs in tests/it/node_shutdown.rs).
     state.clone().set_for_tests(true);
     let r = admit.admit(&p, &[]).unwrap_err();
     assert_eq!(r.reason, "NodeShutdown");

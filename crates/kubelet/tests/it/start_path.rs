@@ -1,0 +1,95 @@
+//! The start path's CRI calls per pod start, against the `FakeRuntime` with paused time: the
+//! image is looked up once per container (the pull-policy check's record also gives the
+//! image's user), and the Pulled/Created/Started events keep upstream's order.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use kubelet::agent::{Agent, AgentConfig};
+use kubelet::events::CollectingRecorder;
+use rkubelet_cri::fake::FakeRuntime;
+use tokio_util::sync::CancellationToken;
+
+use crate::common;
+
+use common::agent::{IMAGE, fake_deps, phase, set, static_pod, wait_until};
+
+const NODE: &str = "node-a";
+
+fn two_container_pod(policy_b: &str) -> k8s_openapi::api::core::v1::Pod {
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: a\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n  - name: b\n    image: {IMAGE}\n    imagePullPolicy: {policy_b}\n    command: [sleep, \"3600\"]\n"
+    );
+    static_pod(&yaml, "web", NODE)
+}
+
+async fn start(fake: &FakeRuntime, events: &CollectingRecorder, root: &std::path::Path) -> Agent {
+    let cfg = AgentConfig::for_tests(root, NODE);
+    Agent::start(cfg, fake_deps(fake, events), CancellationToken::new())
+        .await
+        .unwrap()
+}
+
+/// Image lookups of the start path: one per container for a present image (upstream asks
+/// twice: `GetImageRef` for the pull policy, `getImageUser` for the config).
+#[tokio::test(start_paused = true)]
+async fn a_present_image_is_looked_up_once_per_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let events = CollectingRecorder::default();
+    let agent = start(&fake, &events, dir.path()).await;
+    let p = two_container_pod("IfNotPresent");
+    set(&agent, vec![p.clone()]).await;
+    wait_until("Running", Duration::from_secs(30), || {
+        phase(&agent, &p).as_deref() == Some("Running")
+    })
+    .await;
+    assert_eq!(fake.call_count("StartContainer"), 2);
+    assert_eq!(fake.call_count("PullImage"), 0);
+    assert_eq!(
+        fake.call_count("ImageStatus"),
+        2,
+        "one ImageStatus per container: {:?}",
+        fake.calls()
+    );
+    let reasons: Vec<String> = events
+        .events()
+        .into_iter()
+        .map(|e| e.reason)
+        .filter(|r| ["Pulled", "Created", "Started"].contains(&r.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "Pulled", "Created", "Started", "Pulled", "Created", "Started"
+        ]
+    );
+    agent.shutdown().await;
+}
+
+/// A pulled image: the pull's size lookup already returned the record, so the config does
+/// not ask again. b: PullImage, then the metrics decorator's size lookup
+/// (`kubelet_image_pull_duration_seconds`) and the image manager's (the Pulled event's size).
+#[tokio::test(start_paused = true)]
+async fn a_pulled_image_is_not_looked_up_again_for_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let events = CollectingRecorder::default();
+    let agent = start(&fake, &events, dir.path()).await;
+    let p = two_container_pod("Always");
+    set(&agent, vec![p.clone()]).await;
+    wait_until("Running", Duration::from_secs(30), || {
+        phase(&agent, &p).as_deref() == Some("Running")
+    })
+    .await;
+    assert_eq!(fake.call_count("PullImage"), 1);
+    // a: the pull-policy check; b: the two size lookups after its pull, none for its config.
+    assert_eq!(
+        fake.call_count("ImageStatus"),
+        3,
+        "calls: {:?}",
+        fake.calls()
+    );
+    agent.shutdown().await;
+}
