@@ -213,6 +213,9 @@ pub struct LogStats {
     pub checks: AtomicU64,
     /// Rotations done (live file renamed and reopened).
     pub rotations: AtomicU64,
+    /// Housekeeping passes over a container's rotated files (skipped while its directory is
+    /// unchanged since a pass that found nothing to do).
+    pub housekeepings: AtomicU64,
     /// Rotated files removed to free a full filesystem.
     pub relieved: AtomicU64,
 }

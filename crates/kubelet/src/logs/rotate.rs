@@ -231,11 +231,14 @@ pub fn clean_before_rotation(log: &Path, max_files: usize) -> Result<Vec<PathBuf
     Ok(plan.compress)
 }
 
-/// Between rotations: removes leftovers and excess files; returns the files to compress.
-pub fn housekeeping(log: &Path, max_files: usize) -> Result<Vec<PathBuf>, RotateError> {
+/// Between rotations: removes leftovers and excess files; returns the files to compress, and
+/// whether there was nothing to do at all (nothing to remove, nothing to compress).
+pub fn housekeeping(log: &Path, max_files: usize) -> Result<(Vec<PathBuf>, bool), RotateError> {
     let plan = plan_housekeeping(&list(log)?, max_files);
     apply_removals(&plan);
-    Ok(plan.compress)
+    let idle = plan.remove_unused.is_empty() && plan.remove_excess.is_empty();
+    let idle = idle && plan.compress.is_empty();
+    Ok((plan.compress, idle))
 }
 
 fn list(log: &Path) -> Result<Vec<PathBuf>, RotateError> {

@@ -267,6 +267,59 @@ async fn periodic_task_rotates_and_stops_on_cancel() {
     );
 }
 
+/// Sets a directory's modification time (what a change in it would set).
+fn set_dir_time(dir: &Path, t: std::time::SystemTime) {
+    std::fs::File::open(dir).unwrap().set_modified(t).unwrap();
+}
+
+/// 110 containers list their log directories every monitor interval otherwise: a directory
+/// whose time has not moved since a pass that found nothing to do is not listed again. A file
+/// planted behind the directory's back (its time put back) shows the pass was skipped; a
+/// change to the directory brings the pass back.
+#[tokio::test(start_paused = true)]
+async fn housekeeping_skips_a_log_directory_that_did_not_change() {
+    let env = Env::new().await;
+    let manager = env.manager(1 << 20, 5);
+    let stats = manager.stats();
+    let cdir = env.dir.path().join("c");
+    env.write_live(10);
+    let old = std::time::SystemTime::now() - Duration::from_secs(60);
+    set_dir_time(&cdir, old);
+    let run = Running::start(manager);
+    until(Duration::from_secs(1), "first pass", || {
+        LogStats::get(&stats.housekeepings) == 1
+    })
+    .await;
+    // Two rotated files: housekeeping would compress the older one.
+    for ts in ["20260101-000000", "20260101-000001"] {
+        std::fs::write(cdir.join(format!("0.log.{ts}")), "old").unwrap();
+    }
+    set_dir_time(&cdir, old);
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(LogStats::get(&stats.housekeepings), 1, "skipped twice");
+    assert!(!env.files().iter().any(|f| f.ends_with(".gz")));
+    // Any change to the directory moves its time: the next interval looks again.
+    set_dir_time(&cdir, old + Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    until(
+        Duration::from_secs(5),
+        "compressed after the change",
+        || env.files().contains(&"0.log.20260101-000000.gz".to_owned()),
+    )
+    .await;
+    assert_eq!(LogStats::get(&stats.housekeepings), 2);
+    // A directory changed within the last two seconds is never taken as settled: a change in
+    // the same timestamp tick as the look before the pass would go unseen.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let n = LogStats::get(&stats.housekeepings);
+    set_dir_time(&cdir, std::time::SystemTime::now());
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    assert!(LogStats::get(&stats.housekeepings) >= n + 2);
+    run.stop().await;
+}
+
 /// One container of [`FileRuntime`].
 struct FileContainer {
     log: PathBuf,

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
@@ -47,6 +47,11 @@ pub(super) struct Shared {
 
 /// The first back-off after a failed rotation.
 const RETRY_MIN: Duration = Duration::from_millis(100);
+
+/// How old the log directory's modification time must be before an unchanged time is taken to
+/// mean an unchanged directory: a change made within the same timestamp tick as the look
+/// before a housekeeping pass would leave the time as it was.
+const DIR_TIME_SETTLED: Duration = Duration::from_secs(2);
 
 /// The manager's handle on one worker.
 pub(super) struct WorkerHandle {
@@ -106,6 +111,7 @@ pub(super) fn spawn(
         inbox: inbox.clone(),
         compression: None,
         backoff: None,
+        settled: None,
     };
     tasks.spawn(worker.run(cancel.clone()));
     WorkerHandle { log, inbox, cancel }
@@ -125,6 +131,11 @@ struct Worker {
     compression: Option<Compression>,
     /// After a failure: no new attempt before the instant; the next back-off.
     backoff: Option<(Instant, Duration)>,
+    /// The log directory's modification time before the last housekeeping pass that found
+    /// nothing to do. While the directory keeps that time, no file was added, removed
+    /// or renamed in it, so a pass would find nothing either and is skipped: 110 containers
+    /// cost 110 directory listings on the blocking pool every monitor interval otherwise.
+    settled: Option<SystemTime>,
 }
 
 async fn join_compression(c: &mut Option<Compression>) -> Result<(), String> {
@@ -250,8 +261,26 @@ impl Worker {
             let pending = self.rotate(size).await?;
             self.start_compression(pending);
         } else if periodic && self.compression.is_none() {
+            let dir_time = self
+                .log
+                .parent()
+                .and_then(|d| std::fs::metadata(d).ok())
+                .and_then(|m| m.modified().ok());
+            if dir_time.is_some() && dir_time == self.settled {
+                return Ok(());
+            }
+            self.shared
+                .stats
+                .housekeepings
+                .fetch_add(1, Ordering::Relaxed);
             let (log, max) = (self.log.clone(), self.shared.policy.max_files);
-            let pending = blocking(move || rotate::housekeeping(&log, max)).await?;
+            let (pending, idle) = blocking(move || rotate::housekeeping(&log, max)).await?;
+            let settled = |t: &SystemTime| {
+                SystemTime::now()
+                    .duration_since(*t)
+                    .is_ok_and(|age| age >= DIR_TIME_SETTLED)
+            };
+            self.settled = dir_time.filter(|t| idle && settled(t));
             self.start_compression(pending);
         }
         Ok(())

@@ -21,6 +21,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::cgroup::CgroupSample;
+use super::net::NetProcess;
 use super::types::NetworkStats;
 
 /// The kubelet's `maxHousekeepingInterval` for cAdvisor.
@@ -34,6 +35,8 @@ const DUE_SLACK_DIVISOR: u32 = 2;
 pub struct PodReading {
     pub cgroup: Option<CgroupSample>,
     pub network: Option<NetworkStats>,
+    /// The process the network was read through, for the next reading.
+    pub net_process: Option<NetProcess>,
     /// When it was taken (the time its stats carry).
     pub at: DateTime<Utc>,
 }
@@ -104,7 +107,7 @@ impl PodHousekeeping {
     }
 
     /// Pod `uid`'s reading of the cgroup at `path`: the cached one while it is not due, else
-    /// `read()`'s, which sets the next interval (doubled when the values did not change, back
+    /// `read()`'s (given the process the last reading of the same path went through), which sets the next interval (doubled when the values did not change, back
     /// to the base when they did) and the next due time (the interval plus its jitter). A new
     /// pod or a new path is always read, and so is a pod whose last reading found no cgroup.
     pub fn reading(
@@ -112,7 +115,7 @@ impl PodHousekeeping {
         uid: &str,
         path: &str,
         now: Instant,
-        read: impl FnOnce() -> PodReading,
+        read: impl FnOnce(Option<NetProcess>) -> PodReading,
     ) -> &PodReading {
         let slack = self.base / DUE_SLACK_DIVISOR;
         let (base, max) = (self.base, self.max);
@@ -132,15 +135,15 @@ impl PodHousekeeping {
             seen: true,
         };
         match self.pods.entry(uid.to_owned()) {
-            hash_map::Entry::Vacant(v) => &v.insert(entry(read(), base)).reading,
+            hash_map::Entry::Vacant(v) => &v.insert(entry(read(None), base)).reading,
             hash_map::Entry::Occupied(o) => {
                 let e = o.into_mut();
                 if e.path != path {
-                    *e = entry(read(), base);
+                    *e = entry(read(None), base);
                 } else if now + slack < e.due {
                     e.seen = true;
                 } else {
-                    let reading = read();
+                    let reading = read(e.reading.net_process);
                     let interval = if e.reading.same_values(&reading) {
                         (e.interval * 2).min(max)
                     } else {
@@ -182,6 +185,7 @@ mod tests {
                 pids: Some(1),
             }),
             network: None,
+            net_process: None,
             at,
         }
     }
@@ -204,7 +208,7 @@ mod tests {
                 Duration::from_millis(300)
             };
             let now = start + Duration::from_secs(10) * i - drift;
-            h.reading("p", "/kubepods/podp", now, || {
+            h.reading("p", "/kubepods/podp", now, |_| {
                 read_at.push(i);
                 reading(cpu(i), Utc::now())
             });
@@ -254,15 +258,15 @@ mod tests {
         let mut h = fixed(0.0);
         let t0 = Instant::now();
         let taken = DateTime::from_timestamp(1_750_000_000, 0).unwrap();
-        h.reading("p", "/a", t0, || reading(1, taken));
+        h.reading("p", "/a", t0, |_| reading(1, taken));
         let later = t0 + Duration::from_secs(3);
-        let r = h.reading("p", "/a", later, || panic!("not due")).clone();
+        let r = h.reading("p", "/a", later, |_| panic!("not due")).clone();
         assert_eq!(
             r.at, taken,
             "the summary reports when the reading was taken"
         );
         let moved = h
-            .reading("p", "/b", later, || reading(2, Utc::now()))
+            .reading("p", "/b", later, |_| reading(2, Utc::now()))
             .clone();
         assert_eq!(moved.cgroup.unwrap().cpu_usage_ns, Some(2));
     }
@@ -274,13 +278,14 @@ mod tests {
         let none = |at| PodReading {
             cgroup: None,
             network: None,
+            net_process: None,
             at,
         };
-        h.reading("p", "/a", t0, || none(Utc::now()));
+        h.reading("p", "/a", t0, |_| none(Utc::now()));
         h.finish_round();
         let next = t0 + Duration::from_secs(1);
         let r = h
-            .reading("p", "/a", next, || reading(4, Utc::now()))
+            .reading("p", "/a", next, |_| reading(4, Utc::now()))
             .clone();
         assert_eq!(
             r.cgroup.unwrap().cpu_usage_ns,
@@ -289,27 +294,48 @@ mod tests {
         );
         h.finish_round();
         // From then on, the usual interval.
-        h.reading("p", "/a", next + Duration::from_secs(2), || {
+        h.reading("p", "/a", next + Duration::from_secs(2), |_| {
             panic!("not due")
         });
+    }
+
+    #[test]
+    fn a_due_reading_is_given_the_process_the_last_one_of_its_path_went_through() {
+        let mut h = fixed(0.0);
+        let t0 = Instant::now();
+        let mut given = Vec::new();
+        let mut read = |known: Option<NetProcess>, pid: u32| {
+            given.push(known);
+            PodReading {
+                net_process: Some(NetProcess::for_test(pid, 1000 + u64::from(pid))),
+                ..reading(u64::from(pid), Utc::now())
+            }
+        };
+        h.reading("p", "/a", t0, |k| read(k, 7));
+        h.finish_round();
+        h.reading("p", "/a", t0 + Duration::from_secs(20), |k| read(k, 8));
+        h.finish_round();
+        // A new cgroup path (the pod moved QoS class): nothing is known of it.
+        h.reading("p", "/b", t0 + Duration::from_secs(21), |k| read(k, 9));
+        assert_eq!(given, vec![None, Some(NetProcess::for_test(7, 1007)), None]);
     }
 
     #[test]
     fn pods_a_collection_does_not_ask_for_are_forgotten() {
         let mut h = fixed(0.0);
         let t0 = Instant::now();
-        h.reading("gone", "/g", t0, || reading(1, Utc::now()));
-        h.reading("kept", "/k", t0, || reading(1, Utc::now()));
+        h.reading("gone", "/g", t0, |_| reading(1, Utc::now()));
+        h.reading("kept", "/k", t0, |_| reading(1, Utc::now()));
         h.finish_round();
         assert_eq!(h.len(), 2);
-        h.reading("kept", "/k", t0 + Duration::from_secs(1), || {
+        h.reading("kept", "/k", t0 + Duration::from_secs(1), |_| {
             panic!("not due")
         });
         h.finish_round();
         assert_eq!(h.len(), 1);
         // A pod that comes back is read afresh.
         let mut read = false;
-        h.reading("gone", "/g", t0 + Duration::from_secs(2), || {
+        h.reading("gone", "/g", t0 + Duration::from_secs(2), |_| {
             read = true;
             reading(1, Utc::now())
         });
@@ -322,7 +348,7 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..4u32 {
             let mut read = false;
-            h.reading("p", "/a", t0 + Duration::from_secs(30) * i, || {
+            h.reading("p", "/a", t0 + Duration::from_secs(30) * i, |_| {
                 read = true;
                 reading(1, Utc::now())
             });

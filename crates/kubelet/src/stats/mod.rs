@@ -729,10 +729,14 @@ fn pod_stats(
         .then(|| pod_cgroup_path(&s.cgroup_root, s.cgroup_driver, pod))
         .flatten();
     let reading = cg_path.as_ref().map(|p| {
-        readings.reading(pod.uid(), p, inp.now_mono, || PodReading {
-            cgroup: cgroup::read_cgroup(fs, &inp.layout, p),
-            network: net::read_cgroup_network(fs, &inp.layout, &s.proc_root, p, now),
-            at: now,
+        readings.reading(pod.uid(), p, inp.now_mono, |known| {
+            let network = net::read_cgroup_network(fs, &inp.layout, &s.proc_root, p, now, known);
+            PodReading {
+                cgroup: cgroup::read_cgroup(fs, &inp.layout, p),
+                network: network.stats,
+                net_process: network.process,
+                at: now,
+            }
         })
     });
     let network = reading.and_then(|r| r.network.clone());

@@ -87,25 +87,96 @@ fn procs(fs: &dyn StatsFs, dir: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The process a pod's network was read through: its pid and its start time (clock ticks
+/// after boot, field 22 of `/proc/<pid>/stat`). The start time tells the same process from a
+/// later one that was given the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetProcess {
+    pid: u32,
+    start: u64,
+}
+
+impl NetProcess {
+    #[cfg(test)]
+    pub fn for_test(pid: u32, start: u64) -> Self {
+        Self { pid, start }
+    }
+}
+
+/// Field 22 (`starttime`) of `/proc/<pid>/stat`. The command name (field 2) is in parentheses
+/// and may hold spaces and parentheses itself, so the fields are counted after its last `)`.
+fn start_time(fs: &dyn StatsFs, proc: &Path, pid: u32) -> Option<u64> {
+    let stat = fs
+        .read_to_string(&proc.join(pid.to_string()).join("stat"))
+        .ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After the name come field 3 (state) onwards: starttime is the 20th of them.
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// A pod's network reading and the process it was read through.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CgroupNetwork {
+    pub stats: Option<NetworkStats>,
+    pub process: Option<NetProcess>,
+}
+
 /// The network of the namespace the cgroup's processes share: `/proc/<pid>/net/dev` of the
 /// first one readable, `eth0` inline (hostNetwork pods see the host's interfaces, as
-/// upstream reports them). The processes are those of the cgroup at `rel` or, when it has none
-/// itself (a pod's processes live in its containers' cgroups), of its direct children in name
-/// order, read one child at a time: the first child with a readable process answers, so a pod
-/// costs one `cgroup.procs` read every collection, not one per container. v1 reads the `pids`
-/// hierarchy, else `memory`.
+/// upstream reports them).
+///
+/// `known` is the process the last reading went through (cAdvisor too keeps a container's
+/// pid): while it is the same process (same start time), its `net/dev` answers and the cgroup
+/// is not looked at. Otherwise the processes are those of the cgroup at `rel` or, when it has
+/// none itself (a pod's processes live in its containers' cgroups), of its direct children in
+/// name order, read one child at a time: the first child with a readable process answers. v1
+/// reads the `pids` hierarchy, else `memory`.
 pub fn read_cgroup_network(
     fs: &dyn StatsFs,
     layout: &CgroupLayout,
     proc: &Path,
     rel: &str,
     now: DateTime<Utc>,
-) -> Option<NetworkStats> {
+    known: Option<NetProcess>,
+) -> CgroupNetwork {
+    if let Some(p) = known
+        && start_time(fs, proc, p.pid) == Some(p.start)
+        && let Some(stats) = read_net_dev(fs, &proc.join(p.pid.to_string()), now)
+    {
+        return CgroupNetwork {
+            stats: Some(stats),
+            process: known,
+        };
+    }
+    match find_cgroup_network(fs, layout, proc, rel, now) {
+        Some((process, stats)) => CgroupNetwork {
+            stats: Some(stats),
+            process,
+        },
+        None => CgroupNetwork {
+            stats: None,
+            process: None,
+        },
+    }
+}
+
+/// The first process of the cgroup (or of its first child that has one) whose `net/dev` is
+/// readable, with that reading. The start time is read before `net/dev`, so a pid reused in
+/// between is caught at the next reading rather than remembered.
+fn find_cgroup_network(
+    fs: &dyn StatsFs,
+    layout: &CgroupLayout,
+    proc: &Path,
+    rel: &str,
+    now: DateTime<Utc>,
+) -> Option<(Option<NetProcess>, NetworkStats)> {
     let dirs = [layout.dir("pids", rel), layout.dir("memory", rel)];
     let dir = dirs.iter().find(|d| fs.exists(d))?;
     let of = |pids: Vec<u32>| {
-        pids.into_iter()
-            .find_map(|pid| read_net_dev(fs, &proc.join(pid.to_string()), now))
+        pids.into_iter().find_map(|pid| {
+            let process = start_time(fs, proc, pid).map(|start| NetProcess { pid, start });
+            read_net_dev(fs, &proc.join(pid.to_string()), now).map(|stats| (process, stats))
+        })
     };
     let own = procs(fs, dir);
     if !own.is_empty() {
@@ -198,13 +269,24 @@ vethab12:  100  1 0 0 0 0 0 0  200 2 0 0 0 0 0 0
         fs.set_file(format!("/cg/pids{pod}/bbb/cgroup.procs"), "42\n43\n");
         fs.set_file("/proc/42/net/dev", NET_DEV);
         let now = Utc::now();
-        let n = read_cgroup_network(&fs, &layout, Path::new("/proc"), pod, now).unwrap();
+        let n = read_cgroup_network(&fs, &layout, Path::new("/proc"), pod, now, None)
+            .stats
+            .unwrap();
         assert_eq!(n.default.name, "eth0");
         assert_eq!(n.default.rx_bytes, Some(128_537_985));
         assert_eq!(n.interfaces.len(), 2);
         assert!(
-            read_cgroup_network(&fs, &layout, Path::new("/proc"), "/kubepods/podnone", now)
-                .is_none()
+            read_cgroup_network(
+                &fs,
+                &layout,
+                Path::new("/proc"),
+                "/kubepods/podnone",
+                now,
+                None
+            ) == CgroupNetwork {
+                stats: None,
+                process: None
+            }
         );
     }
 
@@ -226,7 +308,9 @@ vethab12:  100  1 0 0 0 0 0 0  200 2 0 0 0 0 0 0
             Path::new("/proc"),
             "/kubepods/podu2",
             Utc::now(),
+            None,
         )
+        .stats
         .unwrap();
         assert_eq!(n.default, InterfaceStats::default());
         assert_eq!(n.interfaces[0].name, "net1");
@@ -250,17 +334,108 @@ vethab12:  100  1 0 0 0 0 0 0  200 2 0 0 0 0 0 0
             );
             fs.set_file(format!("/proc/{pid}/net/dev"), NET_DEV);
         }
-        let n = read_cgroup_network(&fs, &layout, Path::new("/proc"), pod, Utc::now());
-        assert_eq!(n.unwrap().default.name, "eth0");
+        let n = read_cgroup_network(&fs, &layout, Path::new("/proc"), pod, Utc::now(), None);
+        assert_eq!(n.stats.unwrap().default.name, "eth0");
         let reads = fs.reads();
         let want: Vec<std::path::PathBuf> = [
             format!("/cg/pids{pod}/cgroup.procs"),
             format!("/cg/pids{pod}/c1/cgroup.procs"),
+            "/proc/51/stat".to_string(),
             "/proc/51/net/dev".to_string(),
         ]
         .into_iter()
         .map(Into::into)
         .collect();
         assert_eq!(reads, want);
+    }
+
+    /// `/proc/<pid>/stat` with start time `start`; the command name holds spaces and a `)`.
+    fn proc_stat(pid: u32, start: u64) -> String {
+        format!("{pid} (a) b (c) S 1 1 1 0 -1 4194560 10 0 0 0 3 4 0 0 20 0 1 0 {start} 1 2 3")
+    }
+
+    /// Pod `pod` with its process `pid` (start time `start`) in its first container's cgroup.
+    fn pod_with_process(fs: &FakeFs, pod: &str, pid: u32, start: u64) {
+        fs.set_file(format!("/cg/pids{pod}/cgroup.procs"), "");
+        fs.set_file(
+            format!("/cg/pids{pod}/c1/cgroup.procs"),
+            &format!("{pid}\n"),
+        );
+        fs.set_file(format!("/proc/{pid}/stat"), &proc_stat(pid, start));
+        fs.set_file(format!("/proc/{pid}/net/dev"), NET_DEV);
+    }
+
+    fn v1() -> CgroupLayout {
+        CgroupLayout {
+            mount: "/cg".into(),
+            mode: CgroupMode::V1,
+        }
+    }
+
+    #[test]
+    fn the_start_time_is_counted_after_the_last_parenthesis() {
+        let fs = FakeFs::default();
+        fs.set_file("/proc/9/stat", &proc_stat(9, 218_831));
+        assert_eq!(start_time(&fs, Path::new("/proc"), 9), Some(218_831));
+        fs.set_file("/proc/10/stat", "10 (x) S 1 2");
+        assert_eq!(start_time(&fs, Path::new("/proc"), 10), None);
+        assert_eq!(start_time(&fs, Path::new("/proc"), 11), None);
+    }
+
+    /// Every 10–30 s per pod: while the process the last reading went through lives, its
+    /// `stat` and `net/dev` are the only reads; the cgroup is not listed.
+    #[test]
+    fn a_remembered_process_answers_without_a_look_at_the_cgroup() {
+        let fs = FakeFs::default();
+        let pod = "/kubepods/podu4";
+        pod_with_process(&fs, pod, 61, 5000);
+        let proc = Path::new("/proc");
+        let first = read_cgroup_network(&fs, &v1(), proc, pod, Utc::now(), None);
+        assert_eq!(first.process, Some(NetProcess::for_test(61, 5000)));
+        let before = fs.reads().len();
+        let again = read_cgroup_network(&fs, &v1(), proc, pod, Utc::now(), first.process);
+        assert_eq!(again.stats.unwrap().default.rx_bytes, Some(128_537_985));
+        assert_eq!(again.process, first.process);
+        let reads: Vec<_> = fs.reads().split_off(before);
+        let want: Vec<std::path::PathBuf> = vec!["/proc/61/stat".into(), "/proc/61/net/dev".into()];
+        assert_eq!(reads, want);
+    }
+
+    /// The remembered process is gone and its pid belongs to another process now (a host
+    /// process, say): its `net/dev` must not be read as the pod's.
+    #[test]
+    fn a_reused_pid_is_not_taken_for_the_remembered_process() {
+        let fs = FakeFs::default();
+        let pod = "/kubepods/podu5";
+        pod_with_process(&fs, pod, 71, 100);
+        let proc = Path::new("/proc");
+        let first = read_cgroup_network(&fs, &v1(), proc, pod, Utc::now(), None);
+        // The sandbox was replaced: pid 72 is the pod's now, and pid 71 a host process's.
+        pod_with_process(&fs, pod, 72, 300);
+        fs.set_file("/proc/71/stat", &proc_stat(71, 200));
+        fs.set_file(
+            "/proc/71/net/dev",
+            "h\nh\n  eth0: 9 9 0 0 0 0 0 0 9 9 0 0 0 0 0 0\n",
+        );
+        let n = read_cgroup_network(&fs, &v1(), proc, pod, Utc::now(), first.process);
+        assert_eq!(n.process, Some(NetProcess::for_test(72, 300)));
+        assert_eq!(n.stats.unwrap().default.rx_bytes, Some(128_537_985));
+        // Read once, by the first reading (when 71 was the pod's), never again.
+        let host_reads = fs
+            .reads()
+            .into_iter()
+            .filter(|p| p == Path::new("/proc/71/net/dev"));
+        assert_eq!(host_reads.count(), 1);
+        // A process that is gone altogether: the cgroup is looked at again.
+        fs.remove_file("/proc/72/stat");
+        fs.remove_file("/proc/72/net/dev");
+        let gone = read_cgroup_network(&fs, &v1(), proc, pod, Utc::now(), n.process);
+        assert_eq!(
+            gone,
+            CgroupNetwork {
+                stats: None,
+                process: None
+            }
+        );
     }
 }
