@@ -148,16 +148,9 @@ pub fn read_cgroup_network(
             process: known,
         };
     }
-    match find_cgroup_network(fs, layout, proc, rel, now) {
-        Some((process, stats)) => CgroupNetwork {
-            stats: Some(stats),
-            process,
-        },
-        None => CgroupNetwork {
-            stats: None,
-            process: None,
-        },
-    }
+    let (process, stats) = find_cgroup_network(fs, layout, proc, rel, now)
+        .map_or((None, None), |(process, stats)| (process, Some(stats)));
+    CgroupNetwork { stats, process }
 }
 
 /// The first process of the cgroup (or of its first child that has one) whose `net/dev` is
