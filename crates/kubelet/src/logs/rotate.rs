@@ -78,6 +78,13 @@ pub struct RotationPlan {
     pub compress: Vec<PathBuf>,
 }
 
+impl RotationPlan {
+    /// Nothing to remove and nothing to compress.
+    fn is_empty(&self) -> bool {
+        self.remove_unused.is_empty() && self.remove_excess.is_empty() && self.compress.is_empty()
+    }
+}
+
 /// Plans a rotation of a log whose rotated files are `existing` (upstream `rotateLog` before
 /// `rotateLatestLog`).
 pub fn plan_rotation(existing: &[PathBuf], max_files: usize) -> RotationPlan {
@@ -236,8 +243,7 @@ pub fn clean_before_rotation(log: &Path, max_files: usize) -> Result<Vec<PathBuf
 pub fn housekeeping(log: &Path, max_files: usize) -> Result<(Vec<PathBuf>, bool), RotateError> {
     let plan = plan_housekeeping(&list(log)?, max_files);
     apply_removals(&plan);
-    let idle = plan.remove_unused.is_empty() && plan.remove_excess.is_empty();
-    let idle = idle && plan.compress.is_empty();
+    let idle = plan.is_empty();
     Ok((plan.compress, idle))
 }
 

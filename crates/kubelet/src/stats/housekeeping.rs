@@ -107,9 +107,10 @@ impl PodHousekeeping {
     }
 
     /// Pod `uid`'s reading of the cgroup at `path`: the cached one while it is not due, else
-    /// `read()`'s (given the process the last reading of the same path went through), which sets the next interval (doubled when the values did not change, back
-    /// to the base when they did) and the next due time (the interval plus its jitter). A new
-    /// pod or a new path is always read, and so is a pod whose last reading found no cgroup.
+    /// `read()`'s (given the process the last reading of the same path went through), which
+    /// sets the next interval (doubled when the values did not change, back to the base when
+    /// they did) and the next due time (the interval plus its jitter). A new pod or a new path
+    /// is always read, and so is a pod whose last reading found no cgroup.
     pub fn reading(
         &mut self,
         uid: &str,

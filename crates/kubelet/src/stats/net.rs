@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::cgroup::CgroupLayout;
 use super::fs::StatsFs;
+use super::system::process_start_ticks;
 use super::types::{InterfaceStats, NetworkStats};
 
 /// Upstream `defaultNetworkInterfaceName`: the interface whose counters are inlined (node and
@@ -103,15 +104,9 @@ impl NetProcess {
     }
 }
 
-/// Field 22 (`starttime`) of `/proc/<pid>/stat`. The command name (field 2) is in parentheses
-/// and may hold spaces and parentheses itself, so the fields are counted after its last `)`.
+/// The start time of process `pid` (see [`NetProcess`]).
 fn start_time(fs: &dyn StatsFs, proc: &Path, pid: u32) -> Option<u64> {
-    let stat = fs
-        .read_to_string(&proc.join(pid.to_string()).join("stat"))
-        .ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    // After the name come field 3 (state) onwards: starttime is the 20th of them.
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    process_start_ticks(fs, proc, &pid.to_string())
 }
 
 /// A pod's network reading and the process it was read through.

@@ -100,18 +100,23 @@ pub fn read_boot_time(fs: &dyn StatsFs, proc: &Path) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(secs, 0)
 }
 
-/// When process `pid` (`self` allowed) started: field 22 of `/proc/<pid>/stat` (clock ticks
-/// after boot) + the boot time.
+/// When process `pid` (`self` allowed) started, in clock ticks after boot: field 22 of
+/// `/proc/<pid>/stat`.
+pub fn process_start_ticks(fs: &dyn StatsFs, proc: &Path, pid: &str) -> Option<u64> {
+    let stat = fs.read_to_string(&proc.join(pid).join("stat")).ok()?;
+    // `pid (comm) state …`: comm may hold spaces and parentheses; fields resume after the last `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// When process `pid` (`self` allowed) started: [`process_start_ticks`] + the boot time.
 pub fn process_start_time(
     fs: &dyn StatsFs,
     proc: &Path,
     pid: &str,
     boot: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
-    let stat = fs.read_to_string(&proc.join(pid).join("stat")).ok()?;
-    // `pid (comm) state …`: comm may hold spaces and parentheses; fields resume after the last `)`.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let ticks: i64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let ticks = i64::try_from(process_start_ticks(fs, proc, pid)?).ok()?;
     Some(boot + TimeDelta::milliseconds(ticks.saturating_mul(1000 / USER_HZ)))
 }
 
