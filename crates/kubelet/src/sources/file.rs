@@ -5,12 +5,14 @@
 //! always once at start). A bad file is logged, recorded in `errors()`, and skipped without
 //! disturbing the pods of other files. As upstream, a file that turns bad on an inotify event
 //! keeps its previous pods until the next periodic re-list, so a half-written manifest never
-//! kills its pod.
+//! kills its pod. Each manifest's pods are kept with the bytes they were decoded from, so a
+//! periodic re-read of unchanged files costs the reads and a comparison, not a decode.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -46,62 +48,121 @@ pub enum FileSourceError {
 /// The outcome of reading `staticPodPath` once.
 #[derive(Debug, Default)]
 pub struct ManifestSnapshot {
-    /// The static pods of every valid manifest, by file (documents in file order).
-    pub files: BTreeMap<PathBuf, Vec<Pod>>,
+    /// The static pods of every valid manifest, by file (documents in file order). A file
+    /// whose bytes are the ones of the last read shares that read's pods.
+    pub files: BTreeMap<PathBuf, Arc<[Pod]>>,
     /// The problem with each manifest that was skipped (the path itself when it is missing).
     pub errors: BTreeMap<PathBuf, String>,
     /// The files among `errors` that exist but whose content was rejected (parse/validation).
     pub invalid: BTreeSet<PathBuf>,
+    /// How many files were decoded by this read (the others were unchanged).
+    pub decoded: usize,
 }
 
-/// Reads `path` (a directory of manifests or one manifest file) synchronously.
+/// Reads `path` (a directory of manifests or one manifest file) synchronously, decoding every
+/// manifest.
 pub fn read_manifests(path: &Path, node_name: &str) -> ManifestSnapshot {
-    let mut snap = ManifestSnapshot::default();
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) => {
-            let err = if e.kind() == io::ErrorKind::NotFound {
-                FileSourceError::PathMissing
-            } else {
-                FileSourceError::Io(e)
-            };
-            snap.errors.insert(path.to_path_buf(), err.to_string());
-            return snap;
+    ManifestReader::new(node_name).read(path)
+}
+
+/// Reads `staticPodPath` again and again, decoding only the manifests whose bytes changed.
+///
+/// A static pod is a pure function of the manifest's bytes, the node name and the file's path
+/// (its UID hashes all three), so pods decoded from the same bytes at the same path are the
+/// pods a fresh decode would give. The bytes are compared in full, never a size or a time: an
+/// edit that keeps both is still seen. Only valid manifests are kept; a bad one is decoded
+/// (and its error reported) at every read, as before.
+#[derive(Debug)]
+pub struct ManifestReader {
+    node_name: String,
+    decoded: HashMap<PathBuf, DecodedManifest>,
+}
+
+#[derive(Debug)]
+struct DecodedManifest {
+    data: Vec<u8>,
+    pods: Arc<[Pod]>,
+}
+
+impl ManifestReader {
+    pub fn new(node_name: impl Into<String>) -> Self {
+        ManifestReader {
+            node_name: node_name.into(),
+            decoded: HashMap::new(),
         }
-    };
-    let files = if meta.is_dir() {
-        match list_dir(path) {
+    }
+
+    /// Reads `path` (a directory of manifests or one manifest file) synchronously.
+    pub fn read(&mut self, path: &Path) -> ManifestSnapshot {
+        let mut snap = ManifestSnapshot::default();
+        let files = match manifest_files(path) {
             Ok(files) => files,
             Err(e) => {
                 snap.errors.insert(path.to_path_buf(), e.to_string());
+                self.decoded.clear();
                 return snap;
             }
-        }
-    } else if meta.is_file() {
-        vec![path.to_path_buf()]
-    } else {
-        snap.errors.insert(
-            path.to_path_buf(),
-            FileSourceError::NotDirOrFile.to_string(),
-        );
-        return snap;
-    };
-    for file in files {
-        match read_file(&file, node_name) {
-            Ok(pods) => {
-                snap.files.insert(file, pods);
-            }
-            // A file that vanished between listing and reading is simply gone.
-            Err(FileSourceError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                if matches!(e, FileSourceError::Manifest(_)) {
-                    snap.invalid.insert(file.clone());
+        };
+        for file in files {
+            match self.read_file(&file, &mut snap.decoded) {
+                Ok(pods) => {
+                    snap.files.insert(file, pods);
                 }
-                snap.errors.insert(file, e.to_string());
+                // A file that vanished between listing and reading is simply gone.
+                Err(FileSourceError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    if matches!(e, FileSourceError::Manifest(_)) {
+                        snap.invalid.insert(file.clone());
+                    }
+                    snap.errors.insert(file, e.to_string());
+                }
             }
         }
+        // Only what this read found valid is kept for the next one.
+        self.decoded.retain(|file, _| snap.files.contains_key(file));
+        snap
     }
-    snap
+
+    fn read_file(
+        &mut self,
+        file: &Path,
+        decoded: &mut usize,
+    ) -> Result<Arc<[Pod]>, FileSourceError> {
+        let data = read_manifest_file(file)?;
+        if let Some(known) = self.decoded.get(file)
+            && known.data == data
+        {
+            return Ok(known.pods.clone());
+        }
+        *decoded += 1;
+        let pods: Arc<[Pod]> =
+            static_pods_from_manifest(&data, &self.node_name, &ManifestOrigin::File(file), false)?
+                .into();
+        let entry = DecodedManifest {
+            data,
+            pods: pods.clone(),
+        };
+        self.decoded.insert(file.to_path_buf(), entry);
+        Ok(pods)
+    }
+}
+
+/// The manifest files `path` stands for: a directory's entries, or the file itself.
+fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, FileSourceError> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            FileSourceError::PathMissing
+        } else {
+            FileSourceError::Io(e)
+        }
+    })?;
+    if meta.is_dir() {
+        Ok(list_dir(path)?)
+    } else if meta.is_file() {
+        Ok(vec![path.to_path_buf()])
+    } else {
+        Err(FileSourceError::NotDirOrFile)
+    }
 }
 
 /// The directory's non-hidden entries, sorted by name.
@@ -115,8 +176,22 @@ fn list_dir(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn read_file(file: &Path, node_name: &str) -> Result<Vec<Pod>, FileSourceError> {
-    let meta = std::fs::metadata(file)?;
+/// One manifest file's bytes, refused before reading when it is not a regular file or is
+/// over the size limit.
+fn read_manifest_file(file: &Path) -> Result<Vec<u8>, FileSourceError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // The checks are made on the file that was opened, not on the name (which may be replaced
+    // in between); without blocking, so a FIFO put there is refused instead of waited on.
+    let mut handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(file)
+        .map_err(|e| match e.raw_os_error() {
+            // A unix socket cannot be opened at all.
+            Some(libc::ENXIO) => FileSourceError::NotDirOrFile,
+            _ => FileSourceError::Io(e),
+        })?;
+    let meta = handle.metadata()?;
     if meta.is_dir() {
         return Err(FileSourceError::NestedDirectory);
     }
@@ -126,13 +201,15 @@ fn read_file(file: &Path, node_name: &str) -> Result<Vec<Pod>, FileSourceError> 
     if meta.len() > MAX_MANIFEST_BYTES as u64 {
         return Err(ManifestError::TooLarge(MAX_MANIFEST_BYTES).into());
     }
-    let data = std::fs::read(file)?;
-    Ok(static_pods_from_manifest(
-        &data,
-        node_name,
-        &ManifestOrigin::File(file),
-        false,
-    )?)
+    // The limit holds for what is read, too: the file may grow after the look at its size.
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    (&mut handle)
+        .take(MAX_MANIFEST_BYTES as u64 + 1)
+        .read_to_end(&mut data)?;
+    if data.len() > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge(MAX_MANIFEST_BYTES).into());
+    }
+    Ok(data)
 }
 
 /// Watches `staticPodPath` and emits its static pods.
@@ -187,8 +264,9 @@ impl FileSource {
         let mut watcher: Option<Watcher> = None;
         let mut watch_error: Option<String> = None;
         let mut deadline: Option<Instant> = None;
+        let mut reader = ManifestReader::new(&self.node_name);
         let mut last_sent: Option<Vec<Pod>> = None;
-        let mut last_files: BTreeMap<PathBuf, Vec<Pod>> = BTreeMap::new();
+        let mut last_files: BTreeMap<PathBuf, Arc<[Pod]>> = BTreeMap::new();
         loop {
             let (reread, periodic) = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -213,7 +291,7 @@ impl FileSource {
                 continue;
             }
             deadline = None;
-            let Some(snap) = self.read_and_record().await else {
+            let Some(snap) = self.read_and_record(&mut reader).await else {
                 continue;
             };
             let mut files = snap.files;
@@ -224,7 +302,11 @@ impl FileSource {
                     }
                 }
             }
-            let pods: Vec<Pod> = files.values().flatten().cloned().collect();
+            // Every file answered with the pods it had: the set is the one already sent.
+            if last_sent.is_some() && same_manifests(&files, &last_files) {
+                continue;
+            }
+            let pods: Vec<Pod> = files.values().flat_map(|p| p.iter()).cloned().collect();
             last_files = files;
             if last_sent.as_ref() == Some(&pods) {
                 continue;
@@ -246,10 +328,19 @@ impl FileSource {
     }
 
     /// Reads the path off the runtime threads, records and logs the errors.
-    async fn read_and_record(&self) -> Option<ManifestSnapshot> {
-        let (path, node) = (self.path.clone(), self.node_name.clone());
-        let snap = match tokio::task::spawn_blocking(move || read_manifests(&path, &node)).await {
-            Ok(snap) => snap,
+    /// `reader` goes to the blocking thread and comes back with what it decoded.
+    async fn read_and_record(&self, reader: &mut ManifestReader) -> Option<ManifestSnapshot> {
+        let path = self.path.clone();
+        let mut lent = std::mem::replace(reader, ManifestReader::new(&self.node_name));
+        let read = tokio::task::spawn_blocking(move || {
+            let snap = lent.read(&path);
+            (lent, snap)
+        });
+        let snap = match read.await {
+            Ok((back, snap)) => {
+                *reader = back;
+                snap
+            }
             Err(e) => {
                 tracing::error!(path = %self.path.display(), error = %e, "reading static pod path failed");
                 return None;
@@ -286,6 +377,19 @@ impl FileSource {
             }
         }
     }
+}
+
+/// The same files, each holding the very pods it held before (not a copy: a decode of equal
+/// bytes is not needed to know they are equal).
+fn same_manifests(
+    files: &BTreeMap<PathBuf, Arc<[Pod]>>,
+    before: &BTreeMap<PathBuf, Arc<[Pod]>>,
+) -> bool {
+    files.len() == before.len()
+        && files
+            .iter()
+            .zip(before)
+            .all(|((f, p), (bf, bp))| f == bf && Arc::ptr_eq(p, bp))
 }
 
 /// Timeline: the pods of this set that the previous set did not hold.

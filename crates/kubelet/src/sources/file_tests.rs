@@ -282,3 +282,98 @@ async fn broken_file_is_dropped_by_the_periodic_relist() {
     assert!(run.errors.borrow().contains_key(&a));
     run.stop().await;
 }
+
+#[test]
+fn unchanged_manifests_are_not_decoded_again() {
+    use crate::types::PodExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    fs::write(&a, manifest("a", "nginx:1")).unwrap();
+    fs::write(&b, manifest("b", "redis")).unwrap();
+    let mut reader = ManifestReader::new("node1");
+
+    let first = reader.read(dir.path());
+    assert_eq!(first.decoded, 2);
+    let again = reader.read(dir.path());
+    assert_eq!(again.decoded, 0, "nothing changed, nothing decoded");
+    assert!(Arc::ptr_eq(&first.files[&a], &again.files[&a]));
+    assert_eq!(again.files[&b][0].uid(), first.files[&b][0].uid());
+
+    // An edit that keeps the size and puts the time back is seen all the same: the bytes are
+    // compared, not the file's metadata.
+    let when = fs::metadata(&a).unwrap().modified().unwrap();
+    fs::write(&a, manifest("a", "nginx:2")).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+    let edited = reader.read(dir.path());
+    assert_eq!(edited.decoded, 1);
+    assert_ne!(edited.files[&a][0].uid(), first.files[&a][0].uid());
+    let image = |s: &ManifestSnapshot| {
+        s.files[&a][0].spec.as_ref().unwrap().containers[0]
+            .image
+            .clone()
+    };
+    assert_eq!(image(&edited).as_deref(), Some("nginx:2"));
+    assert!(Arc::ptr_eq(&edited.files[&b], &first.files[&b]));
+
+    // The same bytes under another name are another pod: its UID hashes the path.
+    let c = dir.path().join("c.yaml");
+    fs::rename(&b, &c).unwrap();
+    let moved = reader.read(dir.path());
+    assert_eq!(moved.decoded, 1);
+    assert_ne!(moved.files[&c][0].uid(), first.files[&b][0].uid());
+    let fresh = read_manifests(dir.path(), "node1");
+    assert_eq!(
+        fresh.files[&c][..],
+        moved.files[&c][..],
+        "what a fresh read decodes"
+    );
+
+    // A bad manifest is decoded (and reported) at every read; once fixed, it is decoded again.
+    fs::write(&a, "kind: Pod\nmetadata: [").unwrap();
+    for _ in 0..2 {
+        let bad = reader.read(dir.path());
+        assert_eq!(bad.decoded, 1);
+        assert!(bad.invalid.contains(&a), "{:?}", bad.errors);
+    }
+    fs::write(&a, manifest("a", "nginx:2")).unwrap();
+    let fixed = reader.read(dir.path());
+    assert_eq!(fixed.decoded, 1);
+    assert_eq!(fixed.files[&a][0].uid(), edited.files[&a][0].uid());
+}
+
+#[test]
+fn special_files_are_refused_without_waiting_on_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let socket = dir.path().join("socket.yaml");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx")).unwrap();
+    // A FIFO with no writer would block a plain open for ever.
+    let snap = read_manifests(dir.path(), "node1");
+    assert_eq!(snap.files.len(), 1);
+    for special in [&fifo, &socket] {
+        assert_eq!(snap.errors[special], "path is not a directory or file");
+    }
+}
+
+#[test]
+fn a_manifest_over_the_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.yaml");
+    let mut text = manifest("big", "nginx");
+    text.push_str(&format!("# {}\n", "x".repeat(MAX_MANIFEST_BYTES)));
+    fs::write(&big, text).unwrap();
+    let snap = read_manifests(dir.path(), "node1");
+    assert!(snap.files.is_empty());
+    assert!(snap.invalid.contains(&big), "{:?}", snap.errors);
+}
