@@ -80,6 +80,9 @@ pub struct Syncer {
     pub(crate) crash_backoff: Mutex<Backoff>,
     reasons: Mutex<HashMap<PodUid, Reasons>>,
     relist: Option<RelistTrigger>,
+    /// The pods whose runtime state this round changed: UID → (name, namespace). The PLEG is
+    /// asked to refresh them when their worker's round is over (`round_finished`).
+    changed: Mutex<HashMap<PodUid, (String, String)>>,
     prober: Option<ProbeManager>,
     pub(crate) volumes: VolumeManager,
     /// ConfigMaps, Secrets and service links for container environments (API-server mode).
@@ -115,6 +118,7 @@ impl Syncer {
             clock,
             crash_backoff: Mutex::new(Backoff::for_containers()),
             reasons: Mutex::new(HashMap::new()),
+            changed: Mutex::new(HashMap::new()),
             relist: None,
             prober: None,
             objects: None,
@@ -230,11 +234,26 @@ impl Syncer {
             .collect()
     }
 
-    /// Asks the PLEG to refresh this pod now (one pod's status calls, not a whole relist).
+    /// Notes that this round changed the pod in the runtime: once the round is over, the PLEG
+    /// refreshes it (one pod's status calls, not a whole relist).
+    ///
+    /// Not at once: the worker's next round wants data newer than the end of this one, and a
+    /// refresh that began before the round ended (the PLEG runs on another thread) would be
+    /// too old for it, so the worker would sit out a whole relist period with its containers
+    /// already running.
     fn runtime_changed(&self, pod: &Pod) {
-        if let Some(t) = &self.relist {
-            t.request_pod(pod.uid(), pod.name(), pod.namespace());
+        if self.relist.is_some() {
+            self.changed_pods().insert(
+                pod.uid().to_string(),
+                (pod.name().to_string(), pod.namespace().to_string()),
+            );
         }
+    }
+
+    fn changed_pods(&self) -> MutexGuard<'_, HashMap<PodUid, (String, String)>> {
+        self.changed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn reasons(&self) -> MutexGuard<'_, HashMap<PodUid, Reasons>> {
@@ -350,6 +369,13 @@ impl Syncer {
 
 #[async_trait]
 impl PodSyncer for Syncer {
+    fn round_finished(&self, uid: &str) {
+        let changed = self.changed_pods().remove(uid);
+        if let (Some((name, namespace)), Some(t)) = (changed, &self.relist) {
+            t.request_pod(uid, &name, &namespace);
+        }
+    }
+
     async fn sync_pod(
         &self,
         update_type: UpdateType,

@@ -149,4 +149,8 @@ impl PodSyncer for InstrumentedSyncer {
     ) -> Result<(), SyncError> {
         self.inner.sync_terminated_pod(pod, status, removed).await
     }
+
+    fn round_finished(&self, uid: &str) {
+        self.inner.round_finished(uid);
+    }
 }

@@ -145,6 +145,10 @@ pub trait PodSyncer: Send + Sync + 'static {
         status: &PodStatus,
         removed: bool,
     ) -> Result<(), SyncError>;
+
+    /// The worker's round for `uid` is over and the round's time recorded: whatever the round
+    /// left for afterwards (the PLEG refresh of a pod it changed) may start now.
+    fn round_finished(&self, uid: &str);
 }
 
 /// Where a worker is in the pod lifecycle.

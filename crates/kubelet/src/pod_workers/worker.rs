@@ -112,6 +112,7 @@ impl Worker {
             };
             let outcome = self.run_round(&round, &status).await;
             last_sync = Some(Instant::now());
+            self.workers.inner.syncer.round_finished(&self.uid);
             self.finish_round(outcome);
         }
     }

@@ -54,6 +54,8 @@ impl PodSyncer for Recorder {
     async fn sync_terminated_pod(&self, _: &Pod, _: &PodStatus, _: bool) -> Result<(), SyncError> {
         Ok(())
     }
+
+    fn round_finished(&self, _: &str) {}
 }
 
 /// A pod running in the fake runtime with one started container `c`.

@@ -134,6 +134,8 @@ impl PodSyncer for Recorder {
             .push(Call::Terminated(uid, removed));
         Ok(())
     }
+
+    fn round_finished(&self, _: &str) {}
 }
 
 fn pod(uid: &str, generation: u32, grace: i64) -> Pod {

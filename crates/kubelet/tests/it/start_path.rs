@@ -93,3 +93,38 @@ async fn a_pulled_image_is_not_looked_up_again_for_the_config() {
     );
     agent.shutdown().await;
 }
+
+/// A started pod's Running status comes from the PLEG refresh its own sync asked for, not from
+/// the next periodic relist (a minute away here): the syncer leaves the refresh to the end of
+/// the worker's round (`PodSyncer::round_finished`), and it must not be lost on the way. Real
+/// time on a multi-thread runtime, as in the kubelet. (Why at the end of the round: a refresh
+/// that began before the round ended is older than the round, and the worker, which wants data
+/// newer than its last round, would wait for the relist. That race needs the worker's thread to
+/// be preempted at the wrong moment, so no test here can force it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_pod_is_running_without_waiting_for_a_relist() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let events = CollectingRecorder::default();
+    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
+    cfg.relist_period = Duration::from_secs(60);
+    let agent = Agent::start(cfg, fake_deps(&fake, &events), CancellationToken::new())
+        .await
+        .unwrap();
+    let pods: Vec<_> = (0..20)
+        .map(|i| {
+            let yaml = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\nspec:\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n"
+            );
+            static_pod(&yaml, &format!("p{i}"), NODE)
+        })
+        .collect();
+    set(&agent, pods.clone()).await;
+    wait_until("every pod Running", Duration::from_secs(10), || {
+        pods.iter()
+            .all(|p| phase(&agent, p).as_deref() == Some("Running"))
+    })
+    .await;
+    assert_eq!(fake.call_count("StartContainer"), 20);
+    agent.shutdown().await;
+}
