@@ -41,10 +41,11 @@ use tracing::{info, warn};
 /// cgroupfs writes; none waits on another blocking task), so a queue in front of a few threads
 /// costs microseconds. Without a ceiling the pool grows to the burst's width (110 log monitors
 /// ticking together) and never shrinks: an idle thread is woken in turn before its keep-alive
-/// runs out, and every thread keeps its stack and its allocator cache.
+/// runs out, and every thread keeps its stack and malloc arena.
 const BLOCKING_THREADS: usize = 16;
 
 fn main() -> ExitCode {
+    malloc::limit_arenas();
     // `rkubelet get|describe|logs|doctor|completion|man …` are operator commands; anything
     // else is the kubelet with upstream's flags.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -184,6 +185,8 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         Err(e) => warn!(error = %e, "cannot notify systemd of readiness"),
     }
 
+    let trimmer = tokio::spawn(malloc::run(cancel.clone()));
+
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let fatal = tokio::select! {
@@ -211,6 +214,7 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         }
     };
     cancel.cancel();
+    let _ = trimmer.await;
     stopped
 }
 
