@@ -560,7 +560,17 @@ async fn serve_conn<I>(
     let svc = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(streams.clone());
         let cert_user = peer.as_ref().and_then(|p| p.user());
-        api.clone().handle(req, cert_user)
+        let api = api.clone();
+        async move {
+            // A connection still open when an outage begins is closed by `serve` soon after;
+            // a request read from it in between is not served but reset with the connection.
+            if api.faults.outage() {
+                api.faults
+                    .record(tokio::time::Instant::now(), faults::CONNECT.to_owned(), 0);
+                return Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+            }
+            Ok(api.handle(req, cert_user).await)
+        }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, svc)

@@ -301,7 +301,7 @@ impl Api {
         self: Arc<Self>,
         req: Request<Incoming>,
         cert_user: Option<UserInfo>,
-    ) -> Result<Response<Body>, Infallible> {
+    ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let open = matches!(
             path.as_str(),
@@ -313,7 +313,7 @@ impl Api {
         let _in_flight = faults.enter();
         let resp = self.handle_inner(req, cert_user, open).await;
         faults.record(arrived, key, resp.status().as_u16());
-        Ok(resp)
+        resp
     }
 
     async fn handle_inner(

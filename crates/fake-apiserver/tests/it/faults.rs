@@ -87,6 +87,36 @@ async fn outage_resets_every_connection_and_counts_the_attempts() {
     assert_eq!(back.status(), 200);
 }
 
+/// A keep-alive connection opened before the outage serves nothing once it begins, even a
+/// request read before the server got round to closing the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_open_before_the_outage_serves_nothing_during_it() {
+    let (s, _d) = server().await;
+    for _ in 0..50 {
+        let mut conn = connect(&s).await.expect("connect");
+        let ns = || {
+            http::Request::get("/api/v1/namespaces")
+                .header("host", "localhost")
+                .body(Empty::new())
+                .unwrap()
+        };
+        let before = conn.send_request(ns()).await.expect("before the outage");
+        assert_eq!(before.status(), 200);
+        json_body(before).await;
+        let start = Instant::now();
+        s.faults().set_outage(true);
+        let during = conn.send_request(ns()).await;
+        assert!(
+            during.is_err(),
+            "served during the outage: {:?}",
+            during.map(|r| r.status())
+        );
+        let log = s.faults().requests(start, Instant::now());
+        assert!(log.iter().all(|r| r.key == CONNECT), "{log:?}");
+        s.faults().set_outage(false);
+    }
+}
+
 #[tokio::test]
 async fn every_request_is_answered_500_but_health_checks() {
     let (s, _d) = server().await;
