@@ -72,8 +72,18 @@ fn parse_args() -> Result<Args> {
 
 // ---------- raw CRI ----------
 
-async fn raw_pod(rt: &RemoteRuntime, logs: &Path, round: usize, i: usize) -> Result<f64> {
+/// The raw client's CRI calls, in order, as the timeline names them.
+const RAW_OPS: [&str; 3] = ["run_podsandbox", "create_container", "start_container"];
+
+/// One pod the raw way: (seconds until started, each of [`RAW_OPS`]' duration in ms).
+async fn raw_pod(
+    rt: &RemoteRuntime,
+    logs: &Path,
+    round: usize,
+    i: usize,
+) -> Result<(f64, [f64; 3])> {
     let start = Instant::now();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     let uid = format!("bench-raw-{round}-{i}");
     let log_dir = logs.join(&uid);
     std::fs::create_dir_all(log_dir.join("c"))?;
@@ -90,6 +100,7 @@ async fn raw_pod(rt: &RemoteRuntime, logs: &Path, round: usize, i: usize) -> Res
         linux: Some(LinuxPodSandboxConfig::default()),
         ..Default::default()
     };
+    let t = Instant::now();
     let sb = rt
         .run_pod_sandbox(RunPodSandboxRequest {
             config: Some(sandbox_config.clone()),
@@ -97,6 +108,8 @@ async fn raw_pod(rt: &RemoteRuntime, logs: &Path, round: usize, i: usize) -> Res
         })
         .await?
         .pod_sandbox_id;
+    let sandbox_ms = ms(t);
+    let t = Instant::now();
     let c = rt
         .create_container(CreateContainerRequest {
             pod_sandbox_id: sb,
@@ -117,18 +130,23 @@ async fn raw_pod(rt: &RemoteRuntime, logs: &Path, round: usize, i: usize) -> Res
         })
         .await?
         .container_id;
+    let create_ms = ms(t);
+    let t = Instant::now();
     rt.start_container(StartContainerRequest { container_id: c })
         .await?;
-    Ok(start.elapsed().as_secs_f64())
+    Ok((
+        start.elapsed().as_secs_f64(),
+        [sandbox_ms, create_ms, ms(t)],
+    ))
 }
 
-/// Returns (per-pod seconds, all-started seconds).
+/// Returns (per-pod seconds and call durations, all-started seconds).
 async fn raw_round(
     rt: &RemoteRuntime,
     logs: &Path,
     n: usize,
     round: usize,
-) -> Result<(Vec<f64>, f64)> {
+) -> Result<(Vec<(f64, [f64; 3])>, f64)> {
     let start = Instant::now();
     let results = futures::future::join_all((0..n).map(|i| raw_pod(rt, logs, round, i))).await;
     let all = start.elapsed().as_secs_f64();
@@ -271,8 +289,13 @@ fn round_timelines(
     Ok(timelines)
 }
 
-/// Prints the per-step p50/p99 (ms) over `timelines` and returns them as JSON.
-fn print_timeline(n: usize, timelines: &[(timeline::PodTimeline, f64)]) -> Value {
+/// Prints the per-step p50/p99 (ms) over `timelines`, with the raw client's call durations
+/// (`raw`, in [`RAW_OPS`] order) beside rkubelet's, and returns them as JSON.
+fn print_timeline(
+    n: usize,
+    timelines: &[(timeline::PodTimeline, f64)],
+    raw: &[Vec<f64>; 3],
+) -> Value {
     let mut order: Vec<String> = vec!["manifests written→file_seen".to_owned()];
     let mut samples: HashMap<String, Vec<f64>> = HashMap::new();
     let mut cri_ops: HashMap<String, Vec<f64>> = HashMap::new();
@@ -334,6 +357,11 @@ fn print_timeline(n: usize, timelines: &[(timeline::PodTimeline, f64)]) -> Value
     for op in ops {
         row(format!("CRI {op} (sum per pod)"), cri_ops[op].clone());
     }
+    // The same calls made by the raw client in the rounds alternating with these: the part
+    // of rkubelet's CRI time that is the runtime doing more for rkubelet's richer requests.
+    for (op, v) in RAW_OPS.iter().zip(raw) {
+        row(format!("raw client: CRI {op}"), v.clone());
+    }
     json!({"pods": n, "starts": timelines.len(), "steps": rows})
 }
 
@@ -369,13 +397,19 @@ async fn main() -> Result<()> {
     println!("|---:|---:|---:|---:|---:|---:|");
     for &n in &args.counts {
         let (mut raw_all, mut kl_all, mut raw_per, mut kl_per) = (vec![], vec![], vec![], vec![]);
+        let mut raw_ops: [Vec<f64>; 3] = Default::default();
         let mut timelines = Vec::new();
         for _ in 0..args.rounds {
             // Rounds are numbered across counts so pod names (and timelines) never repeat.
             let round = round_no;
             round_no += 1;
             let (per, all) = raw_round(&rt, &raw_logs, n, round).await?;
-            raw_per.extend(per);
+            for (secs, calls) in per {
+                raw_per.push(secs);
+                for (v, ms) in raw_ops.iter_mut().zip(calls) {
+                    v.push(ms);
+                }
+            }
             raw_all.push(all);
             let (per, all, written_us) = kubelet_round(&k, &rt, n, round).await?;
             kl_per.extend(per);
@@ -385,7 +419,7 @@ async fn main() -> Result<()> {
             }
         }
         if args.timeline {
-            timeline_runs.push((n, timelines));
+            timeline_runs.push((n, timelines, raw_ops));
         }
         let (ra50, ra99) = summary(raw_all.clone());
         let (ka50, ka99) = summary(kl_all.clone());
@@ -405,7 +439,7 @@ async fn main() -> Result<()> {
     }
     let timeline_rows: Vec<Value> = timeline_runs
         .iter()
-        .map(|(n, t)| print_timeline(*n, t))
+        .map(|(n, t, raw)| print_timeline(*n, t, raw))
         .collect();
     let hwm = proc_status_kib(k.child.pid(), "VmHWM");
     println!(

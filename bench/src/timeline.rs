@@ -109,12 +109,26 @@ pub fn reduce(marks: &[Mark]) -> Vec<PodTimeline> {
         let Some(running) = ms.iter().find(|m| m.step == "running") else {
             continue;
         };
-        let mut found: Vec<(&str, u64)> = Vec::new();
+        // Only up to Running: the rounds after it wait for the next relist by design, and a
+        // step that happened earlier than its place in the order (a relist that saw the started
+        // containers before the round ended) must not be matched with one of those rounds.
+        let until_running: Vec<&Mark> = ms
+            .iter()
+            .copied()
+            .filter(|m| m.at_us <= running.at_us)
+            .collect();
+        let mut found: Vec<(String, u64)> = Vec::new();
         let mut idx = 0;
         for &step in MILESTONES {
-            if let Some(pos) = ms[idx..].iter().position(|m| m.step == step) {
-                let m = ms[idx + pos];
-                found.push((step, m.at_us));
+            if let Some(pos) = until_running[idx..].iter().position(|m| m.step == step) {
+                let m = until_running[idx + pos];
+                // The second round's steps are told apart from the first's.
+                let label = if found.iter().any(|(s, _)| s == step) {
+                    format!("{step}#2")
+                } else {
+                    step.to_owned()
+                };
+                found.push((label, m.at_us));
                 idx += pos;
             }
         }
@@ -139,7 +153,7 @@ pub fn reduce(marks: &[Mark]) -> Vec<PodTimeline> {
                 .entry(m.op.clone().unwrap_or_default())
                 .or_default() += d;
         }
-        let end = found.iter().position(|(s, _)| *s == "sync_end");
+        let end = found.iter().position(|(s, _)| s == "sync_end");
         let pleg_wait_ms = end
             .and_then(|i| found.get(i..i + 2))
             .filter(|w| w[1].0 == "pleg_event")
@@ -222,10 +236,41 @@ mod tests {
                 "admitted→sync_begin",
                 "sync_begin→sync_end",
                 "sync_end→pleg_event",
-                "pleg_event→sync_begin",
-                "sync_begin→running"
+                "pleg_event→sync_begin#2",
+                "sync_begin#2→running"
             ]
         );
         assert_eq!(t.segments[2].1, 6.0);
+    }
+
+    #[test]
+    fn rounds_after_running_are_not_part_of_the_start() {
+        // The relist saw the started container before the first round ended, so no
+        // `pleg_event` follows `sync_end` before Running; the later rounds (waiting a relist
+        // each, after Running) must not be taken for the start's second round.
+        let lines = [
+            "pod=\"u1\" step=\"file_seen\" name=\"bench/p\" at_us=1000",
+            "pod=\"u1\" step=\"worker_round\" at_us=2000",
+            "pod=\"u1\" step=\"status_fetched\" at_us=2000",
+            "pod=\"u1\" step=\"sync_begin\" at_us=2000",
+            "pod=\"u1\" step=\"pleg_event\" at_us=8000",
+            "pod=\"u1\" step=\"sync_end\" at_us=9000",
+            "pod=\"u1\" step=\"worker_round\" at_us=9000",
+            "pod=\"u1\" step=\"status_fetched\" at_us=9100",
+            "pod=\"u1\" step=\"sync_begin\" at_us=9100",
+            "pod=\"u1\" step=\"running\" at_us=9500",
+            "pod=\"u1\" step=\"pleg_event\" at_us=900000",
+            "pod=\"u1\" step=\"worker_round\" at_us=900000",
+            "pod=\"u1\" step=\"status_fetched\" at_us=1900000",
+        ];
+        let marks: Vec<Mark> = lines.iter().filter_map(|l| parse_line(&line(l))).collect();
+        let t = &reduce(&marks)[0];
+        assert_eq!(t.pleg_wait_ms, 0.0);
+        let longest = t.segments.iter().map(|(_, ms)| *ms).fold(0.0, f64::max);
+        assert_eq!(longest, 7.0, "{:?}", t.segments);
+        assert_eq!(
+            t.segments.last().map(|(s, _)| s.as_str()),
+            Some("sync_begin#2→running")
+        );
     }
 }

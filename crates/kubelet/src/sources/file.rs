@@ -265,7 +265,8 @@ impl FileSource {
         let mut watch_error: Option<String> = None;
         let mut deadline: Option<Instant> = None;
         let mut reader = ManifestReader::new(&self.node_name);
-        let mut last_sent: Option<Vec<Pod>> = None;
+        // What was sent last, as the readers' shared pods (no copy of them is kept here).
+        let mut sent_once = false;
         let mut last_files: BTreeMap<PathBuf, Arc<[Pod]>> = BTreeMap::new();
         loop {
             let (reread, periodic) = tokio::select! {
@@ -303,27 +304,28 @@ impl FileSource {
                 }
             }
             // Every file answered with the pods it had: the set is the one already sent.
-            if last_sent.is_some() && same_manifests(&files, &last_files) {
+            if sent_once && same_manifests(&files, &last_files) {
                 continue;
             }
-            let pods: Vec<Pod> = files.values().flat_map(|p| p.iter()).cloned().collect();
-            last_files = files;
-            if last_sent.as_ref() == Some(&pods) {
+            // New bytes that decode to the very pods already sent (an edit of a comment).
+            if sent_once && flatten(&files).eq(flatten(&last_files)) {
+                last_files = files;
                 continue;
             }
             if crate::metrics::timeline::enabled() {
-                mark_new_pods(last_sent.as_deref(), &pods);
+                mark_new_pods(sent_once.then_some(&last_files), &files);
             }
             let update = PodUpdate {
                 op: PodOp::Set,
                 source: PodSource::File,
-                pods: pods.clone(),
+                pods: flatten(&files).cloned().collect(),
             };
+            last_files = files;
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 sent = tx.send(update) => if sent.is_err() { return },
             }
-            last_sent = Some(pods);
+            sent_once = true;
         }
     }
 
@@ -392,15 +394,23 @@ fn same_manifests(
             .all(|((f, p), (bf, bp))| f == bf && Arc::ptr_eq(p, bp))
 }
 
+/// The pods of every file, in path order (the order they are sent in).
+fn flatten(files: &BTreeMap<PathBuf, Arc<[Pod]>>) -> impl Iterator<Item = &Pod> {
+    files.values().flat_map(|p| p.iter())
+}
+
 /// Timeline: the pods of this set that the previous set did not hold.
-fn mark_new_pods(previous: Option<&[Pod]>, pods: &[Pod]) {
+fn mark_new_pods(
+    previous: Option<&BTreeMap<PathBuf, Arc<[Pod]>>>,
+    files: &BTreeMap<PathBuf, Arc<[Pod]>>,
+) {
     use crate::types::PodExt;
     let known: std::collections::HashSet<&str> = previous
-        .unwrap_or_default()
-        .iter()
+        .into_iter()
+        .flat_map(flatten)
         .map(|p| p.uid())
         .collect();
-    for pod in pods.iter().filter(|p| !known.contains(p.uid())) {
+    for pod in flatten(files).filter(|p| !known.contains(p.uid())) {
         crate::metrics::timeline::mark_seen(pod.uid(), &pod.full_name());
     }
 }

@@ -377,3 +377,35 @@ fn a_manifest_over_the_limit_is_refused() {
     assert!(snap.files.is_empty());
     assert!(snap.invalid.contains(&big), "{:?}", snap.errors);
 }
+
+/// New bytes that decode to the pods already sent (a comment added) send nothing; the next
+/// real change is sent, whole.
+#[tokio::test]
+async fn an_edit_that_keeps_the_pods_sends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source =
+        FileSource::new(dir.path(), "node1", Duration::from_millis(100)).with_inotify(false);
+    fs::write(dir.path().join("a.yaml"), manifest("a", "nginx")).unwrap();
+    fs::write(dir.path().join("b.yaml"), manifest("b", "nginx")).unwrap();
+    let mut run = Running::start(source);
+    assert_eq!(names(&run.next().await), ["a-node1", "b-node1"]);
+    let commented = format!("# the same pod\n{}", manifest("a", "nginx"));
+    fs::write(dir.path().join("a.yaml"), commented).unwrap();
+    // Several periods pass: nothing is sent for an edit that changes no pod.
+    let quiet = tokio::time::timeout(Duration::from_millis(500), run.rx.recv()).await;
+    assert!(quiet.is_err(), "an update for equal pods: {quiet:?}");
+    fs::write(dir.path().join("b.yaml"), manifest("b", "busybox")).unwrap();
+    let u = run.next().await;
+    assert_eq!(names(&u), ["a-node1", "b-node1"]);
+    let image = |u: &PodUpdate, i: usize| {
+        u.pods[i].spec.as_ref().unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        (image(&u, 0), image(&u, 1)),
+        ("nginx".into(), "busybox".into())
+    );
+    run.stop().await;
+}
