@@ -17,7 +17,8 @@ pub type MirrorSnapshot = Arc<HashMap<String, Pod>>;
 
 /// The desired pods of this node and the mirror pods of its static pods.
 pub struct PodManager {
-    pods: HashMap<PodUid, Pod>,
+    /// Shared with the pod workers working on them (one copy of each pod).
+    pods: HashMap<PodUid, Arc<Pod>>,
     by_full_name: HashMap<String, PodUid>,
     mirrors: HashMap<PodUid, Pod>,
     mirror_by_full_name: HashMap<String, PodUid>,
@@ -91,12 +92,14 @@ impl PodManager {
     }
 
     /// Adds or replaces a pod; a mirror pod goes to the mirror store (upstream `UpdatePod`).
-    pub fn upsert(&mut self, pod: Pod) {
+    pub fn upsert(&mut self, pod: impl Into<Arc<Pod>>) {
+        let pod: Arc<Pod> = pod.into();
         let uid = pod.uid().to_owned();
         if stored_as_mirror(&pod) {
             self.mirror_by_full_name
                 .insert(pod.full_name(), uid.clone());
-            self.mirrors.insert(uid, pod);
+            self.mirrors
+                .insert(uid, Arc::try_unwrap(pod).unwrap_or_else(|p| (*p).clone()));
             self.publish_mirrors();
         } else {
             self.by_full_name.insert(pod.full_name(), uid.clone());
@@ -106,7 +109,7 @@ impl PodManager {
     }
 
     /// Forgets a pod or mirror pod by UID; returns it if it was known.
-    pub fn remove(&mut self, uid: &str) -> Option<Pod> {
+    pub fn remove(&mut self, uid: &str) -> Option<Arc<Pod>> {
         if let Some(pod) = self.pods.remove(uid) {
             let name = pod.full_name();
             if self.by_full_name.get(&name).is_some_and(|u| u == uid) {
@@ -129,12 +132,17 @@ impl PodManager {
         crate::maps::release_spare(&mut self.mirrors);
         crate::maps::release_spare(&mut self.mirror_by_full_name);
         self.publish_mirrors();
-        Some(mirror)
+        Some(Arc::new(mirror))
     }
 
     /// A regular (non-mirror) pod by UID.
     pub fn get(&self, uid: &str) -> Option<&Pod> {
-        self.pods.get(uid)
+        self.pods.get(uid).map(|p| &**p)
+    }
+
+    /// A regular pod by UID, shared (for a pod worker to hold without copying it).
+    pub fn get_shared(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.pods.get(uid).cloned()
     }
 
     /// A regular (non-mirror) pod by `namespace/name`.
@@ -142,11 +150,12 @@ impl PodManager {
         self.by_full_name
             .get(full_name)
             .and_then(|u| self.pods.get(u))
+            .map(|p| &**p)
     }
 
     /// The regular pods (mirror pods excluded).
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values()
+        self.pods.values().map(|p| &**p)
     }
 
     /// UIDs of the regular pods (mirror pods excluded).
@@ -211,7 +220,7 @@ impl PodManager {
             pending.pods = true;
             return;
         }
-        let mut pods: Vec<Pod> = self.pods.values().cloned().collect();
+        let mut pods: Vec<Pod> = self.pods.values().map(|p| (**p).clone()).collect();
         pods.sort_by_cached_key(|p| p.full_name());
         self.snapshot.send_replace(Arc::new(pods));
     }

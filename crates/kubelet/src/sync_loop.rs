@@ -357,6 +357,8 @@ impl SyncLoop {
                         .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
                 });
                 for pod in pods {
+                    // One copy, shared by the pod manager and the pod's worker.
+                    let pod = Arc::new(pod);
                     info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
                     self.register_objects(&pod);
                     crate::metrics::timeline::mark(pod.uid(), "sync_loop_add");
@@ -374,6 +376,7 @@ impl SyncLoop {
             }
             PodOp::Update | PodOp::Delete => {
                 for pod in update.pods {
+                    let pod = Arc::new(pod);
                     info!(pod = %pod.full_name(), uid = %pod.uid(), op = ?update.op, "pod updated");
                     self.register_objects(&pod);
                     self.pod_manager.upsert(pod.clone());
@@ -407,6 +410,7 @@ impl SyncLoop {
                 // Upstream `HandlePodReconcile`: a status-only change; the pod is synced at
                 // once when its Ready condition no longer matches its readiness gates.
                 for pod in update.pods {
+                    let pod = Arc::new(pod);
                     self.pod_manager.upsert(pod.clone());
                     if need_to_reconcile_pod_readiness(&pod) && !self.rejected.contains(pod.uid()) {
                         debug!(pod = %pod.full_name(), uid = %pod.uid(), reason = "readiness gate changed", "syncing pod to reconcile its Ready condition");
@@ -433,11 +437,15 @@ impl SyncLoop {
             if op == PodOp::Reconcile {
                 continue;
             }
-            match self.pod_manager.pod_for_mirror(&mirror) {
+            let pod = self
+                .pod_manager
+                .pod_for_mirror(&mirror)
+                .and_then(|p| self.pod_manager.get_shared(p.uid()));
+            match pod {
                 Some(pod) if !self.rejected.contains(pod.uid()) => {
                     debug!(pod = %pod.full_name(), uid = %pod.uid(), mirror_uid = %mirror.uid(), reason = "mirror pod changed", "syncing static pod");
                     self.workers
-                        .update_pod(PodWork::sync(UpdateType::Update, pod.clone()));
+                        .update_pod(PodWork::sync(UpdateType::Update, pod));
                 }
                 _ => {
                     debug!(pod = %mirror.full_name(), uid = %mirror.uid(), "no static pod for mirror pod")
@@ -447,12 +455,12 @@ impl SyncLoop {
     }
 
     fn handle_pleg_event(&mut self, event: PodLifecycleEvent) {
-        match self.pod_manager.get(&event.uid) {
+        match self.pod_manager.get_shared(&event.uid) {
             Some(pod) if !self.rejected.contains(&event.uid) => {
                 debug!(pod = %pod.full_name(), uid = %event.uid, event = ?event.kind, "PLEG event");
                 crate::metrics::timeline::mark(&event.uid, "pleg_event");
                 self.workers
-                    .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
+                    .update_pod(PodWork::sync(UpdateType::Sync, pod));
             }
             _ => {
                 debug!(uid = %event.uid, event = ?event.kind, "PLEG event for a pod that is not desired; housekeeping handles it")
@@ -461,11 +469,11 @@ impl SyncLoop {
     }
 
     fn handle_probe_update(&mut self, u: ProbeUpdate) {
-        match self.pod_manager.get(&u.pod_uid) {
+        match self.pod_manager.get_shared(&u.pod_uid) {
             Some(pod) if !self.rejected.contains(&u.pod_uid) => {
                 debug!(pod = %pod.full_name(), uid = %u.pod_uid, container_id = %u.container_id, probe = ?u.kind, result = ?u.result, "probe result changed");
                 self.workers
-                    .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
+                    .update_pod(PodWork::sync(UpdateType::Sync, pod));
             }
             _ => {
                 debug!(uid = %u.pod_uid, probe = ?u.kind, "probe result for a pod that is not desired")
@@ -493,9 +501,9 @@ impl SyncLoop {
             }
         }
         for uid in due {
-            if let Some(pod) = self.pod_manager.get(&uid) {
+            if let Some(pod) = self.pod_manager.get_shared(&uid) {
                 self.workers
-                    .update_pod(PodWork::sync(UpdateType::Sync, pod.clone()));
+                    .update_pod(PodWork::sync(UpdateType::Sync, pod));
             }
         }
     }
@@ -573,13 +581,13 @@ impl SyncLoop {
             if self.rejected.contains(uid) {
                 continue;
             }
-            if let Some(pod) = self.pod_manager.get(uid) {
+            if let Some(pod) = self.pod_manager.get_shared(uid) {
                 info!(pod = %pod.full_name(), %uid, "restarting pod worker for desired pod");
                 if let Some(m) = &self.metrics {
                     m.record_restarted_pod(pod.source().is_some_and(|s| s.is_static()));
                 }
                 self.workers
-                    .update_pod(PodWork::sync(UpdateType::Create, pod.clone()));
+                    .update_pod(PodWork::sync(UpdateType::Create, pod));
             }
         }
 

@@ -57,27 +57,28 @@ pub struct KillOptions {
 #[derive(Debug, Clone)]
 pub struct PodWork {
     pub update_type: UpdateType,
-    /// The desired pod; `None` for runtime pods the kubelet has no spec for (orphans).
-    pub pod: Option<Pod>,
+    /// The desired pod, shared with the pod manager (a worker holds it for as long as it
+    /// works on it); `None` for runtime pods the kubelet has no spec for (orphans).
+    pub pod: Option<Arc<Pod>>,
     /// For orphans: what the runtime runs.
     pub running_pod: Option<RunningPod>,
     pub kill: Option<KillOptions>,
 }
 
 impl PodWork {
-    pub fn sync(update_type: UpdateType, pod: Pod) -> Self {
+    pub fn sync(update_type: UpdateType, pod: impl Into<Arc<Pod>>) -> Self {
         Self {
             update_type,
-            pod: Some(pod),
+            pod: Some(pod.into()),
             running_pod: None,
             kill: None,
         }
     }
 
-    pub fn kill(pod: Pod, options: KillOptions) -> Self {
+    pub fn kill(pod: impl Into<Arc<Pod>>, options: KillOptions) -> Self {
         Self {
             update_type: UpdateType::Kill,
-            pod: Some(pod),
+            pod: Some(pod.into()),
             running_pod: None,
             kill: Some(options),
         }
@@ -194,7 +195,7 @@ impl Default for WorkerTimings {
 }
 
 struct PodSyncStatus {
-    pod: Option<Pod>,
+    pod: Option<Arc<Pod>>,
     running_pod: Option<RunningPod>,
     /// Upstream `BuildPodFullName` (`name_namespace`): static pods sharing it start in turn.
     full_name: String,
@@ -406,7 +407,7 @@ impl PodWorkers {
         match st.phase {
             WorkerPhase::Syncing if kill => {
                 let (grace, _) =
-                    effective_grace_period(None, st.pod.as_ref(), options.grace_period_override);
+                    effective_grace_period(None, st.pod.as_deref(), options.grace_period_override);
                 info!(pod = %full_name(st), %uid, grace_period = grace, reason = if options.removed { "removed from config" } else if deleting { "deleted" } else { "kill requested" }, "pod is terminating");
                 st.phase = WorkerPhase::Terminating {
                     grace_period: grace,
@@ -418,7 +419,7 @@ impl PodWorkers {
                 // a shorter one restarts the kill in flight (upstream `wasGracePeriodShortened`).
                 let (grace, shortened) = effective_grace_period(
                     Some(grace_period),
-                    st.pod.as_ref(),
+                    st.pod.as_deref(),
                     options.grace_period_override,
                 );
                 if shortened {
@@ -459,7 +460,7 @@ impl PodWorkers {
             pod: None,
             running_pod: None,
             full_name: static_full_name(&name, &namespace),
-            is_static: work.pod.as_ref().is_some_and(is_static_pod),
+            is_static: work.pod.as_deref().is_some_and(is_static_pod),
             phase: if work.pod.is_none() {
                 // Orphans have no spec to run: go straight to termination.
                 WorkerPhase::Terminating { grace_period: 1 }

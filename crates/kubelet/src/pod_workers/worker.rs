@@ -20,7 +20,7 @@ use std::time::Duration;
 struct Round {
     phase: WorkerPhase,
     update_type: UpdateType,
-    pod: Option<Pod>,
+    pod: Option<std::sync::Arc<Pod>>,
     running_pod: Option<RunningPod>,
     removed: bool,
     /// Fires when a kill interrupts a sync, or a shorter grace period a kill.
