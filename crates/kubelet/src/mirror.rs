@@ -135,14 +135,15 @@ pub type StaticPodRunning = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 /// mirror. An orphaned mirror pod whose static pod is still `running` is kept for now. Output is
 /// ordered by full name: static pods first, then orphans.
 pub fn plan_mirror_actions(
-    pods: &[Pod],
+    pods: &[impl std::borrow::Borrow<Pod>],
     mirrors: &HashMap<String, Pod>,
     running: &dyn Fn(&Pod) -> bool,
 ) -> Vec<MirrorAction> {
     let mut actions = Vec::new();
     let mut statics: Vec<&Pod> = pods
         .iter()
-        .filter(|p| p.source().is_some_and(|s| s.is_static()))
+        .map(std::borrow::Borrow::borrow)
+        .filter(|p: &&Pod| p.source().is_some_and(|s| s.is_static()))
         .collect();
     statics.sort_by_key(|p| p.full_name());
     for static_pod in statics {
@@ -164,7 +165,7 @@ pub fn plan_mirror_actions(
             }
         }
     }
-    let names: HashSet<String> = pods.iter().map(PodExt::full_name).collect();
+    let names: HashSet<String> = pods.iter().map(|p| p.borrow().full_name()).collect();
     let mut orphans: Vec<(&String, &Pod)> = mirrors
         .iter()
         .filter(|(name, mirror)| !names.contains(*name) && !running(mirror))
@@ -184,7 +185,7 @@ pub fn plan_mirror_actions(
 pub struct MirrorPodReconciler {
     client: kube::Client,
     node_name: String,
-    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
     node: watch::Receiver<Option<Arc<Node>>>,
     period: Duration,
@@ -207,7 +208,7 @@ impl MirrorPodReconciler {
     pub fn new(
         client: kube::Client,
         node_name: impl Into<String>,
-        pods: watch::Receiver<Arc<Vec<Pod>>>,
+        pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
         mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
         node: watch::Receiver<Option<Arc<Node>>>,
         period: Duration,
@@ -579,7 +580,9 @@ mod tests {
         // A client that is never used: sources are not ready, so nothing is written.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let (pods_tx, pods_rx) = watch::channel(Arc::new(vec![static_pod("a-node-a", "ha")]));
+        let (pods_tx, pods_rx) = watch::channel(crate::pod_manager::pods_snapshot([static_pod(
+            "a-node-a", "ha",
+        )]));
         let (mirrors_tx, mirrors_rx) = watch::channel(Arc::new(HashMap::new()));
         let (node_tx, node_rx) = watch::channel(None);
         drop((pods_tx, mirrors_tx, node_tx));

@@ -12,6 +12,15 @@ use tokio::sync::watch;
 use crate::mirror::is_mirror_pod;
 use crate::types::{PodExt, PodUid};
 
+/// The regular desired pods, sorted by full name, as published to readers; each pod is the
+/// pod manager's own (shared, not copied).
+pub type PodsSnapshot = Arc<Vec<Arc<Pod>>>;
+
+/// A [`PodsSnapshot`] of `pods` (readers' tests and fixtures).
+pub fn pods_snapshot(pods: impl IntoIterator<Item = Pod>) -> PodsSnapshot {
+    Arc::new(pods.into_iter().map(Arc::new).collect())
+}
+
 /// Mirror pods by full name (`namespace/name`), as published to readers.
 pub type MirrorSnapshot = Arc<HashMap<String, Pod>>;
 
@@ -22,7 +31,7 @@ pub struct PodManager {
     by_full_name: HashMap<String, PodUid>,
     mirrors: HashMap<PodUid, Pod>,
     mirror_by_full_name: HashMap<String, PodUid>,
-    snapshot: watch::Sender<Arc<Vec<Pod>>>,
+    snapshot: watch::Sender<PodsSnapshot>,
     mirror_snapshot: watch::Sender<MirrorSnapshot>,
     /// Between [`PodManager::begin_batch`] and [`PodManager::end_batch`]: which snapshots
     /// changed and are still to publish.
@@ -81,7 +90,7 @@ impl PodManager {
     }
 
     /// Readers (HTTP server, mirror reconciler, tests) see the regular desired pods through this.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Vec<Pod>>> {
+    pub fn subscribe(&self) -> watch::Receiver<PodsSnapshot> {
         self.snapshot.subscribe()
     }
 
@@ -220,7 +229,7 @@ impl PodManager {
             pending.pods = true;
             return;
         }
-        let mut pods: Vec<Pod> = self.pods.values().map(|p| (**p).clone()).collect();
+        let mut pods: Vec<Arc<Pod>> = self.pods.values().cloned().collect();
         pods.sort_by_cached_key(|p| p.full_name());
         self.snapshot.send_replace(Arc::new(pods));
     }

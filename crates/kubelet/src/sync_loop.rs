@@ -259,7 +259,7 @@ impl SyncLoop {
     }
 
     /// Desired pods, for readers.
-    pub fn pods(&self) -> watch::Receiver<Arc<Vec<Pod>>> {
+    pub fn pods(&self) -> watch::Receiver<crate::pod_manager::PodsSnapshot> {
         self.pod_manager.subscribe()
     }
 

@@ -90,7 +90,7 @@ pub(super) struct ApiInputs {
     pub source_tx: mpsc::Sender<PodUpdate>,
     /// The Node the admission predicates check against.
     pub admission_node: watch::Sender<Arc<Node>>,
-    pub pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     pub mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
     /// Ready once the pod manager has every pod of every source (the mirror reconciler
     /// deletes mirror pods whose static pod it does not see).
@@ -244,8 +244,15 @@ fn resources_reclaimed(phase: Option<WorkerPhase>) -> bool {
 
 /// Where the status of kubelet pod `uid` goes in the API: the pod itself for an API pod, its
 /// mirror pod for a static pod (`None` until the mirror pod exists).
-fn status_target(pods: &[Pod], mirrors: &HashMap<String, Pod>, uid: &str) -> Option<StatusTarget> {
-    let pod = pods.iter().find(|p| p.uid() == uid)?;
+fn status_target(
+    pods: &[impl std::borrow::Borrow<Pod>],
+    mirrors: &HashMap<String, Pod>,
+    uid: &str,
+) -> Option<StatusTarget> {
+    let pod: &Pod = pods
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .find(|p: &&Pod| p.uid() == uid)?;
     if pod.source().is_some_and(|s| s.is_static()) {
         let mirror = mirrors.get(&pod.full_name())?;
         return Some(StatusTarget {

@@ -259,7 +259,7 @@ pub enum AgentError {
 
 /// A running kubelet.
 pub struct Agent {
-    pub pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     /// The prober (results, `prober_probe_total`, worker counts); `prober.metrics().render()`
     /// is `/metrics/probes`.
     pub prober: ProbeManager,
@@ -949,7 +949,7 @@ fn start_serving_certificates(
 
 /// What the eviction manager reads and writes.
 struct EvictionInputs {
-    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     status: StatusManager,
     workers: PodWorkers,
     events: Arc<dyn EventRecorder>,
@@ -962,17 +962,19 @@ struct EvictionInputs {
 /// The desired pods whose status is not terminal (admitted and still to run), for the
 /// allocation and CPU managers.
 fn non_terminal_pods(
-    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     status: StatusManager,
 ) -> Box<dyn Fn() -> Vec<Pod> + Send + Sync> {
     Box::new(move || {
         pods.borrow()
             .iter()
             .filter(|p| {
-                !status
-                    .with_pod_status(crate::types::PodExt::uid(*p), crate::admission::is_terminal)
+                !status.with_pod_status(
+                    crate::types::PodExt::uid(&***p),
+                    crate::admission::is_terminal,
+                )
             })
-            .cloned()
+            .map(|p| (**p).clone())
             .collect()
     })
 }
@@ -1035,7 +1037,7 @@ fn start_eviction(
                             )
                         })
                 })
-                .cloned()
+                .map(|p| (**p).clone())
                 .collect()
         })
     };

@@ -138,7 +138,7 @@ struct Inner {
     kubepods: CgroupName,
     qos: QosCgroups,
     /// The active pods (set once the sync loop exists).
-    pods: OnceLock<watch::Receiver<Arc<Vec<Pod>>>>,
+    pods: OnceLock<watch::Receiver<crate::pod_manager::PodsSnapshot>>,
     /// Serialises QoS updates (pod syncs and the periodic task race otherwise).
     qos_lock: Mutex<()>,
 }
@@ -185,7 +185,7 @@ impl ContainerManager {
     }
 
     /// Gives the manager the desired pods (the QoS cgroups follow them).
-    pub fn set_active_pods(&self, pods: watch::Receiver<Arc<Vec<Pod>>>) {
+    pub fn set_active_pods(&self, pods: watch::Receiver<crate::pod_manager::PodsSnapshot>) {
         let _ = self.inner.pods.set(pods);
     }
 
@@ -338,8 +338,10 @@ impl ContainerManager {
                 Some("Succeeded" | "Failed")
             )
         });
-        let (burstable, best_effort) =
-            qos_containers::qos_settings(active.chain(extra), &self.inner.cfg.hugepage_sizes);
+        let (burstable, best_effort) = qos_containers::qos_settings(
+            active.map(|p| &**p).chain(extra),
+            &self.inner.cfg.hugepage_sizes,
+        );
         for (name, rc) in [
             (&self.inner.qos.burstable, burstable),
             (&self.inner.qos.best_effort, best_effort),
@@ -422,7 +424,7 @@ impl ContainerManager {
     }
 }
 
-async fn changed(rx: &mut Option<watch::Receiver<Arc<Vec<Pod>>>>) -> bool {
+async fn changed(rx: &mut Option<watch::Receiver<crate::pod_manager::PodsSnapshot>>) -> bool {
     match rx {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
@@ -534,7 +536,7 @@ mod tests {
             "/rk/kubepods/burstable/podb1"
         );
 
-        tx.send(Arc::new(vec![b.clone()])).unwrap();
+        tx.send(Arc::new(vec![Arc::new(b.clone())])).unwrap();
         fs.add_pids("/rk/kubepods/besteffort/podgone", &[99_999_999]);
         fs.insert(
             "/rk/kubepods/podpending",

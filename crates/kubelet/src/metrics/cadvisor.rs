@@ -77,7 +77,7 @@ impl<'a> CadvisorInput<'a> {
     /// `cgroupRoot` of per-QoS cgroups) and the runtime's pods (container IDs and images).
     pub fn new(
         summary: &'a Summary,
-        pods: &[Pod],
+        pods: &[impl std::borrow::Borrow<Pod>],
         runtime_pods: &[PodStatus],
         pod_cgroup_root: Option<(&str, CgroupDriver)>,
         machine: Option<&'a HostInfo>,
@@ -86,7 +86,8 @@ impl<'a> CadvisorInput<'a> {
         let pod_cgroups = match pod_cgroup_root {
             Some((root, driver)) => pods
                 .iter()
-                .filter_map(|p| Some((p.uid().to_owned(), pod_cgroup_path(root, driver, p)?)))
+                .map(std::borrow::Borrow::borrow)
+                .filter_map(|p: &Pod| Some((p.uid().to_owned(), pod_cgroup_path(root, driver, p)?)))
                 .collect(),
             None => HashMap::new(),
         };

@@ -168,7 +168,7 @@ pub type ActivePodsFn = Arc<dyn Fn() -> Vec<Pod> + Send + Sync>;
 /// Upstream `GetActivePods` as the shutdown needs it: the pods whose worker may still run
 /// containers (syncing or terminating).
 pub fn active_pods(
-    pods: tokio::sync::watch::Receiver<Arc<Vec<Pod>>>,
+    pods: tokio::sync::watch::Receiver<crate::pod_manager::PodsSnapshot>,
     workers: PodWorkers,
 ) -> ActivePodsFn {
     Arc::new(move || {
@@ -180,7 +180,7 @@ pub fn active_pods(
                     Some(WorkerPhase::Syncing | WorkerPhase::Terminating { .. })
                 )
             })
-            .cloned()
+            .map(|p| (**p).clone())
             .collect()
     })
 }

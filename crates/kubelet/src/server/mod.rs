@@ -64,7 +64,7 @@ pub type Resp = Response<BoxBody<Bytes, Infallible>>;
 /// What the handlers read.
 #[derive(Clone)]
 pub struct ServerState {
-    pub pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     pub status: StatusManager,
     pub checks: Vec<(String, HealthCheck)>,
     /// The node name (authorization attributes).
@@ -111,7 +111,7 @@ pub struct ServerState {
 impl ServerState {
     /// A state with only pods, statuses and health checks (everything else off).
     pub fn basic(
-        pods: watch::Receiver<Arc<Vec<Pod>>>,
+        pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
         status: StatusManager,
         checks: Vec<(String, HealthCheck)>,
     ) -> Self {
@@ -563,7 +563,7 @@ pub fn pod_list(state: &ServerState) -> serde_json::Value {
     let items: Vec<Pod> = pods
         .iter()
         .map(|p| {
-            let mut p = p.clone();
+            let mut p = (**p).clone();
             if let Some(s) = state.status.get_pod_status(p.uid()) {
                 p.status = Some(s);
             }
@@ -585,7 +585,7 @@ mod tests {
     use http_body_util::BodyExt;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn state(failing: bool) -> (ServerState, watch::Sender<Arc<Vec<Pod>>>) {
+    fn state(failing: bool) -> (ServerState, watch::Sender<crate::pod_manager::PodsSnapshot>) {
         let (tx, rx) = watch::channel(Arc::new(Vec::new()));
         let check: HealthCheck = Arc::new(move || {
             if failing {
@@ -641,7 +641,7 @@ mod tests {
             },
             ..Default::default()
         };
-        tx.send_replace(Arc::new(vec![pod.clone()]));
+        tx.send_replace(Arc::new(vec![Arc::new(pod.clone())]));
         st.status.set_pod_status(
             &pod,
             k8s_openapi::api::core::v1::PodStatus {

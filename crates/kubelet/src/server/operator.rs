@@ -124,7 +124,7 @@ pub async fn serve(state: &ServerState, view: &OperatorView) -> Resp {
                 .borrow()
                 .iter()
                 .find(|p| p.namespace() == namespace && p.name() == name)
-                .cloned();
+                .map(|p| (**p).clone());
             let Some(mut pod) = pod else {
                 return super::text(
                     StatusCode::NOT_FOUND,

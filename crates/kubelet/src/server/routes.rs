@@ -215,7 +215,7 @@ fn find_pod(state: &ServerState, ns: &str, name: &str) -> Option<Pod> {
         .borrow()
         .iter()
         .find(|p| p.namespace() == ns && p.name() == name)
-        .cloned()
+        .map(|p| (**p).clone())
 }
 
 fn spec_has_container(pod: &Pod, name: &str) -> bool {

@@ -126,7 +126,7 @@ fn orphans_killed(recorder: &Recorder) -> Vec<String> {
 struct Fixture {
     recorder: Arc<Recorder>,
     applied: SourcesApplied,
-    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
     cancel: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }

@@ -67,8 +67,8 @@ fn pods_api(client: &kube::Client) -> kube::Api<Pod> {
     kube::Api::namespaced(client.clone(), "default")
 }
 
-fn names(pods: &[Pod]) -> Vec<String> {
-    let mut n: Vec<String> = pods.iter().map(|p| p.name().to_owned()).collect();
+fn names(pods: &[impl std::borrow::Borrow<Pod>]) -> Vec<String> {
+    let mut n: Vec<String> = pods.iter().map(|p| p.borrow().name().to_owned()).collect();
     n.sort();
     n
 }
@@ -411,7 +411,7 @@ fn static_pod(name: &str, image: &str) -> Pod {
 /// Sources → merger → a pod manager (as the sync loop keeps it) → mirror reconciler.
 struct MirrorHarness {
     file_tx: mpsc::Sender<PodUpdate>,
-    pods: watch::Receiver<Arc<Vec<Pod>>>,
+    pods: watch::Receiver<kubelet::pod_manager::PodsSnapshot>,
     mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
     _node_tx: watch::Sender<Option<Arc<Node>>>,
     cancel: CancellationToken,
@@ -642,7 +642,7 @@ async fn mirror_reconciler_waits_for_the_node_and_the_sources() {
     let f = fixture().await;
     let cancel = CancellationToken::new();
     let web = static_pod("web", "busybox:1");
-    let (_pods_tx, pods_rx) = watch::channel(Arc::new(vec![web]));
+    let (_pods_tx, pods_rx) = watch::channel(kubelet::pod_manager::pods_snapshot([web]));
     let (_mirrors_tx, mirrors_rx) = watch::channel(Arc::new(HashMap::new()));
     let (node_tx, node_rx) = watch::channel(None);
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));

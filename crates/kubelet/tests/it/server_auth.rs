@@ -173,7 +173,7 @@ async fn auth_matrix_against_token_and_subject_access_reviews() {
     let (tls, auth) = setup::build(&cfg, Some(setup::kube_reviews(api.client.clone()))).unwrap();
     let listener = server::bind(cfg.addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (_pods_tx, pods_rx) = watch::channel(Arc::new(Vec::<Pod>::new()));
+    let (_pods_tx, pods_rx) = watch::channel(kubelet::pod_manager::pods_snapshot([]));
     let mut state = ServerState::basic(pods_rx, StatusManager::new(), Vec::new());
     state.node_name = "node-1".into();
     let cancel = CancellationToken::new();
@@ -331,7 +331,11 @@ async fn raw_tls(
 
 /// A state whose pod `ns/p` has the running container `c` in a fake runtime that records
 /// every call: a routed `/run/ns/p/c` shows up as `ExecSync`.
-fn exec_state() -> (ServerState, watch::Sender<Arc<Vec<Pod>>>, Arc<FakeRuntime>) {
+fn exec_state() -> (
+    ServerState,
+    watch::Sender<kubelet::pod_manager::PodsSnapshot>,
+    Arc<FakeRuntime>,
+) {
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateRunning, ContainerStatus, PodSpec, PodStatus,
     };
@@ -352,7 +356,7 @@ fn exec_state() -> (ServerState, watch::Sender<Arc<Vec<Pod>>>, Arc<FakeRuntime>)
         }),
         status: None,
     };
-    let (tx, rx) = watch::channel(Arc::new(vec![pod.clone()]));
+    let (tx, rx) = watch::channel(kubelet::pod_manager::pods_snapshot([pod.clone()]));
     let mut state = ServerState::basic(rx, StatusManager::new(), Vec::new());
     state.node_name = "node-1".into();
     state.status.set_pod_status(
