@@ -10,18 +10,21 @@
 //! `RKUBELET_SOAK_CSV` chooses it). Must hold: RSS at the end within 10 % of its value at the
 //! warm mark (10 min; short form: 1 min and 25 %, since 5 minutes is mostly warm-up); once the
 //! churn stops and its pods are gone, mounts, pod cgroups and runtime objects come back to
-//! their baseline before the churn exactly and fds to at most it; tasks stay at most the
-//! churn's high-water mark with every thread parked in an idle wait (none stuck in a blocking
-//! call), and never more than the runtime's ceiling (the main thread, two async workers and the
-//! blocking pool's 16: the pool grows to its ceiling whenever a burst needs it, early or late
-//! in the churn, and steady file work keeps its threads awake, but it cannot grow with the
-//! number of pods started); and at the very end nothing of any pod is left.
+//! their baseline before the churn exactly and fds to at most it; every thread is parked in an
+//! idle wait (none stuck in a blocking call) and none but the main thread and the two async
+//! workers waits without a timeout (the others are the blocking pool's idle threads, which end
+//! on their own), and there are never more than the runtime's ceiling (the main thread, two
+//! async workers and the blocking pool's 16: the pool grows to its ceiling whenever a burst
+//! needs it, early or late, and steady file work keeps its threads awake, but it cannot grow
+//! with the number of pods started); and at the very end nothing of any pod is left.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 /// The kubelet's threads at most: main, two async workers, and the blocking pool's ceiling
 /// (`worker_threads` and `BLOCKING_THREADS` in `crates/rkubelet/src/main.rs`).
 const THREAD_CEILING: u64 = 1 + 2 + 16;
+/// The threads that live as long as the kubelet: main and the two async workers.
+const RESIDENT_THREADS: u64 = 1 + 2;
 
 use crate::common;
 use crate::common::churn;
@@ -184,28 +187,54 @@ fn pod_cgroup_count(root: &str) -> u64 {
         .len() as u64
 }
 
-/// The kubelet's threads that are not parked in an idle wait (a futex or epoll wait): a
-/// thread blocked in a read, a pipe or a mount call here would be a leaked blocking task.
-fn busy_tasks(pid: u32) -> Vec<(String, String)> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|t| {
-                    let read = |f: &str| {
-                        std::fs::read_to_string(t.path().join(f))
-                            .unwrap_or_default()
-                            .trim()
-                            .to_owned()
-                    };
-                    let wchan = read("wchan");
-                    let idle = wchan.contains("futex")
-                        || wchan.contains("epoll")
-                        || wchan.contains("ep_poll");
-                    (!idle).then(|| (read("comm"), wchan))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// The futex system call's number, as `/proc/<pid>/task/<tid>/syscall` shows it.
+#[cfg(target_arch = "x86_64")]
+const SYS_FUTEX: &str = "202";
+#[cfg(target_arch = "aarch64")]
+const SYS_FUTEX: &str = "98";
+
+/// What the kubelet's threads are waiting on.
+#[derive(Debug, Default)]
+struct Threads {
+    /// Not parked in an idle wait (a futex or epoll wait): a thread blocked in a read, a pipe
+    /// or a mount call here would be a leaked blocking task.
+    busy: Vec<(String, String)>,
+    /// Parked in a futex wait with a timeout: tokio's idle blocking-pool threads, which end on
+    /// their own once no work wakes them for the pool's keep-alive.
+    pooled: u64,
+    /// Parked with no end in sight: the main thread and the async workers, and any thread
+    /// that would wait forever (a leak the count shows).
+    resident: u64,
+}
+
+fn threads(pid: u32) -> Threads {
+    let mut out = Threads::default();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let read = |f: &str| {
+            std::fs::read_to_string(t.path().join(f))
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        let wchan = read("wchan");
+        if !(wchan.contains("futex") || wchan.contains("epoll") || wchan.contains("ep_poll")) {
+            out.busy.push((read("comm"), wchan));
+            continue;
+        }
+        // `nr uaddr op val timeout …`: a futex wait whose timeout pointer is set.
+        let syscall = read("syscall");
+        let args: Vec<&str> = syscall.split_whitespace().collect();
+        if args.first() == Some(&SYS_FUTEX) && args.get(4).is_some_and(|t| *t != "0x0") {
+            out.pooled += 1;
+        } else {
+            out.resident += 1;
+        }
+    }
+    out
 }
 
 fn csv_path() -> PathBuf {
@@ -350,22 +379,34 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
         k.remove_manifest(&format!("{name}.yaml"));
     }
     let settle = Instant::now();
-    // Seen once each after the churn stopped: fds at most the baseline, and tasks at most the
-    // churn's high-water mark with every thread parked in an idle wait. The kubelet's thread
-    // count is tokio's blocking pool: it grows to what bursts of blocking file work needed and
-    // stays there while steady work (the log writer's rotations, probes) keeps waking its idle
-    // threads in turn, so it plateaus rather than returning to the warm mark (a 5-minute run:
-    // 13, 14, 17, 17, 19, 19, 19 …). A leaked thread (stuck in a blocking call) shows in the
-    // idle check, and growth without bound in the high-water check below.
+    // Seen once each after the churn stopped: fds at most the baseline, and the threads all
+    // parked, none of them beyond the main thread and the async workers waiting without a
+    // timeout. The rest is tokio's blocking pool: it grows to what bursts of blocking file work
+    // needed and stays there while steady work (the log writer's rotations, probes) keeps
+    // waking its idle threads in turn, so its size plateaus anywhere up to its ceiling (a
+    // 5-minute run: 13, 14, 17, 17, 19, 19, 19 …) and may even grow by one while the churn's
+    // last pods are torn down beside a rotation. Its idle threads wait with a timeout and end
+    // on their own; a leaked thread is either busy (stuck in a blocking call) or parked
+    // forever, and both show here.
     let (mut fds_back, mut tasks_back) = (None, None);
     let settled = loop {
         let s = sample(&k, &rt, pid, t0, 3, seen_running.len() as u64).await;
-        let busy = busy_tasks(pid);
+        let th = threads(pid);
         if fds_back.is_none() && s.fds <= base.fds {
             fds_back = Some(s.fds);
         }
-        if tasks_back.is_none() && s.tasks <= tasks_high && busy.is_empty() {
-            tasks_back = Some(s.tasks);
+        if tasks_back.is_none()
+            && th.busy.is_empty()
+            && th.resident <= RESIDENT_THREADS
+            && s.tasks <= THREAD_CEILING
+        {
+            // The main thread always waits without a timeout: a reading of 0 means the
+            // classification above no longer understands this kernel's `syscall` file.
+            assert!(
+                th.resident >= 1,
+                "no thread seen in an untimed wait: {th:?}"
+            );
+            tasks_back = Some((s.tasks, th.pooled));
         }
         // Mounts, pod cgroups and sandboxes exactly as before the churn; containers too, but
         // the crash-looping pod may keep one exited container besides its current one.
@@ -380,7 +421,7 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
         }
         assert!(
             settle.elapsed() < Duration::from_secs(120),
-            "not back to the baseline 120 s after the churn stopped\nbaseline {HEADER}\n         {}\nwarm     {}\nnow      {}\nfds back {fds_back:?}, tasks back {tasks_back:?}, threads not idle: {busy:?}\nleft: {:#?}\nkubelet log tail:\n{}",
+            "not back to the baseline 120 s after the churn stopped\nbaseline {HEADER}\n         {}\nwarm     {}\nnow      {}\nfds back {fds_back:?}, tasks back {tasks_back:?}, threads: {th:?}\nleft: {:#?}\nkubelet log tail:\n{}",
             base.csv(),
             warm_sample.csv(),
             s.csv(),
@@ -389,7 +430,7 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let (fds_end, tasks_end) = (fds_back.unwrap_or(0), tasks_back.unwrap_or(0));
+    let (fds_end, (tasks_end, pooled_end)) = (fds_back.unwrap_or(0), tasks_back.unwrap_or((0, 0)));
     let peak_tasks = samples.iter().map(|s| s.tasks).max().unwrap_or(0);
     writeln!(csv, "{}", settled.csv()).unwrap();
     samples.push(settled);
@@ -449,11 +490,11 @@ async fn soak_churn_keeps_resources_flat_and_leaks_nothing() {
             log_bytes / 1024
         ),
         &format!(
-            "RSS within {:.0} % of the warm mark; once churn stopped: mounts, pod cgroups, runtime objects back to the baseline exactly, fds at most it, tasks at most the churn's high-water mark with every thread idle and a plateau over the churn; nothing left",
+            "RSS within {:.0} % of the warm mark; once churn stopped: mounts, pod cgroups, runtime objects back to the baseline exactly, fds at most it, threads all parked, none but main and the two async workers without a timeout (the rest: the blocking pool's idle threads), never over the ceiling; nothing left",
             rss_bound * 100.0
         ),
         &format!(
-            "RSS warm {:.1} MiB → end {:.1} MiB ({:+.1} %), peak {:.1} MiB; fds {}→{}→{} tasks {}→{}→{} (base→warm→end, peak {peak_tasks}); back to baseline in {settle_secs:.0} s, traces gone in {:.0} s; CSV {}",
+            "RSS warm {:.1} MiB → end {:.1} MiB ({:+.1} %), peak {:.1} MiB; fds {}→{}→{} tasks {}→{}→{} (base→warm→end, peak {peak_tasks}; {pooled_end} of the end's idle in the blocking pool); back to baseline in {settle_secs:.0} s, traces gone in {:.0} s; CSV {}",
             warm_sample.rss_kib as f64 / 1024.0,
             settled.rss_kib as f64 / 1024.0,
             rss_growth * 100.0,
