@@ -422,15 +422,21 @@ impl PodSyncer for Syncer {
         debug!(pod = %pod.full_name(), uid = %pod.uid(), ?actions, "computed pod actions");
 
         if actions.kill_pod {
-            let reason = if actions.create_sandbox {
-                "pod sandbox changed, it will be killed and re-created"
+            if status.sandbox_statuses.is_empty() && status.container_statuses.is_empty() {
+                // A new pod: the runtime has nothing of it to stop (upstream's kill of the
+                // empty running pod stops nothing either), so nothing is said about killing.
+                debug!(pod = %pod.full_name(), uid = %pod.uid(), "no sandbox yet, creating the first");
             } else {
-                "no containers to keep or start"
-            };
-            info!(pod = %pod.full_name(), uid = %pod.uid(), reason, "killing pod");
-            let targets = self.kill_targets(pod, status.running_containers(), status);
-            self.kill_pod(pod, status, targets, None).await?;
-            self.runtime_changed(pod);
+                let reason = if actions.create_sandbox {
+                    "pod sandbox changed, it will be killed and re-created"
+                } else {
+                    "no containers to keep or start"
+                };
+                info!(pod = %pod.full_name(), uid = %pod.uid(), reason, "killing pod");
+                let targets = self.kill_targets(pod, status.running_containers(), status);
+                self.kill_pod(pod, status, targets, None).await?;
+                self.runtime_changed(pod);
+            }
             if !actions.create_sandbox {
                 return Ok(false);
             }
