@@ -1,7 +1,10 @@
 //! Pod start benchmark on the real containerd: for N = 1, 10, 30 busybox pods, time from
 //! "manifests written" to "every pod Running in rkubelet's /pods" and compare it with a raw CRI
 //! client doing RunPodSandbox → CreateContainer → StartContainer for the same pods concurrently.
-//! Also reports rkubelet's peak RSS (VmHWM). Prints a Markdown table and writes JSON.
+//! A third client, the raw one sending rkubelet's own sandbox and container requests (see
+//! `rawcfg.rs`), splits the difference into the runtime's work for richer requests and the
+//! kubelet's own. Also reports rkubelet's peak RSS (VmHWM). Prints a Markdown table and writes
+//! JSON.
 //!
 //! With `--timeline`, rkubelet runs with its `timeline` tracing target on and the benchmark
 //! prints, per pod count, each start-path step's p50/p99 over all pods and the kubelet's own
@@ -12,6 +15,7 @@
 //!                 [--timeline]
 
 mod common;
+mod rawcfg;
 mod timeline;
 
 use std::collections::HashMap;
@@ -75,19 +79,23 @@ fn parse_args() -> Result<Args> {
 /// The raw client's CRI calls, in order, as the timeline names them.
 const RAW_OPS: [&str; 3] = ["run_podsandbox", "create_container", "start_container"];
 
-/// One pod the raw way: (seconds until started, each of [`RAW_OPS`]' duration in ms).
-async fn raw_pod(
-    rt: &RemoteRuntime,
+/// The static pod manifest of pod `i` of `round` (rkubelet adds the node name to its name).
+fn manifest(round: usize, i: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench-{round}-{i}\n  namespace: bench\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
+    )
+}
+
+/// The plain raw client's configs for one pod: only what the runtime needs.
+fn plain_configs(
     logs: &Path,
     round: usize,
     i: usize,
-) -> Result<(f64, [f64; 3])> {
-    let start = Instant::now();
-    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
+) -> Result<(PodSandboxConfig, ContainerConfig)> {
     let uid = format!("bench-raw-{round}-{i}");
     let log_dir = logs.join(&uid);
     std::fs::create_dir_all(log_dir.join("c"))?;
-    let sandbox_config = PodSandboxConfig {
+    let sandbox = PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: uid.clone(),
             uid: uid.clone(),
@@ -96,10 +104,49 @@ async fn raw_pod(
         }),
         hostname: uid.clone(),
         log_directory: log_dir.to_string_lossy().into_owned(),
-        labels: HashMap::from([(BENCH_LABEL.to_owned(), "raw".to_owned())]),
         linux: Some(LinuxPodSandboxConfig::default()),
         ..Default::default()
     };
+    let container = ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "c".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec!["sleep".into(), "3600".into()],
+        log_path: "c/0.log".into(),
+        ..Default::default()
+    };
+    Ok((sandbox, container))
+}
+
+/// A raw client's configs for one pod: [`Client::Raw`]'s own or rkubelet's.
+enum Configs<'a> {
+    Plain(&'a Path),
+    Kubelet(&'a rawcfg::KubeletRequests),
+}
+
+/// One pod the raw way, labelled `BENCH_LABEL=label`: (seconds until started, each of
+/// [`RAW_OPS`]' duration in ms).
+async fn raw_pod(
+    rt: &RemoteRuntime,
+    configs: &Configs<'_>,
+    label: &str,
+    round: usize,
+    i: usize,
+) -> Result<(f64, [f64; 3])> {
+    let (mut sandbox_config, container_config) = match configs {
+        Configs::Plain(logs) => plain_configs(logs, round, i)?,
+        Configs::Kubelet(k) => k.configs(&manifest(round, i), &format!("{round:016x}{i:016x}"))?,
+    };
+    sandbox_config
+        .labels
+        .insert(BENCH_LABEL.to_owned(), label.to_owned());
+    let start = Instant::now();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
     let sb = rt
         .run_pod_sandbox(RunPodSandboxRequest {
@@ -113,19 +160,7 @@ async fn raw_pod(
     let c = rt
         .create_container(CreateContainerRequest {
             pod_sandbox_id: sb,
-            config: Some(ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec!["sleep".into(), "3600".into()],
-                log_path: "c/0.log".into(),
-                ..Default::default()
-            }),
+            config: Some(container_config),
             sandbox_config: Some(sandbox_config),
         })
         .await?
@@ -140,18 +175,48 @@ async fn raw_pod(
     ))
 }
 
+/// One raw client's figures over the rounds of a pod count.
+#[derive(Default)]
+struct RawStats {
+    /// Seconds until every pod of a round was started, per round.
+    all: Vec<f64>,
+    /// Seconds until each pod was started.
+    per: Vec<f64>,
+    /// Each of [`RAW_OPS`]' durations in ms, per pod.
+    ops: [Vec<f64>; 3],
+}
+
+impl RawStats {
+    fn add(&mut self, (per, all): (Vec<(f64, [f64; 3])>, f64)) {
+        for (secs, calls) in per {
+            self.per.push(secs);
+            for (v, ms) in self.ops.iter_mut().zip(calls) {
+                v.push(ms);
+            }
+        }
+        self.all.push(all);
+    }
+}
+
 /// Returns (per-pod seconds and call durations, all-started seconds).
 async fn raw_round(
     rt: &RemoteRuntime,
-    logs: &Path,
+    configs: &Configs<'_>,
     n: usize,
     round: usize,
 ) -> Result<(Vec<(f64, [f64; 3])>, f64)> {
+    let label = match configs {
+        Configs::Plain(_) => "raw",
+        Configs::Kubelet(_) => "raw-kubelet-requests",
+    };
     let start = Instant::now();
-    let results = futures::future::join_all((0..n).map(|i| raw_pod(rt, logs, round, i))).await;
+    let results =
+        futures::future::join_all((0..n).map(|i| raw_pod(rt, configs, label, round, i))).await;
     let all = start.elapsed().as_secs_f64();
+    let removed = common::remove_sandboxes(rt, BENCH_LABEL, label).await;
+    rawcfg::remove_cgroups();
     let per = results.into_iter().collect::<Result<Vec<_>>>()?;
-    common::remove_sandboxes(rt, BENCH_LABEL, "raw").await?;
+    removed?;
     Ok((per, all))
 }
 
@@ -230,9 +295,7 @@ async fn kubelet_round(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
     for i in 0..n {
-        let yaml = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench-{round}-{i}\n  namespace: bench\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
-        );
+        let yaml = manifest(round, i);
         let tmp = k.manifests.join(format!(".p{i}.tmp"));
         std::fs::write(&tmp, yaml)?;
         std::fs::rename(&tmp, k.manifests.join(format!("p{i}.yaml")))?;
@@ -294,7 +357,7 @@ fn round_timelines(
 fn print_timeline(
     n: usize,
     timelines: &[(timeline::PodTimeline, f64)],
-    raw: &[Vec<f64>; 3],
+    raws: &[[Vec<f64>; 3]; 2],
 ) -> Value {
     let mut order: Vec<String> = vec!["manifests written→file_seen".to_owned()];
     let mut samples: HashMap<String, Vec<f64>> = HashMap::new();
@@ -357,10 +420,16 @@ fn print_timeline(
     for op in ops {
         row(format!("CRI {op} (sum per pod)"), cri_ops[op].clone());
     }
-    // The same calls made by the raw client in the rounds alternating with these: the part
-    // of rkubelet's CRI time that is the runtime doing more for rkubelet's richer requests.
-    for (op, v) in RAW_OPS.iter().zip(raw) {
-        row(format!("raw client: CRI {op}"), v.clone());
+    // The same calls made by the raw clients in the rounds alternating with these: with
+    // their own plain requests and with rkubelet's (the part of rkubelet's CRI time that is
+    // the runtime doing more for richer requests, apart from the load around the calls).
+    for (client, ops) in ["raw client", "raw client, rkubelet's requests"]
+        .into_iter()
+        .zip(raws)
+    {
+        for (op, v) in RAW_OPS.iter().zip(ops) {
+            row(format!("{client}: CRI {op}"), v.clone());
+        }
     }
     json!({"pods": n, "starts": timelines.len(), "steps": rows})
 }
@@ -390,56 +459,76 @@ async fn main() -> Result<()> {
     let mut timeline_runs = Vec::new();
     let mut round_no = 0;
 
+    let kubelet_requests =
+        rawcfg::KubeletRequests::new(&rt, &dir.join("raw-kubelet-requests"), "bench-node", IMAGE)
+            .await?;
+    let clients = [
+        Configs::Plain(&raw_logs),
+        Configs::Kubelet(&kubelet_requests),
+    ];
     let mut rows = Vec::new();
     println!(
-        "| pods | raw CRI all-running p50 / p99 (s) | rkubelet all-running p50 / p99 (s) | ratio p50 | raw per-pod p50 | rkubelet per-pod p50 |"
+        "| pods | raw CRI all-running p50 / p99 (s) | raw CRI with rkubelet's requests p50 / p99 (s) | rkubelet all-running p50 / p99 (s) | ratio p50 | rkubelet ÷ raw with its requests, p50 | raw / raw with rkubelet's requests / rkubelet per-pod p50 (s) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &args.counts {
-        let (mut raw_all, mut kl_all, mut raw_per, mut kl_per) = (vec![], vec![], vec![], vec![]);
-        let mut raw_ops: [Vec<f64>; 3] = Default::default();
+        let (mut kl_all, mut kl_per) = (vec![], vec![]);
+        let mut raws: [RawStats; 2] = Default::default();
         let mut timelines = Vec::new();
         for _ in 0..args.rounds {
             // Rounds are numbered across counts so pod names (and timelines) never repeat.
             let round = round_no;
             round_no += 1;
-            let (per, all) = raw_round(&rt, &raw_logs, n, round).await?;
-            for (secs, calls) in per {
-                raw_per.push(secs);
-                for (v, ms) in raw_ops.iter_mut().zip(calls) {
-                    v.push(ms);
+            // The clients take turns going first: a round runs right after the previous
+            // one's pods were removed, while the runtime still collects their remains.
+            for turn in 0..3 {
+                match (round + turn) % 3 {
+                    2 => {
+                        let (per, all, written_us) = kubelet_round(&k, &rt, n, round).await?;
+                        kl_per.extend(per);
+                        kl_all.push(all);
+                        if args.timeline {
+                            timelines.extend(round_timelines(
+                                &log,
+                                &mut log_offset,
+                                round,
+                                written_us,
+                            )?);
+                        }
+                    }
+                    c => raws[c].add(raw_round(&rt, &clients[c], n, round).await?),
                 }
             }
-            raw_all.push(all);
-            let (per, all, written_us) = kubelet_round(&k, &rt, n, round).await?;
-            kl_per.extend(per);
-            kl_all.push(all);
-            if args.timeline {
-                timelines.extend(round_timelines(&log, &mut log_offset, round, written_us)?);
-            }
         }
-        if args.timeline {
-            timeline_runs.push((n, timelines, raw_ops));
-        }
-        let (ra50, ra99) = summary(raw_all.clone());
+        let [raw, raw_k] = raws;
+        let (ra50, ra99) = summary(raw.all.clone());
+        let (rk50, rk99) = summary(raw_k.all.clone());
         let (ka50, ka99) = summary(kl_all.clone());
-        let (rp50, _) = summary(raw_per);
+        let (rp50, _) = summary(raw.per.clone());
+        let (rkp50, _) = summary(raw_k.per.clone());
         let (kp50, _) = summary(kl_per);
         println!(
-            "| {n} | {ra50:.3} / {ra99:.3} | {ka50:.3} / {ka99:.3} | {:.2} | {rp50:.3} | {kp50:.3} |",
-            ka50 / ra50
+            "| {n} | {ra50:.3} / {ra99:.3} | {rk50:.3} / {rk99:.3} | {ka50:.3} / {ka99:.3} | {:.2} | {:.2} | {rp50:.3} / {rkp50:.3} / {kp50:.3} |",
+            ka50 / ra50,
+            ka50 / rk50
         );
         rows.push(json!({
             "pods": n, "rounds": args.rounds,
-            "raw_all_running_s": {"p50": ra50, "p99": ra99, "samples": raw_all},
+            "raw_all_running_s": {"p50": ra50, "p99": ra99, "samples": raw.all},
+            "raw_kubelet_requests_all_running_s": {"p50": rk50, "p99": rk99, "samples": raw_k.all},
             "rkubelet_all_running_s": {"p50": ka50, "p99": ka99, "samples": kl_all},
             "ratio_p50": ka50 / ra50,
-            "raw_per_pod_p50_s": rp50, "rkubelet_per_pod_p50_s": kp50,
+            "ratio_to_kubelet_requests_p50": ka50 / rk50,
+            "raw_per_pod_p50_s": rp50, "raw_kubelet_requests_per_pod_p50_s": rkp50,
+            "rkubelet_per_pod_p50_s": kp50,
         }));
+        if args.timeline {
+            timeline_runs.push((n, timelines, [raw.ops, raw_k.ops]));
+        }
     }
     let timeline_rows: Vec<Value> = timeline_runs
         .iter()
-        .map(|(n, t, raw)| print_timeline(*n, t, raw))
+        .map(|(n, t, raws)| print_timeline(*n, t, raws))
         .collect();
     let hwm = proc_status_kib(k.child.pid(), "VmHWM");
     println!(
