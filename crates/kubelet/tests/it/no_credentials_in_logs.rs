@@ -11,8 +11,7 @@
 
 use crate::common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::Options;
@@ -35,33 +34,6 @@ const PRIVATE_IMAGE: &str = "127.0.0.1:5055/private/app:1";
 const PULL_SECRET_PASSWORD: &str = "pull-secret-pw-71c3e2";
 const WRONG_PULL_PASSWORD: &str = "wrong-pull-pw-40aa9d";
 const MALFORMED_AUTH: &str = "malformed-auth-pw-6e1b!!";
-
-/// A `MakeWriter` appending to a shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 fn auth() -> api::AuthConfig {
     api::AuthConfig {
@@ -87,7 +59,7 @@ fn pull(auth: api::AuthConfig) -> api::PullImageRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_reaches_the_logs_at_trace() {
-    let capture = Capture::default();
+    let capture = common::LogCapture::default();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_writer(capture.clone())

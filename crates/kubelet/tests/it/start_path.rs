@@ -31,38 +31,10 @@ async fn start(fake: &FakeRuntime, events: &CollectingRecorder, root: &std::path
         .unwrap()
 }
 
-/// Everything logged, kept for the test to read.
-#[derive(Clone, Default)]
-struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
-/// A new pod has nothing in the runtime to stop: its first sync creates the sandbox without a
-/// "killing pod" line (an operator reading the log would think a pod was killed) and without a
-/// stop call. Once the pod has a sandbox, a sandbox change still kills it and says so.
-#[tokio::test(start_paused = true)]
-async fn a_new_pod_is_created_without_a_kill() {
-    let capture = Capture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(capture.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+/// An agent on a fake runtime that holds the image, running [`two_container_pod`] with both
+/// containers `IfNotPresent`.
+async fn running_two_container_pod() -> (tempfile::TempDir, FakeRuntime, CollectingRecorder, Agent)
+{
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeRuntime::with_images(&[IMAGE]);
     let events = CollectingRecorder::default();
@@ -73,7 +45,22 @@ async fn a_new_pod_is_created_without_a_kill() {
         phase(&agent, &p).as_deref() == Some("Running")
     })
     .await;
-    let log = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+    (dir, fake, events, agent)
+}
+
+/// A new pod has nothing in the runtime to stop: its first sync creates the sandbox without a
+/// "killing pod" line (an operator reading the log would think a pod was killed) and without a
+/// stop call. Once the pod has a sandbox, a sandbox change still kills it and says so.
+#[tokio::test(start_paused = true)]
+async fn a_new_pod_is_created_without_a_kill() {
+    let capture = common::LogCapture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(capture.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (_dir, fake, _events, agent) = running_two_container_pod().await;
+    let log = capture.text();
     assert!(log.contains("syncing new pod"), "{log}");
     assert!(!log.contains("killing pod"), "{log}");
     assert_eq!(fake.call_count("StopPodSandbox"), 0);
@@ -85,7 +72,7 @@ async fn a_new_pod_is_created_without_a_kill() {
     wait_until(
         "killed for the sandbox change",
         Duration::from_secs(60),
-        || String::from_utf8_lossy(&capture.0.lock().unwrap()).contains("pod sandbox changed"),
+        || capture.text().contains("pod sandbox changed"),
     )
     .await;
     agent.shutdown().await;
@@ -95,16 +82,7 @@ async fn a_new_pod_is_created_without_a_kill() {
 /// twice: `GetImageRef` for the pull policy, `getImageUser` for the config).
 #[tokio::test(start_paused = true)]
 async fn a_present_image_is_looked_up_once_per_container() {
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeRuntime::with_images(&[IMAGE]);
-    let events = CollectingRecorder::default();
-    let agent = start(&fake, &events, dir.path()).await;
-    let p = two_container_pod("IfNotPresent");
-    set(&agent, vec![p.clone()]).await;
-    wait_until("Running", Duration::from_secs(30), || {
-        phase(&agent, &p).as_deref() == Some("Running")
-    })
-    .await;
+    let (_dir, fake, events, agent) = running_two_container_pod().await;
     assert_eq!(fake.call_count("StartContainer"), 2);
     assert_eq!(fake.call_count("PullImage"), 0);
     assert_eq!(

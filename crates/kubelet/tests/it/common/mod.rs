@@ -1,7 +1,7 @@
 //! Shared set-up of the kubelet library's integration tests: the in-repo fake API server with
 //! its kubeconfig in a temporary directory and a kubelet API client built from that kubeconfig
 //! exactly as `--kubeconfig` builds one; `agent`: the fake-runtime agent helpers; `dbus`: a
-//! private D-Bus bus.
+//! private D-Bus bus; [`LogCapture`]: what the kubelet logged, for a test to read.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +13,34 @@ use std::process::{Command, Stdio};
 
 use fake_apiserver::{FakeApiServer, Options};
 use kubelet::apiclient::{ClientSettings, client_from_kubeconfig};
+
+/// A tracing `MakeWriter` appending every log line to one shared buffer (clones share it).
+#[derive(Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// Everything logged so far (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
 
 /// A running fake API server and a client of it; the directory holds the kubeconfig.
 pub struct ApiFixture {
