@@ -123,7 +123,8 @@ fn plain_configs(
     Ok((sandbox, container))
 }
 
-/// A raw client's configs for one pod: [`Client::Raw`]'s own or rkubelet's.
+/// Where a raw client's configs for a pod come from: its own plain ones (log directories
+/// under the path) or rkubelet's generators.
 enum Configs<'a> {
     Plain(&'a Path),
     Kubelet(&'a rawcfg::KubeletRequests),

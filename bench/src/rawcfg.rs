@@ -10,8 +10,8 @@
 //! kubelet adds around the calls (that → rkubelet).
 //!
 //! The pods are made so that rkubelet, running beside them on the same runtime, ignores them:
-//! the kubelet's pod-UID label is left off (rkubelet, like upstream, skips sandboxes and
-//! containers without it instead of killing them as orphans), and their cgroups live under
+//! the kubelet's pod-UID label is left off (rkubelet's runtime listing skips sandboxes and
+//! containers without it, so they are never killed as orphans), and their cgroups live under
 //! their own root, [`CGROUP_ROOT`], away from the `kubepods` tree rkubelet sweeps.
 
 use std::path::{Path, PathBuf};
