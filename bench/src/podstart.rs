@@ -505,8 +505,8 @@ async fn main() -> Result<()> {
         let (ra50, ra99) = summary(raw.all.clone());
         let (rk50, rk99) = summary(raw_k.all.clone());
         let (ka50, ka99) = summary(kl_all.clone());
-        let (rp50, _) = summary(raw.per.clone());
-        let (rkp50, _) = summary(raw_k.per.clone());
+        let (rp50, _) = summary(raw.per);
+        let (rkp50, _) = summary(raw_k.per);
         let (kp50, _) = summary(kl_per);
         println!(
             "| {n} | {ra50:.3} / {ra99:.3} | {rk50:.3} / {rk99:.3} | {ka50:.3} / {ka99:.3} | {:.2} | {:.2} | {rp50:.3} / {rkp50:.3} / {kp50:.3} |",

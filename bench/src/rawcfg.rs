@@ -40,7 +40,6 @@ pub struct KubeletRequests {
     image_ref: String,
     sandbox: SandboxContext,
     options: RuntimeOptions,
-    host_ips: Vec<String>,
 }
 
 impl KubeletRequests {
@@ -75,7 +74,6 @@ impl KubeletRequests {
             image_ref,
             sandbox,
             options: RuntimeOptions::default(),
-            host_ips: vec!["127.0.0.1".to_owned()],
         })
     }
 
@@ -128,7 +126,7 @@ impl KubeletRequests {
                 ..Default::default()
             },
         ];
-        let env = EnvContext::new(&self.node, &[], &self.host_ips);
+        let env = EnvContext::new(&self.node, &[], &self.sandbox.node_ips);
         let ctx = ContainerContext {
             env: &env,
             image_ref: &self.image_ref,
