@@ -495,7 +495,6 @@ async fn serve(
 ) {
     let mut conns = tokio::task::JoinSet::new();
     let streams = streaming::StreamTasks::default();
-    let mut epoch = api.faults.connection_epoch();
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => break,
@@ -508,12 +507,11 @@ async fn serve(
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-            Ok(()) = epoch.changed() => {
-                // An outage begins: every open connection goes down with the server.
-                conns.abort_all();
-                continue;
-            }
         };
+        // Taken before the outage check: `set_outage` raises the flag before it bumps the
+        // epoch, so a connection either is refused here or sees the bump. One accepted after an
+        // outage ended has already seen its bump and is not closed by it.
+        let mut epoch = api.faults.connection_epoch();
         if api.faults.outage() {
             api.faults
                 .record(tokio::time::Instant::now(), faults::CONNECT.to_owned(), 0);
@@ -526,17 +524,24 @@ async fn serve(
         let tls = tls.clone();
         let streams = streams.clone();
         conns.spawn(async move {
-            match tls {
-                Some((acc, verifier)) => match acc.accept(stream).await {
-                    Ok(conn) => {
-                        let peer = conn.get_ref().1.peer_certificates().map(|chain| {
-                            Arc::new(tls::PeerCertificates::new(chain, verifier.clone()))
-                        });
-                        serve_conn(TokioIo::new(conn), api, peer, streams).await;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
-                },
-                None => serve_conn(TokioIo::new(stream), api, None, streams).await,
+            let conn = async move {
+                match tls {
+                    Some((acc, verifier)) => match acc.accept(stream).await {
+                        Ok(conn) => {
+                            let peer = conn.get_ref().1.peer_certificates().map(|chain| {
+                                Arc::new(tls::PeerCertificates::new(chain, verifier.clone()))
+                            });
+                            serve_conn(TokioIo::new(conn), api, peer, streams).await;
+                        }
+                        Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+                    },
+                    None => serve_conn(TokioIo::new(stream), api, None, streams).await,
+                }
+            };
+            // An outage begins: every connection open at that moment goes down with the server.
+            tokio::select! {
+                () = conn => {}
+                _ = epoch.changed() => {}
             }
         });
     }
