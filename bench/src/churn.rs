@@ -401,11 +401,7 @@ async fn run_fake(args: &Args, mut profile: Option<Box<dyn std::any::Any>>) -> R
     let set = async |pods: Vec<Pod>| {
         agent
             .source_tx
-            .send(PodUpdate {
-                op: PodOp::Set,
-                source: PodSource::File,
-                pods,
-            })
+            .send(PodUpdate::new(PodOp::Set, PodSource::File, pods))
             .await
             .context("the agent stopped")
     };

@@ -7,6 +7,7 @@
 //! delivered their first `Set`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
@@ -55,7 +56,7 @@ pub type Clock = Box<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// Upstream `podStorage` in `PodConfigNotificationIncremental` mode.
 pub struct PodConfigMerger {
-    pods: BTreeMap<PodSource, BTreeMap<String, Pod>>,
+    pods: BTreeMap<PodSource, BTreeMap<String, Arc<Pod>>>,
     /// Sources whose first `Set` has been merged.
     merged_sets: BTreeSet<PodSource>,
     /// What `SeenSources` handles see. `run` publishes a source only after the updates its
@@ -75,11 +76,11 @@ impl Default for PodConfigMerger {
 /// The changes one incoming update produced, before they are turned into `PodUpdate`s.
 #[derive(Default)]
 struct Changes {
-    adds: Vec<Pod>,
-    updates: Vec<Pod>,
-    deletes: Vec<Pod>,
-    removes: Vec<Pod>,
-    reconciles: Vec<Pod>,
+    adds: Vec<Arc<Pod>>,
+    updates: Vec<Arc<Pod>>,
+    deletes: Vec<Arc<Pod>>,
+    removes: Vec<Arc<Pod>>,
+    reconciles: Vec<Arc<Pod>>,
 }
 
 enum Outcome {
@@ -129,7 +130,7 @@ impl PodConfigMerger {
     }
 
     /// Every pod currently known, all sources (upstream `MergedState`).
-    pub fn pods(&self) -> Vec<Pod> {
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
             .flat_map(|m| m.values().cloned())
@@ -177,7 +178,7 @@ impl PodConfigMerger {
         let quiet =
             changes.adds.is_empty() && changes.updates.is_empty() && changes.deletes.is_empty();
         let mut out = Vec::new();
-        let mut push = |op, pods: Vec<Pod>, even_if_empty: bool| {
+        let mut push = |op, pods: Vec<Arc<Pod>>, even_if_empty: bool| {
             if !pods.is_empty() || even_if_empty {
                 out.push(PodUpdate { op, source, pods });
             }
@@ -224,7 +225,7 @@ impl PodConfigMerger {
 
 /// Upstream `filterInvalidPods`: within one update, the first pod of each full name wins (and,
 /// as a safety net, of each UID); later duplicates are logged and dropped.
-fn filter_invalid(pods: Vec<Pod>, source: PodSource) -> Vec<Pod> {
+fn filter_invalid(pods: Vec<Arc<Pod>>, source: PodSource) -> Vec<Arc<Pod>> {
     let mut names = HashSet::new();
     let mut uids = HashSet::new();
     pods.into_iter()
@@ -243,24 +244,27 @@ fn filter_invalid(pods: Vec<Pod>, source: PodSource) -> Vec<Pod> {
 }
 
 /// Stores `pod` (upstream `updatePodsFunc`): compared against the existing pod with the same
-/// UID — in `old` for a `Set`, else in `store` — or added as new.
+/// UID — in `old` for a `Set`, else in `store` — or added as new. Upstream stamps the source
+/// annotation on every incoming pod first; here only a new pod is stamped (and so copied when
+/// its source still shares it), because the comparison ignores the kubelet's own annotations
+/// and an existing pod keeps its stamp: an unchanged pod costs a comparison, not a copy.
 fn upsert(
-    store: &mut BTreeMap<String, Pod>,
-    old: Option<&mut BTreeMap<String, Pod>>,
-    mut pod: Pod,
+    store: &mut BTreeMap<String, Arc<Pod>>,
+    old: Option<&mut BTreeMap<String, Arc<Pod>>>,
+    mut pod: Arc<Pod>,
     source: PodSource,
     now: &str,
     changes: &mut Changes,
 ) {
-    // Annotate with the source before any comparison.
-    set_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION, source.as_str());
     let uid = pod.uid().to_string();
     let existing = match old {
         Some(old) => old.remove(&uid),
         None => store.remove(&uid),
     };
     let Some(mut existing) = existing else {
-        set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, now);
+        let new = Arc::make_mut(&mut pod);
+        set_annotation(new, CONFIG_SOURCE_ANNOTATION, source.as_str());
+        set_annotation(new, CONFIG_SEEN_ANNOTATION, now);
         changes.adds.push(pod.clone());
         store.insert(uid, pod);
         return;
@@ -281,17 +285,24 @@ fn set_annotation(pod: &mut Pod, key: &str, value: &str) {
         .insert(key.into(), value.into());
 }
 
-/// Upstream `checkAndUpdatePod`: folds `new` into `existing` and says what kind of change it was.
-fn check_and_update(existing: &mut Pod, new: Pod) -> Outcome {
+/// Upstream `checkAndUpdatePod`: folds `new` into `existing` and says what kind of change it
+/// was. A changed pod is a new version (`existing` is copied if downstream still holds it).
+fn check_and_update(existing: &mut Arc<Pod>, new: Arc<Pod>) -> Outcome {
     if !differ_semantically(existing, &new) {
         if existing.status != new.status {
-            existing.status = new.status;
+            let existing = Arc::make_mut(existing);
+            existing.status.clone_from(&new.status);
             // The status writer's pre-image: the version that carries this status.
-            existing.metadata.resource_version = new.metadata.resource_version;
+            existing
+                .metadata
+                .resource_version
+                .clone_from(&new.metadata.resource_version);
             return Outcome::Reconcile;
         }
         return Outcome::Unchanged;
     }
+    let new = Arc::unwrap_or_clone(new);
+    let existing = Arc::make_mut(existing);
     let graceful_delete = new.metadata.deletion_timestamp.is_some();
     existing.spec = new.spec;
     existing.metadata.labels = new.metadata.labels;
@@ -388,7 +399,7 @@ mod tests {
     }
 
     fn upd(op: PodOp, source: PodSource, pods: Vec<Pod>) -> PodUpdate {
-        PodUpdate { op, source, pods }
+        PodUpdate::new(op, source, pods)
     }
 
     /// A merger whose clock advances one second per merge, starting at 1_000_000_000.
@@ -870,5 +881,68 @@ mod tests {
         assert_eq!(ops, [PodOp::Add, PodOp::Remove, PodOp::Add]);
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    #[test]
+    fn pods_are_shared_downstream_and_copied_only_when_they_change() {
+        use PodSource::*;
+        let mut m = merger();
+        let source_copy = Arc::new(pod("a", "uid-a", "nginx:1"));
+        let out = m.merge(PodUpdate {
+            op: PodOp::Set,
+            source: Api,
+            pods: vec![source_copy.clone()],
+        });
+        let added = out[0].pods[0].clone();
+        // Stamped, so not the source's copy (which stays unstamped); but the merger's own copy
+        // is the one handed downstream.
+        assert!(source_copy.annotation(CONFIG_SOURCE_ANNOTATION).is_none());
+        assert_eq!(added.annotation(CONFIG_SOURCE_ANNOTATION), Some("api"));
+        assert!(Arc::ptr_eq(&added, &m.pods()[0]));
+
+        // The same pod again (the API source resends its whole set on every event): nothing
+        // goes downstream and nothing is copied.
+        let out = m.merge(upd(PodOp::Set, Api, vec![pod("a", "uid-a", "nginx:1")]));
+        assert!(out.is_empty(), "{:?}", summary(&out));
+        assert!(Arc::ptr_eq(&added, &m.pods()[0]));
+
+        // A change is a new version; the one downstream holds is left as it was.
+        let out = m.merge(upd(PodOp::Set, Api, vec![pod("a", "uid-a", "nginx:2")]));
+        assert_eq!(summary(&out), [(PodOp::Update, s(&["a"]))]);
+        let updated = &out[0].pods[0];
+        assert!(!Arc::ptr_eq(&added, updated));
+        assert_eq!(image(&added), "nginx:1");
+        assert_eq!(image(updated), "nginx:2");
+        assert_eq!(
+            updated.annotation(CONFIG_SEEN_ANNOTATION),
+            added.annotation(CONFIG_SEEN_ANNOTATION),
+            "first seen is kept"
+        );
+        assert_eq!(updated.annotation(CONFIG_SOURCE_ANNOTATION), Some("api"));
+
+        // A status-only change too.
+        let mut with_status = pod("a", "uid-a", "nginx:2");
+        with_status.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        let before = updated.clone();
+        let out = m.merge(upd(PodOp::Set, Api, vec![with_status]));
+        assert_eq!(summary(&out), [(PodOp::Reconcile, s(&["a"]))]);
+        assert!(before.status.is_none());
+        assert_eq!(
+            out[0].pods[0]
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+    }
+
+    fn image(p: &Pod) -> &str {
+        p.spec.as_ref().unwrap().containers[0]
+            .image
+            .as_deref()
+            .unwrap()
     }
 }

@@ -340,8 +340,8 @@ impl SyncLoop {
     pub fn handle_update(&mut self, update: PodUpdate) {
         let received = Instant::now();
         debug!(op = ?update.op, source = %update.source, pods = update.pods.len(), "pod config update");
-        let (mirrors, pods): (Vec<Pod>, Vec<Pod>) =
-            update.pods.into_iter().partition(stored_as_mirror);
+        let (mirrors, pods): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
+            update.pods.into_iter().partition(|p| stored_as_mirror(p));
         // Readers see the update's pods in one snapshot, published once at the end.
         self.pod_manager.begin_batch();
         self.handle_mirror_pods(update.op, mirrors);
@@ -357,8 +357,7 @@ impl SyncLoop {
                         .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
                 });
                 for pod in pods {
-                    // One copy, shared by the pod manager and the pod's worker.
-                    let pod = Arc::new(pod);
+                    // One copy, shared by the config merger, the pod manager and the worker.
                     info!(pod = %pod.full_name(), uid = %pod.uid(), source = %update.source, "pod added");
                     self.register_objects(&pod);
                     crate::metrics::timeline::mark(pod.uid(), "sync_loop_add");
@@ -376,7 +375,6 @@ impl SyncLoop {
             }
             PodOp::Update | PodOp::Delete => {
                 for pod in update.pods {
-                    let pod = Arc::new(pod);
                     info!(pod = %pod.full_name(), uid = %pod.uid(), op = ?update.op, "pod updated");
                     self.register_objects(&pod);
                     self.pod_manager.upsert(pod.clone());
@@ -410,7 +408,6 @@ impl SyncLoop {
                 // Upstream `HandlePodReconcile`: a status-only change; the pod is synced at
                 // once when its Ready condition no longer matches its readiness gates.
                 for pod in update.pods {
-                    let pod = Arc::new(pod);
                     self.pod_manager.upsert(pod.clone());
                     if need_to_reconcile_pod_readiness(&pod) && !self.rejected.contains(pod.uid()) {
                         debug!(pod = %pod.full_name(), uid = %pod.uid(), reason = "readiness gate changed", "syncing pod to reconcile its Ready condition");
@@ -425,7 +422,7 @@ impl SyncLoop {
 
     /// Upstream `handleMirrorPod`: store the mirror pod apart; a change of it (not a
     /// status-only reconcile) syncs its static pod.
-    fn handle_mirror_pods(&mut self, op: PodOp, mirrors: Vec<Pod>) {
+    fn handle_mirror_pods(&mut self, op: PodOp, mirrors: Vec<Arc<Pod>>) {
         for mirror in mirrors {
             if op == PodOp::Remove {
                 info!(pod = %mirror.full_name(), uid = %mirror.uid(), reason = "gone from the API server", "mirror pod removed");

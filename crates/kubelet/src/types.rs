@@ -2,6 +2,7 @@
 //! well-known annotation/label keys. Owns no state; every other module speaks these types.
 
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -68,12 +69,25 @@ pub enum PodOp {
     Reconcile,
 }
 
-/// One batch of pod changes from one source.
+/// One batch of pod changes from one source. Pods are shared, not copied: a source's cache,
+/// the config merger's store, the pod manager and the pod workers hold the same `Arc` until
+/// one of them changes it (copy on write).
 #[derive(Debug, Clone)]
 pub struct PodUpdate {
     pub op: PodOp,
     pub source: PodSource,
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
+}
+
+impl PodUpdate {
+    /// An update of pods not shared with anyone yet.
+    pub fn new(op: PodOp, source: PodSource, pods: impl IntoIterator<Item = Pod>) -> Self {
+        Self {
+            op,
+            source,
+            pods: pods.into_iter().map(Arc::new).collect(),
+        }
+    }
 }
 
 /// Annotation: which source a pod came from.

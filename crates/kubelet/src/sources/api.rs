@@ -37,8 +37,8 @@ pub enum ApiSourceError {
 /// once complete, so a relist never loses or duplicates pods.
 #[derive(Debug, Default)]
 pub struct PodSet {
-    current: BTreeMap<String, Pod>,
-    staging: Option<BTreeMap<String, Pod>>,
+    current: BTreeMap<String, Arc<Pod>>,
+    staging: Option<BTreeMap<String, Arc<Pod>>>,
     listed: bool,
 }
 
@@ -53,7 +53,7 @@ impl PodSet {
             Event::InitApply(pod) => {
                 self.staging
                     .get_or_insert_with(BTreeMap::new)
-                    .insert(pod.full_name(), pod);
+                    .insert(pod.full_name(), Arc::new(pod));
                 false
             }
             Event::InitDone => {
@@ -62,7 +62,7 @@ impl PodSet {
                 true
             }
             Event::Apply(pod) => {
-                self.current.insert(pod.full_name(), pod);
+                self.current.insert(pod.full_name(), Arc::new(pod));
                 self.listed
             }
             Event::Delete(pod) => {
@@ -77,8 +77,8 @@ impl PodSet {
         self.listed
     }
 
-    /// The current pods, ordered by full name.
-    pub fn pods(&self) -> Vec<Pod> {
+    /// The current pods, ordered by full name (shared, not copied).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.current.values().cloned().collect()
     }
 }
@@ -268,5 +268,20 @@ mod tests {
         set.apply(Event::Init);
         assert!(set.apply(Event::InitDone));
         assert!(set.pods().is_empty());
+    }
+
+    #[test]
+    fn each_report_shares_the_pods_an_event_did_not_touch() {
+        let mut set = PodSet::default();
+        set.apply(Event::Init);
+        set.apply(Event::InitApply(pod("a", "1")));
+        set.apply(Event::InitApply(pod("b", "1")));
+        set.apply(Event::InitDone);
+        let first = set.pods();
+        set.apply(Event::Apply(pod("b", "2")));
+        let second = set.pods();
+        assert!(Arc::ptr_eq(&first[0], &second[0]), "a was copied");
+        assert!(!Arc::ptr_eq(&first[1], &second[1]));
+        assert_eq!(first[1].metadata.resource_version.as_deref(), Some("1"));
     }
 }

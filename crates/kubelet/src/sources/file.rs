@@ -50,7 +50,7 @@ pub enum FileSourceError {
 pub struct ManifestSnapshot {
     /// The static pods of every valid manifest, by file (documents in file order). A file
     /// whose bytes are the ones of the last read shares that read's pods.
-    pub files: BTreeMap<PathBuf, Arc<[Pod]>>,
+    pub files: BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
     /// The problem with each manifest that was skipped (the path itself when it is missing).
     pub errors: BTreeMap<PathBuf, String>,
     /// The files among `errors` that exist but whose content was rejected (parse/validation).
@@ -81,7 +81,7 @@ pub struct ManifestReader {
 #[derive(Debug)]
 struct DecodedManifest {
     data: Vec<u8>,
-    pods: Arc<[Pod]>,
+    pods: Arc<[Arc<Pod>]>,
 }
 
 impl ManifestReader {
@@ -127,7 +127,7 @@ impl ManifestReader {
         &mut self,
         file: &Path,
         decoded: &mut usize,
-    ) -> Result<Arc<[Pod]>, FileSourceError> {
+    ) -> Result<Arc<[Arc<Pod>]>, FileSourceError> {
         let data = read_manifest_file(file)?;
         if let Some(known) = self.decoded.get(file)
             && known.data == data
@@ -135,9 +135,11 @@ impl ManifestReader {
             return Ok(known.pods.clone());
         }
         *decoded += 1;
-        let pods: Arc<[Pod]> =
+        let pods: Arc<[Arc<Pod>]> =
             static_pods_from_manifest(&data, &self.node_name, &ManifestOrigin::File(file), false)?
-                .into();
+                .into_iter()
+                .map(Arc::new)
+                .collect();
         let entry = DecodedManifest {
             data,
             pods: pods.clone(),
@@ -267,7 +269,7 @@ impl FileSource {
         let mut reader = ManifestReader::new(&self.node_name);
         // What was sent last, as the readers' shared pods (no copy of them is kept here).
         let mut sent_once = false;
-        let mut last_files: BTreeMap<PathBuf, Arc<[Pod]>> = BTreeMap::new();
+        let mut last_files: BTreeMap<PathBuf, Arc<[Arc<Pod>]>> = BTreeMap::new();
         loop {
             let (reread, periodic) = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -384,8 +386,8 @@ impl FileSource {
 /// The same files, each holding the very pods it held before (not a copy: a decode of equal
 /// bytes is not needed to know they are equal).
 fn same_manifests(
-    files: &BTreeMap<PathBuf, Arc<[Pod]>>,
-    before: &BTreeMap<PathBuf, Arc<[Pod]>>,
+    files: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
+    before: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
 ) -> bool {
     files.len() == before.len()
         && files
@@ -395,14 +397,14 @@ fn same_manifests(
 }
 
 /// The pods of every file, in path order (the order they are sent in).
-fn flatten(files: &BTreeMap<PathBuf, Arc<[Pod]>>) -> impl Iterator<Item = &Pod> {
+fn flatten(files: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>) -> impl Iterator<Item = &Arc<Pod>> {
     files.values().flat_map(|p| p.iter())
 }
 
 /// Timeline: the pods of this set that the previous set did not hold.
 fn mark_new_pods(
-    previous: Option<&BTreeMap<PathBuf, Arc<[Pod]>>>,
-    files: &BTreeMap<PathBuf, Arc<[Pod]>>,
+    previous: Option<&BTreeMap<PathBuf, Arc<[Arc<Pod>]>>>,
+    files: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
 ) {
     use crate::types::PodExt;
     let known: std::collections::HashSet<&str> = previous

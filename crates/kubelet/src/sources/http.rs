@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -167,11 +168,7 @@ impl HttpSource {
         fetched: Result<Bytes, FetchError>,
         last_body: &mut Option<Bytes>,
     ) -> (Option<PodUpdate>, Option<Result<(), FetchError>>) {
-        let set = |pods| PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::Http,
-            pods,
-        };
+        let set = |pods: Vec<Pod>| PodUpdate::new(PodOp::Set, PodSource::Http, pods);
         let body = match fetched {
             Ok(body) => body,
             Err(e) => return (None, Some(Err(e))),

@@ -172,11 +172,7 @@ impl Fixture {
 }
 
 fn file_add(pods: Vec<Pod>) -> PodUpdate {
-    PodUpdate {
-        op: PodOp::Add,
-        source: PodSource::File,
-        pods,
-    }
+    PodUpdate::new(PodOp::Add, PodSource::File, pods)
 }
 
 /// A kubelet restart: the file source's first `Set` is merged while the loop's first

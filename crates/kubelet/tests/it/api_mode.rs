@@ -277,11 +277,7 @@ async fn static_pod_gets_a_mirror_pod_that_comes_back() {
     .unwrap();
     env.agent
         .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods: static_pods,
-        })
+        .send(PodUpdate::new(PodOp::Set, PodSource::File, static_pods))
         .await
         .unwrap();
     let name = format!("etcd-{NODE}");
@@ -313,11 +309,7 @@ async fn static_pod_gets_a_mirror_pod_that_comes_back() {
     // The static pod goes: so does its mirror pod.
     env.agent
         .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods: Vec::new(),
-        })
+        .send(PodUpdate::new(PodOp::Set, PodSource::File, Vec::new()))
         .await
         .unwrap();
     env.wait(20, "the mirror pod to be deleted", |e| {

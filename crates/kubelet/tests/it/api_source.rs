@@ -73,6 +73,11 @@ fn names(pods: &[impl std::borrow::Borrow<Pod>]) -> Vec<String> {
     n
 }
 
+/// Copies of shared pods, for comparing and merging again.
+fn owned(pods: &[Arc<Pod>]) -> Vec<Pod> {
+    pods.iter().map(|p| Pod::clone(p)).collect()
+}
+
 /// Receives the API source's sets, checking each one, until `pred` holds for one.
 struct Sets {
     rx: mpsc::Receiver<PodUpdate>,
@@ -94,22 +99,23 @@ impl Sets {
                 .expect("source channel closed");
             assert_eq!(u.op, PodOp::Set);
             assert_eq!(u.source, PodSource::Api);
-            let mut uids: Vec<&str> = u.pods.iter().map(|p| p.uid()).collect();
+            let pods = owned(&u.pods);
+            let mut uids: Vec<&str> = pods.iter().map(|p| p.uid()).collect();
             uids.sort();
             uids.dedup();
             assert_eq!(
                 uids.len(),
-                u.pods.len(),
+                pods.len(),
                 "duplicate pods in {:?}",
-                names(&u.pods)
+                names(&pods)
             );
-            for p in &u.pods {
+            for p in &pods {
                 let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
                 assert_eq!(node, Some(NODE), "{} is not bound to this node", p.name());
             }
-            self.all.push(u.pods.clone());
-            if pred(&u.pods) {
-                return u.pods;
+            self.all.push(pods.clone());
+            if pred(&pods) {
+                return pods;
             }
         }
     }
@@ -119,8 +125,8 @@ impl Sets {
         let deadline = Instant::now() + d;
         let mut got = Vec::new();
         while let Ok(Some(u)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
-            self.all.push(u.pods.clone());
-            got.push(u.pods);
+            self.all.push(owned(&u.pods));
+            got.push(owned(&u.pods));
         }
         got
     }
@@ -161,11 +167,7 @@ async fn source_sends_this_nodes_pods_and_their_changes() {
 
     let first = sets.until("initial list", |_| true).await;
     assert_eq!(names(&first), ["mine"]);
-    let out = merger.merge(PodUpdate {
-        op: PodOp::Set,
-        source: PodSource::Api,
-        pods: first,
-    });
+    let out = merger.merge(PodUpdate::new(PodOp::Set, PodSource::Api, first));
     assert_eq!(ops(&out), [(PodOp::Add, s("mine"))]);
     assert_eq!(
         out[0].pods[0].annotation("kubernetes.io/config.source"),
@@ -190,11 +192,7 @@ async fn source_sends_this_nodes_pods_and_their_changes() {
     }
     let set = sets.until("second pod", |p| has(p, "second")).await;
     assert_eq!(names(&set), ["mine", "second"]);
-    let out = merger.merge(PodUpdate {
-        op: PodOp::Set,
-        source: PodSource::Api,
-        pods: set,
-    });
+    let out = merger.merge(PodUpdate::new(PodOp::Set, PodSource::Api, set));
     assert_eq!(ops(&out), [(PodOp::Add, s("second"))]);
 
     // A label change is an UPDATE.
@@ -215,11 +213,7 @@ async fn source_sends_this_nodes_pods_and_their_changes() {
             })
         })
         .await;
-    let out = merger.merge(PodUpdate {
-        op: PodOp::Set,
-        source: PodSource::Api,
-        pods: set,
-    });
+    let out = merger.merge(PodUpdate::new(PodOp::Set, PodSource::Api, set));
     assert_eq!(ops(&out), [(PodOp::Update, s("mine"))]);
 
     // A graceful delete keeps the pod with a deletionTimestamp: DELETE.
@@ -230,11 +224,7 @@ async fn source_sends_this_nodes_pods_and_their_changes() {
                 .any(|p| p.name() == "mine" && p.metadata.deletion_timestamp.is_some())
         })
         .await;
-    let out = merger.merge(PodUpdate {
-        op: PodOp::Set,
-        source: PodSource::Api,
-        pods: set,
-    });
+    let out = merger.merge(PodUpdate::new(PodOp::Set, PodSource::Api, set));
     assert_eq!(ops(&out), [(PodOp::Delete, s("mine"))]);
 
     // The final grace-0 delete removes it: REMOVE.
@@ -243,11 +233,7 @@ async fn source_sends_this_nodes_pods_and_their_changes() {
         .unwrap();
     let set = sets.until("mine gone", |p| !has(p, "mine")).await;
     assert_eq!(names(&set), ["second"]);
-    let out = merger.merge(PodUpdate {
-        op: PodOp::Set,
-        source: PodSource::Api,
-        pods: set,
-    });
+    let out = merger.merge(PodUpdate::new(PodOp::Set, PodSource::Api, set));
     assert_eq!(ops(&out), [(PodOp::Remove, s("mine"))]);
     cancel.cancel();
 }
@@ -493,11 +479,7 @@ fn start_mirror_harness(f: &Fixture, node: Node) -> MirrorHarness {
 impl MirrorHarness {
     async fn set_static(&self, pods: Vec<Pod>) {
         self.file_tx
-            .send(PodUpdate {
-                op: PodOp::Set,
-                source: PodSource::File,
-                pods,
-            })
+            .send(PodUpdate::new(PodOp::Set, PodSource::File, pods))
             .await
             .unwrap();
     }
@@ -730,11 +712,7 @@ async fn sync_loop_stores_mirror_pods_apart_and_never_runs_them() {
     ] {
         agent
             .source_tx
-            .send(PodUpdate {
-                op: PodOp::Set,
-                source,
-                pods,
-            })
+            .send(PodUpdate::new(PodOp::Set, source, pods))
             .await
             .unwrap();
     }

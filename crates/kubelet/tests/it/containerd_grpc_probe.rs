@@ -100,11 +100,9 @@ async fn grpc_readiness_follows_the_health_service() {
     .unwrap()
     .remove(0);
     let send = |pods: Vec<Pod>| {
-        agent.source_tx.send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
+        agent
+            .source_tx
+            .send(PodUpdate::new(PodOp::Set, PodSource::File, pods))
     };
     send(vec![pod.clone()]).await.unwrap();
 

@@ -72,11 +72,9 @@ async fn real_cri_calls_are_counted_and_exposed() {
     .remove(0);
     let uid = pod.metadata.uid.clone().unwrap();
     let send = |pods| {
-        agent.source_tx.send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
+        agent
+            .source_tx
+            .send(PodUpdate::new(PodOp::Set, PodSource::File, pods))
     };
     send(vec![pod]).await.unwrap();
     let v = |name: &str, labels: &[&str]| m.value(name, labels).unwrap_or(0.0);

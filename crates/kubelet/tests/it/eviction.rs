@@ -135,11 +135,7 @@ impl Harness {
     async fn set(&self, pods: Vec<Pod>) {
         self.agent
             .source_tx
-            .send(PodUpdate {
-                op: PodOp::Set,
-                source: PodSource::Api,
-                pods,
-            })
+            .send(PodUpdate::new(PodOp::Set, PodSource::Api, pods))
             .await
             .unwrap();
     }

@@ -43,11 +43,7 @@ fn pod(cpu_limit: &str, mem_limit: &str, policy: serde_json::Value) -> Pod {
 async fn send(agent: &Agent, p: &Pod) {
     agent
         .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::Api,
-            pods: vec![p.clone()],
-        })
+        .send(PodUpdate::new(PodOp::Set, PodSource::Api, vec![p.clone()]))
         .await
         .unwrap();
 }

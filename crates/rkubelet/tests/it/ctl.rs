@@ -81,11 +81,7 @@ impl Kubelet {
     async fn set(&self, pods: Vec<Pod>) {
         self.agent
             .source_tx
-            .send(PodUpdate {
-                op: PodOp::Set,
-                source: PodSource::File,
-                pods,
-            })
+            .send(PodUpdate::new(PodOp::Set, PodSource::File, pods))
             .await
             .unwrap();
     }

@@ -51,11 +51,7 @@ pub fn api_deps(fake: &FakeRuntime, client: &kube::Client) -> AgentDeps {
 pub async fn set(agent: &Agent, pods: Vec<Pod>) {
     agent
         .source_tx
-        .send(PodUpdate {
-            op: PodOp::Set,
-            source: PodSource::File,
-            pods,
-        })
+        .send(PodUpdate::new(PodOp::Set, PodSource::File, pods))
         .await
         .unwrap();
 }
