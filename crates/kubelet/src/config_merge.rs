@@ -338,16 +338,15 @@ fn differ_semantically(existing: &Pod, new: &Pod) -> bool {
 
 /// Upstream `isAnnotationMapEqual`: equal except for the kubelet's local annotations.
 fn annotations_equal(a: &Pod, b: &Pod) -> bool {
-    let relevant = |p: &Pod| -> BTreeMap<String, String> {
+    // Both maps iterate in key order, so the filtered sequences compare without copying.
+    fn relevant(p: &Pod) -> impl Iterator<Item = (&String, &String)> {
         p.metadata
             .annotations
             .iter()
             .flatten()
             .filter(|(k, _)| !LOCAL_ANNOTATIONS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
-    relevant(a) == relevant(b)
+    }
+    relevant(a).eq(relevant(b))
 }
 
 /// Go's `time.RFC3339Nano` in UTC: fractional seconds with trailing zeros trimmed.
@@ -937,6 +936,46 @@ mod tests {
                 .and_then(|s| s.phase.as_deref()),
             Some("Running")
         );
+    }
+
+    #[test]
+    fn annotation_changes_count_except_the_kubelets_own() {
+        let mut m = merger();
+        let annotated = |pairs: &[(&str, &str)]| {
+            with(pod("a", "uid-a", "nginx"), |p| {
+                p.metadata.annotations = Some(
+                    pairs
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                )
+            })
+        };
+        m.merge(upd(
+            PodOp::Set,
+            PodSource::Api,
+            vec![annotated(&[("a", "1")])],
+        ));
+        // The kubelet's own annotations, sent by the source, are no change.
+        let out = m.merge(upd(
+            PodOp::Set,
+            PodSource::Api,
+            vec![annotated(&[
+                ("a", "1"),
+                (CONFIG_SEEN_ANNOTATION, "1970-01-01T00:00:00Z"),
+                (CONFIG_SOURCE_ANNOTATION, "file"),
+            ])],
+        ));
+        assert!(out.is_empty(), "{:?}", summary(&out));
+        // Any other key or value is.
+        for pairs in [&[("a", "2")][..], &[("a", "1"), ("b", "")], &[]] {
+            let out = m.merge(upd(PodOp::Set, PodSource::Api, vec![annotated(pairs)]));
+            assert_eq!(summary(&out), [(PodOp::Update, s(&["a"]))], "{pairs:?}");
+            assert_eq!(
+                out[0].pods[0].annotation(CONFIG_SOURCE_ANNOTATION),
+                Some("api")
+            );
+        }
     }
 
     fn image(p: &Pod) -> &str {
