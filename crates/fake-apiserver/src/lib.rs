@@ -524,7 +524,7 @@ async fn serve(
         let tls = tls.clone();
         let streams = streams.clone();
         conns.spawn(async move {
-            let conn = async move {
+            let served = async move {
                 match tls {
                     Some((acc, verifier)) => match acc.accept(stream).await {
                         Ok(conn) => {
@@ -540,7 +540,7 @@ async fn serve(
             };
             // An outage begins: every connection open at that moment goes down with the server.
             tokio::select! {
-                () = conn => {}
+                () = served => {}
                 _ = epoch.changed() => {}
             }
         });

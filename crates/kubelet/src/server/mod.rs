@@ -757,17 +757,15 @@ mod tests {
         let expected = serde_json::json!({
             "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": expected,
         });
-        let (code, text) = body(routes_json(&st)).await;
+        let req = http::Request::get("/pods").body(()).unwrap();
+        let served = routes::route(&st, Endpoints::ReadOnly, &req).await;
+        let (code, text) = body(served).await;
         assert_eq!(code, StatusCode::OK);
         let served: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(served, expected);
         assert_eq!(served["items"][0]["status"]["phase"], "Running");
         assert_eq!(served["items"][2]["status"]["phase"], "Pending");
         assert!(served["items"][3].get("status").is_none());
-    }
-
-    fn routes_json(st: &ServerState) -> Resp {
-        json(StatusCode::OK, &pod_list(st))
     }
 
     #[tokio::test]

@@ -45,12 +45,19 @@ pub enum FileSourceError {
     Manifest(#[from] ManifestError),
 }
 
+/// The static pods of one manifest, in document order, shared by the reader's cache and every
+/// update sent from them.
+pub type ManifestPods = Arc<[Arc<Pod>]>;
+
+/// The pods of each valid manifest, by file.
+pub type ManifestFiles = BTreeMap<PathBuf, ManifestPods>;
+
 /// The outcome of reading `staticPodPath` once.
 #[derive(Debug, Default)]
 pub struct ManifestSnapshot {
     /// The static pods of every valid manifest, by file (documents in file order). A file
     /// whose bytes are the ones of the last read shares that read's pods.
-    pub files: BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
+    pub files: ManifestFiles,
     /// The problem with each manifest that was skipped (the path itself when it is missing).
     pub errors: BTreeMap<PathBuf, String>,
     /// The files among `errors` that exist but whose content was rejected (parse/validation).
@@ -81,7 +88,7 @@ pub struct ManifestReader {
 #[derive(Debug)]
 struct DecodedManifest {
     data: Vec<u8>,
-    pods: Arc<[Arc<Pod>]>,
+    pods: ManifestPods,
 }
 
 impl ManifestReader {
@@ -127,7 +134,7 @@ impl ManifestReader {
         &mut self,
         file: &Path,
         decoded: &mut usize,
-    ) -> Result<Arc<[Arc<Pod>]>, FileSourceError> {
+    ) -> Result<ManifestPods, FileSourceError> {
         let data = read_manifest_file(file)?;
         if let Some(known) = self.decoded.get(file)
             && known.data == data
@@ -135,7 +142,7 @@ impl ManifestReader {
             return Ok(known.pods.clone());
         }
         *decoded += 1;
-        let pods: Arc<[Arc<Pod>]> =
+        let pods: ManifestPods =
             static_pods_from_manifest(&data, &self.node_name, &ManifestOrigin::File(file), false)?
                 .into_iter()
                 .map(Arc::new)
@@ -269,7 +276,7 @@ impl FileSource {
         let mut reader = ManifestReader::new(&self.node_name);
         // What was sent last, as the readers' shared pods (no copy of them is kept here).
         let mut sent_once = false;
-        let mut last_files: BTreeMap<PathBuf, Arc<[Arc<Pod>]>> = BTreeMap::new();
+        let mut last_files: ManifestFiles = BTreeMap::new();
         loop {
             let (reread, periodic) = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -385,10 +392,7 @@ impl FileSource {
 
 /// The same files, each holding the very pods it held before (not a copy: a decode of equal
 /// bytes is not needed to know they are equal).
-fn same_manifests(
-    files: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
-    before: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
-) -> bool {
+fn same_manifests(files: &ManifestFiles, before: &ManifestFiles) -> bool {
     files.len() == before.len()
         && files
             .iter()
@@ -397,15 +401,12 @@ fn same_manifests(
 }
 
 /// The pods of every file, in path order (the order they are sent in).
-fn flatten(files: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>) -> impl Iterator<Item = &Arc<Pod>> {
+fn flatten(files: &ManifestFiles) -> impl Iterator<Item = &Arc<Pod>> {
     files.values().flat_map(|p| p.iter())
 }
 
 /// Timeline: the pods of this set that the previous set did not hold.
-fn mark_new_pods(
-    previous: Option<&BTreeMap<PathBuf, Arc<[Arc<Pod>]>>>,
-    files: &BTreeMap<PathBuf, Arc<[Arc<Pod>]>>,
-) {
+fn mark_new_pods(previous: Option<&ManifestFiles>, files: &ManifestFiles) {
     use crate::types::PodExt;
     let known: std::collections::HashSet<&str> = previous
         .into_iter()
