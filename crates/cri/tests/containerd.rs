@@ -13,13 +13,7 @@ use rkubelet_cri::{ImageService, RemoteRuntime, RuntimeService};
 const BUSYBOX: &str = "docker.io/library/busybox:latest";
 
 fn endpoint() -> String {
-    match std::env::var("RKUBELET_CRI_ENDPOINT") {
-        Ok(e) if !e.is_empty() => e,
-        _ => panic!(
-            "RKUBELET_CRI_ENDPOINT is not set: set RKUBELET_CRI_ENDPOINT or run ./dev/test.sh \
-             (which starts containerd with dev/runtime.sh up)"
-        ),
-    }
+    rkubelet_cri::testing::real_runtime_endpoint()
 }
 
 async fn connect() -> RemoteRuntime {

@@ -271,11 +271,8 @@ async fn orphaned_pod_dirs_are_cleaned() {
 /// Needs root (mount). A mount the manager does not know about (left by someone else) under an
 /// orphaned pod directory: the directory is not deleted through it; once unmounted it goes.
 #[tokio::test]
+#[cfg_attr(not(rkubelet_tests_as_root), ignore = "needs root (mount)")]
 async fn orphaned_pod_dirs_with_a_mount_inside_are_kept() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: needs root to mount");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = manager(dir.path());
     let pod_dir = dir.path().join("pods/orphan");

@@ -46,8 +46,7 @@ async fn wait_ready(agent: &Agent, pod: &Pod, want: &str, limit: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_readiness_follows_the_health_service() {
-    let endpoint = std::env::var("RKUBELET_CRI_ENDPOINT")
-        .expect("RKUBELET_CRI_ENDPOINT is not set: run `dev/runtime.sh up` and export it");
+    let endpoint = rkubelet_cri::testing::real_runtime_endpoint();
 
     // The health server, beside the pod on the host network.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -37,8 +37,7 @@ async fn wait_until(what: &str, limit: Duration, mut pred: impl FnMut() -> bool)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_cri_calls_are_counted_and_exposed() {
-    let endpoint = std::env::var("RKUBELET_CRI_ENDPOINT")
-        .expect("RKUBELET_CRI_ENDPOINT is not set: run `dev/runtime.sh up` and export it");
+    let endpoint = rkubelet_cri::testing::real_runtime_endpoint();
     let runtime = Arc::new(
         RemoteRuntime::connect(&endpoint, Duration::from_secs(30))
             .await

@@ -20,13 +20,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const NODE: &str = "test-node";
 
-/// The CRI endpoint of the dev containerd; tests fail (never skip) without it.
+/// The CRI endpoint of the dev containerd; tests fail (never skip) without it, and fail when
+/// nextest runs them outside the one-at-a-time `containerd` group.
 pub fn endpoint() -> String {
-    std::env::var("RKUBELET_CRI_ENDPOINT").unwrap_or_else(|_| {
-        panic!(
-            "RKUBELET_CRI_ENDPOINT is not set: run ./dev/test.sh, or `eval $(dev/runtime.sh env)` after `dev/runtime.sh up`"
-        )
-    })
+    rkubelet_cri::testing::real_runtime_endpoint()
 }
 
 pub async fn cri() -> RemoteRuntime {
