@@ -577,7 +577,32 @@ fn validate_mounts(
                 "must be unique",
             ));
         }
-        if let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        // Past PATH_MAX: refused without the (possibly huge) value; the other checks would
+        // repeat it.
+        let too_long = |field: &str, v: &str| {
+            crate::volumes::subpath::exceeds_bounds(v).map(|(bytes, _)| {
+                err(
+                    &format!("{mp}.{field}"),
+                    ErrorType::TooLong,
+                    BadValue::Omitted,
+                    format!(
+                        "may not be more than {} bytes (PATH_MAX) or {} levels; it is {bytes} bytes",
+                        crate::volumes::subpath::MAX_SUB_PATH_BYTES,
+                        crate::volumes::subpath::MAX_SUB_PATH_DEPTH
+                    ),
+                )
+            })
+        };
+        if let Some(e) = m
+            .sub_path_expr
+            .as_deref()
+            .and_then(|v| too_long("subPathExpr", v))
+        {
+            errs.push(e);
+        }
+        if let Some(e) = m.sub_path.as_deref().and_then(|v| too_long("subPath", v)) {
+            errs.push(e);
+        } else if let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             if sp.starts_with('/') {
                 errs.push(invalid_str(
                     &format!("{mp}.subPath"),
@@ -976,5 +1001,29 @@ mod tests {
             let pod = pod_with(meta.clone(), spec.clone());
             assert_eq!(messages(&pod), want, "meta {meta} spec {spec}");
         }
+    }
+
+    /// Depth (issue 28 A1): a 120 KB subPath in a static manifest is refused at validation,
+    /// naming the field and the limit without repeating the value.
+    #[test]
+    fn a_sub_path_past_path_max_is_too_long() {
+        let deep = "d/".repeat(60_000);
+        let got = messages(&pod_with(
+            serde_json::json!({}),
+            serde_json::json!({
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "nginx", "volumeMounts": [
+                    {"name": "v", "mountPath": "/a", "subPath": deep},
+                    {"name": "v", "mountPath": "/b", "subPathExpr": deep},
+                    {"name": "v", "mountPath": "/c", "subPath": "ok/path"},
+                ]}],
+            }),
+        ));
+        let want = |i: usize, field: &str| {
+            format!(
+                "spec.containers[0].volumeMounts[{i}].{field}: Too long: may not be more than 4095 bytes (PATH_MAX) or 2048 levels; it is 120000 bytes"
+            )
+        };
+        assert_eq!(got, vec![want(0, "subPath"), want(1, "subPathExpr")]);
     }
 }

@@ -80,10 +80,15 @@ impl StatsFs for SystemFs {
     }
 }
 
-/// How deep [`du`] descends: as deep as a path walk of `PATH_MAX` (4096 bytes) with one-letter
-/// names could, so no tree is counted less than a path-based `du` would; it bounds the
-/// directory fds held open at once.
-const DU_MAX_DEPTH: usize = 2048;
+/// One directory [`du`] has entered: how to find it again and what is left to enter in it.
+struct DuLevel {
+    /// Its name in the directory above (empty for the top).
+    name: std::ffi::OsString,
+    /// `(dev, ino)`: what `..` (or a walk down again) must find.
+    id: (u64, u64),
+    /// Subdirectories not entered yet, with the `(dev, ino)` they were listed with.
+    pending: Vec<(std::ffi::OsString, (u64, u64))>,
+}
 
 /// `du` semantics: allocated 512-byte blocks of every entry (hard links counted once), not
 /// following symlinks and not crossing into other filesystems. The tree may be a pod's
@@ -91,8 +96,15 @@ const DU_MAX_DEPTH: usize = 2048;
 /// following links, each subdirectory opened `O_NOFOLLOW | O_DIRECTORY` under its parent's fd
 /// and checked to be the one just looked at. A directory swapped for a link in between is not
 /// entered, and no path is walked from `/` again per entry.
+///
+/// Depth is the pod's to choose, so it is not bounded and neither are fds nor memory allowed to
+/// grow with it past a name and an inode per level: only the top directory and the one being
+/// listed are open. Climbing back goes through the kernel's `..`, checked to be the directory
+/// the walk came down through; when it is not (a container moved a directory meanwhile), the
+/// walk goes down again from the top by name, checking each level, and drops only the levels
+/// that are gone.
 pub fn du(path: &Path) -> io::Result<DirUsage> {
-    use rustix::fs::{AtFlags, Stat, statat};
+    use rustix::fs::{AtFlags, statat};
     let root = match rustix::fs::lstat(path) {
         Ok(st) => st,
         Err(e) if e == rustix::io::Errno::NOENT => return Ok(DirUsage::default()),
@@ -104,47 +116,87 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
     if !is_dir(&root) {
         return Ok(tally.usage);
     }
-    // Opens `name` under `parent` as the directory `st` describes, or nothing.
-    let open_same = |parent: &OwnedFd, name: &std::ffi::OsStr, st: &Stat| {
-        let fd = crate::fsat::open_dir_at(parent, name).ok()?;
-        rustix::fs::fstat(&fd)
-            .is_ok_and(|now| same_inode(&now, st))
-            .then_some(fd)
-    };
     let Some(top) = crate::fsat::open_dir_at(rustix::fs::CWD, path)
         .ok()
         .filter(|fd| rustix::fs::fstat(fd).is_ok_and(|st| same_inode(&st, &root)))
     else {
         return Ok(tally.usage);
     };
-    // Depth-first; each level holds its directory fd and the subdirectories still to enter.
-    let mut stack: Vec<(OwnedFd, Vec<(std::ffi::OsString, Stat)>)> = Vec::new();
-    let mut dir = Some(top);
-    loop {
-        if let Some(fd) = dir.take() {
-            let mut subdirs = Vec::new();
-            for name in crate::fsat::list_dir(fd.as_fd()).unwrap_or_default() {
-                let Ok(st) = statat(&fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
-                    continue;
-                };
-                tally.count(&st);
-                if is_dir(&st) && st.st_dev == dev && stack.len() < DU_MAX_DEPTH {
-                    subdirs.push((name, st));
-                }
+    let mut levels = vec![DuLevel {
+        name: std::ffi::OsString::new(),
+        id: (root.st_dev, root.st_ino),
+        pending: Vec::new(),
+    }];
+    // Lists the directory just entered (the bottom level): counts its entries and keeps its
+    // subdirectories on this filesystem to enter.
+    let list = |fd: &OwnedFd, tally: &mut DuTally| {
+        let mut subdirs = Vec::new();
+        for name in crate::fsat::list_dir(fd.as_fd()).unwrap_or_default() {
+            let Ok(st) = statat(fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            tally.count(&st);
+            if is_dir(&st) && st.st_dev == dev {
+                subdirs.push((name, (st.st_dev, st.st_ino)));
             }
-            stack.push((fd, subdirs));
         }
-        let Some((parent, pending)) = stack.last_mut() else {
+        subdirs
+    };
+    let mut current = top.try_clone()?;
+    levels[0].pending = list(&current, &mut tally);
+    while let Some(bottom) = levels.last_mut() {
+        if let Some((name, id)) = bottom.pending.pop() {
+            let Ok(child) = crate::fsat::open_dir_at(&current, name.as_os_str()) else {
+                continue;
+            };
+            if !rustix::fs::fstat(&child).is_ok_and(|st| (st.st_dev, st.st_ino) == id) {
+                continue;
+            }
+            let pending = list(&child, &mut tally);
+            levels.push(DuLevel { name, id, pending });
+            current = child;
+            continue;
+        }
+        levels.pop();
+        let Some(above) = levels.last() else {
             break;
         };
-        match pending.pop() {
-            Some((name, st)) => dir = open_same(parent, &name, &st),
+        current = match climb(&current, above.id) {
+            Some(up) => up,
+            None => walk_down(&top, &mut levels)?,
+        };
+    }
+    Ok(tally.usage)
+}
+
+/// The parent of `dir` through `..`, when it is the directory `expected` names.
+fn climb(dir: &OwnedFd, expected: (u64, u64)) -> Option<OwnedFd> {
+    let up = crate::fsat::open_dir_at(dir, "..").ok()?;
+    rustix::fs::fstat(&up)
+        .is_ok_and(|st| (st.st_dev, st.st_ino) == expected)
+        .then_some(up)
+}
+
+/// Opens the bottom of `levels` again from `top` by name, each level checked to be the
+/// directory it was; the levels that are not any more (and what was left to enter in them)
+/// are dropped.
+fn walk_down(top: &OwnedFd, levels: &mut Vec<DuLevel>) -> io::Result<OwnedFd> {
+    let mut fd = top.try_clone()?;
+    for i in 1..levels.len() {
+        let next = crate::fsat::open_dir_at(&fd, levels[i].name.as_os_str())
+            .ok()
+            .filter(|child| {
+                rustix::fs::fstat(child).is_ok_and(|st| (st.st_dev, st.st_ino) == levels[i].id)
+            });
+        match next {
+            Some(child) => fd = child,
             None => {
-                stack.pop();
+                levels.truncate(i);
+                break;
             }
         }
     }
-    Ok(tally.usage)
+    Ok(fd)
 }
 
 fn is_dir(st: &rustix::fs::Stat) -> bool {
@@ -366,15 +418,52 @@ mod tests {
             rustix::fs::mkdirat(&fd, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
             fd = crate::fsat::open_dir_at(&fd, "d").unwrap();
         }
+        // A file at the bottom, 3000 levels down (1 MiB, written for real so it has blocks).
+        let file = rustix::fs::openat(
+            &fd,
+            "f",
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE,
+            rustix::fs::Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        let mut file = std::fs::File::from(file);
+        std::io::Write::write_all(&mut file, &vec![7u8; 1 << 20]).unwrap();
+        file.sync_all().unwrap();
+        drop((file, fd));
         let u = du(top.path()).unwrap();
-        assert_eq!(u.inodes, 1 + DU_MAX_DEPTH as u64 + 1, "{u:?}");
-        // A path-based walk stops where the path gets too long; this one at DU_MAX_DEPTH,
-        // which is deeper. Clean up by fd (remove_dir_all cannot name the bottom either).
+        assert_eq!(u.inodes, 1 + 3000 + 1, "every level and the file: {u:?}");
+        assert!(
+            u.bytes >= 1 << 20,
+            "the file at the bottom is counted: {u:?}"
+        );
+        // Clean up by fd (remove_dir_all cannot name the bottom either).
+        crate::volumes::removeall::remove_all_one_filesystem(top.path()).unwrap();
+    }
+
+    /// Depth does not cost fds: the walk holds two directories open at most, so a tree far
+    /// deeper than the fd limit is counted (before, one fd per level up to a cap of 2048).
+    #[test]
+    fn du_holds_a_bounded_number_of_fds_whatever_the_depth() {
+        let top = tempfile::tempdir().unwrap();
+        let mut fd = crate::fsat::open_dir_at(rustix::fs::CWD, top.path()).unwrap();
+        for i in 0..5000 {
+            // A side file per level and a second branch every 1000 levels.
+            rustix::fs::mkdirat(&fd, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+            if i % 1000 == 0 {
+                rustix::fs::mkdirat(&fd, "e", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+            }
+            fd = crate::fsat::open_dir_at(&fd, "d").unwrap();
+        }
         drop(fd);
-        let _ = std::process::Command::new("rm")
-            .arg("-rf")
-            .arg(top.path())
-            .status();
+        let fds_before = std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let u = du(top.path()).unwrap();
+        let fds_after = std::fs::read_dir("/proc/self/fd").unwrap().count();
+        assert_eq!(u.inodes, 1 + 5000 + 5, "{u:?}");
+        assert!(
+            fds_after <= fds_before,
+            "no fd leaked: {fds_before} -> {fds_after}"
+        );
+        crate::volumes::removeall::remove_all_one_filesystem(top.path()).unwrap();
     }
 
     #[test]

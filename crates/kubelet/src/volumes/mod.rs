@@ -555,11 +555,16 @@ impl VolumeManager {
                     container: container.name.clone(),
                 })?;
             let mut host_path = vol.host_path.clone();
+            // Bounded (PATH_MAX) for every pod, whichever API server admitted it.
             let sub = match vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
-                Some(expr) => crate::kuberuntime::env::expand_sub_path_expr(expr, env)
-                    .map_err(|e| VolumeError::SubPath(e.to_string()))?,
-                None => vm.sub_path.clone().unwrap_or_default(),
-            };
+                Some(expr) => subpath::expand_expr(expr, env, &vm.name, &container.name),
+                None => {
+                    let sub = vm.sub_path.clone().unwrap_or_default();
+                    subpath::validate_mount(&sub, "subPath", &vm.name, &container.name)
+                        .map(|()| sub)
+                }
+            }
+            .map_err(|e| VolumeError::SubPath(e.to_string()))?;
             if !sub.is_empty() {
                 host_path = self
                     .sub_path(pod, container, index, &vm.name, &host_path, &sub)
@@ -652,7 +657,11 @@ impl VolumeManager {
                 let node = std::fs::read_to_string(&node_hosts_file).unwrap_or_default();
                 etc_hosts::node_content(&node, &aliases)
             });
-            write_file(&path, content.as_bytes(), 0o644)?;
+            // In place: running containers keep the file that is measured (CVE-2020-8557).
+            etc_hosts::write_in_place(&path, content.as_bytes()).map_err(|e| VolumeError::Io {
+                path: path.clone(),
+                source: e.into_io(),
+            })?;
             Ok(path)
         })
         .await
@@ -799,8 +808,8 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
 }
 
 /// Replaces `path` with a file holding `data` and exactly `mode`, atomically and without
-/// following links ([`crate::fsat::atomic_write`]). Not flushed to disk: these files (the
-/// pod's `/etc/hosts`, a fresh termination-log file) are written anew at every container start.
+/// following links ([`crate::fsat::atomic_write`]). Not flushed to disk: these files (a fresh
+/// termination-log file) are written anew at every container start.
 fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
     let io = |source| VolumeError::Io {
         path: path.to_path_buf(),

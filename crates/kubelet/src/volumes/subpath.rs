@@ -12,6 +12,11 @@
 //! an absolute target or a `..` above the volume root is refused. Since the mount source is the
 //! already-open fd, swapping a component for a link between the walk and the mount changes
 //! nothing (CVE-2017-1002101, CVE-2021-25741).
+//!
+//! Depth is hostile too: a subPath (or an expanded subPathExpr) is bounded by `PATH_MAX`
+//! ([`MAX_SUB_PATH_BYTES`], [`MAX_SUB_PATH_DEPTH`]) before anything is opened, and so is the
+//! path a resolution walks through links; the walk holds at most two fds and one name per
+//! level, whatever the depth.
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -34,6 +39,16 @@ pub const SUBPATHS_DIR: &str = "volume-subpaths";
 /// Symbolic links followed in one resolution before giving up (the kernel's `MAXSYMLINKS`).
 const MAX_SYMLINKS: usize = 40;
 
+/// The longest subPath (after subPathExpr expansion), and the longest path a resolution may
+/// walk below the volume root: `PATH_MAX` (4096, with its NUL), where upstream's walk of the
+/// host path fails with `ENAMETOOLONG`. Upstream counts the volume's own host path too; this
+/// bound counts only the part below the volume root, so nothing upstream accepts is refused.
+pub const MAX_SUB_PATH_BYTES: usize = 4095;
+
+/// The most levels a subPath (or a resolution) may go below the volume root: as many
+/// one-letter names as fit in [`MAX_SUB_PATH_BYTES`].
+pub const MAX_SUB_PATH_DEPTH: usize = MAX_SUB_PATH_BYTES / 2 + 1;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SubPathError {
     /// Upstream `makeMounts` wording (shown to the user as is).
@@ -42,6 +57,35 @@ pub enum SubPathError {
     /// Upstream `makeMounts` + `ValidatePathNoBacksteps` wording.
     #[error("unable to provision SubPath `{0}`: must not contain '..'")]
     Backsteps(String),
+    /// A subPath longer than a path can be (the value itself is not repeated: it may be huge).
+    #[error(
+        "subPath is {bytes} bytes long in {depth} levels; at most {MAX_SUB_PATH_BYTES} bytes and {MAX_SUB_PATH_DEPTH} levels are allowed (PATH_MAX)"
+    )]
+    TooLong { bytes: usize, depth: usize },
+    /// [`SubPathError::TooLong`] of one container's volumeMount (what the user is shown).
+    #[error(
+        "{field} of volumeMount {volume:?} of container {container:?} is {bytes} bytes long in {depth} levels; at most {MAX_SUB_PATH_BYTES} bytes and {MAX_SUB_PATH_DEPTH} levels are allowed (PATH_MAX)"
+    )]
+    MountTooLong {
+        /// `subPath`, or `subPathExpr` (before or after expansion).
+        field: &'static str,
+        volume: String,
+        container: String,
+        bytes: usize,
+        depth: usize,
+    },
+    /// Links inside the volume led the walk deeper than a subPath may go.
+    #[error(
+        "subpath under {path} resolves to {bytes} bytes in {depth} levels; at most {MAX_SUB_PATH_BYTES} bytes and {MAX_SUB_PATH_DEPTH} levels are allowed (PATH_MAX)"
+    )]
+    ResolvedTooLong {
+        path: PathBuf,
+        bytes: usize,
+        depth: usize,
+    },
+    /// A directory the walk came through was moved while a link's `..` climbed back to it.
+    #[error("subpath directory {0} was moved during resolution")]
+    Moved(PathBuf),
     #[error("cannot open volume directory {path}: {source}")]
     OpenRoot { path: PathBuf, source: Errno },
     #[error("cannot open {path}: {source}")]
@@ -73,6 +117,9 @@ pub enum SubPathError {
     },
     #[error("subpath resolution task failed: {0}")]
     Task(String),
+    /// A subPathExpr that could not be expanded (upstream's wording).
+    #[error(transparent)]
+    Expand(#[from] crate::kuberuntime::env::EnvError),
 }
 
 impl SubPathError {
@@ -82,9 +129,77 @@ impl SubPathError {
     }
 }
 
+/// `(bytes, levels)` of a subPath when it is longer than [`MAX_SUB_PATH_BYTES`] or deeper than
+/// [`MAX_SUB_PATH_DEPTH`] (levels are its names other than `.`). Linear in the length, so a
+/// 120 KB field is refused in microseconds.
+pub fn exceeds_bounds(sub: &str) -> Option<(usize, usize)> {
+    let depth = sub
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .count();
+    (sub.len() > MAX_SUB_PATH_BYTES || depth > MAX_SUB_PATH_DEPTH).then_some((sub.len(), depth))
+}
+
+/// [`validate`] for one container's volumeMount: a subPath (or expanded subPathExpr) past the
+/// bounds is refused with a message naming the field, the volumeMount, the container and the
+/// limit.
+pub fn validate_mount(
+    sub: &str,
+    field: &'static str,
+    volume: &str,
+    container: &str,
+) -> Result<(), SubPathError> {
+    if let Some((bytes, depth)) = exceeds_bounds(sub) {
+        return Err(SubPathError::MountTooLong {
+            field,
+            volume: volume.to_owned(),
+            container: container.to_owned(),
+            bytes,
+            depth,
+        });
+    }
+    validate(sub)
+}
+
+/// Expands a volumeMount's subPathExpr with the container's environment within the bounds: an
+/// expression already longer than [`MAX_SUB_PATH_BYTES`] is refused before expanding, and each
+/// value is cut just past the bound first (a value that long makes any expansion using it too
+/// long anyway), so a short expression repeating a huge variable cannot expand to gigabytes.
+/// The expansion is then bounded by [`validate_mount`] like a subPath.
+pub fn expand_expr(
+    expr: &str,
+    env: &[(String, String)],
+    volume: &str,
+    container: &str,
+) -> Result<String, SubPathError> {
+    if let Some((bytes, depth)) = exceeds_bounds(expr) {
+        return Err(SubPathError::MountTooLong {
+            field: "subPathExpr",
+            volume: volume.to_owned(),
+            container: container.to_owned(),
+            bytes,
+            depth,
+        });
+    }
+    let cut = |v: &str| -> String {
+        let end = (MAX_SUB_PATH_BYTES + 1..=v.len())
+            .find(|i| v.is_char_boundary(*i))
+            .unwrap_or(v.len());
+        v[..end].to_owned()
+    };
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), cut(v))).collect();
+    let sub = crate::kuberuntime::env::expand_sub_path_expr(expr, &env)?;
+    validate_mount(&sub, "subPathExpr", volume, container)?;
+    Ok(sub)
+}
+
 /// Refuses what upstream `makeMounts` refuses before touching the disk: an absolute subPath or
-/// one with a `..` component.
+/// one with a `..` component; and one longer than a path can be (checked first, so a huge
+/// value is never copied into a message).
 pub fn validate(sub: &str) -> Result<(), SubPathError> {
+    if let Some((bytes, depth)) = exceeds_bounds(sub) {
+        return Err(SubPathError::TooLong { bytes, depth });
+    }
     if Path::new(sub).is_absolute() {
         return Err(SubPathError::Absolute(sub.to_owned()));
     }
@@ -130,7 +245,106 @@ impl Resolved {
 /// fd; a symbolic link is read and spliced into the remaining components when it is relative
 /// and stays inside the volume, refused otherwise; a missing component is created as a
 /// directory with the volume root's mode. The last component may be any file type.
+///
+/// The walk holds two fds at most (the directory it is in and the entry it opens) and one name
+/// and inode per level; a link's `..` reopens the parent through the kernel's `..` and checks
+/// it is the directory the walk came through. The path walked so far is bounded like the
+/// subPath itself ([`MAX_SUB_PATH_BYTES`], [`MAX_SUB_PATH_DEPTH`]): links cannot grow it past
+/// what upstream's `PATH_MAX`-bound walk would reach either.
 pub fn resolve(volume_root: &Path, sub: &str) -> Result<Resolved, SubPathError> {
+    resolve_walk(volume_root, sub).map(|(r, _)| r)
+}
+
+/// The levels of a resolution below the volume root, and the one directory fd it holds.
+struct Walk {
+    root_path: PathBuf,
+    root_id: (u64, u64),
+    /// Name and `(dev, ino)` of each directory entered below the root.
+    levels: Vec<(OsString, (u64, u64))>,
+    /// Bytes of the levels' names joined with `/`.
+    bytes: usize,
+    /// The directory at the bottom of `levels` (the root when there are none).
+    dir: OwnedFd,
+    /// The most fds the walk held at once (a test's witness).
+    peak_fds: usize,
+}
+
+impl Walk {
+    /// Where the walk is, or `name` below it (for messages only).
+    fn path(&self, name: Option<&OsStr>) -> PathBuf {
+        let mut p = self.root_path.clone();
+        for (level, _) in &self.levels {
+            p.push(level);
+        }
+        if let Some(name) = name {
+            p.push(name);
+        }
+        p
+    }
+
+    /// `(bytes, depth)` of the path to `name` below the walk, refused past the bounds (before
+    /// anything is opened or created there).
+    fn child_within_bounds(&self, name: &OsStr) -> Result<(usize, usize), SubPathError> {
+        let bytes = self.bytes + usize::from(!self.levels.is_empty()) + name.len();
+        let depth = self.levels.len() + 1;
+        if bytes > MAX_SUB_PATH_BYTES || depth > MAX_SUB_PATH_DEPTH {
+            return Err(SubPathError::ResolvedTooLong {
+                path: self.root_path.clone(),
+                bytes,
+                depth,
+            });
+        }
+        Ok((bytes, depth))
+    }
+
+    /// Enters the directory `name` (opened as `fd`, `id`).
+    fn enter(&mut self, name: OsString, fd: OwnedFd, id: (u64, u64)) -> Result<(), SubPathError> {
+        let (bytes, _) = self.child_within_bounds(&name)?;
+        self.bytes = bytes;
+        self.levels.push((name, id));
+        self.dir = fd;
+        Ok(())
+    }
+
+    /// Goes back up one level through `..`, which must be the directory the walk came
+    /// through (a directory moved meanwhile is refused); above the root is refused.
+    fn leave(&mut self) -> Result<(), SubPathError> {
+        let Some((name, _)) = self.levels.pop() else {
+            return Err(SubPathError::Escapes {
+                path: self.root_path.clone(),
+                target: "..".into(),
+            });
+        };
+        self.bytes = self
+            .bytes
+            .saturating_sub(name.len() + usize::from(!self.levels.is_empty()));
+        let expected = self.levels.last().map_or(self.root_id, |(_, id)| *id);
+        let path = self.path(None);
+        let up = rustix::fs::openat(
+            &self.dir,
+            "..",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|source| SubPathError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        self.peak_fds = self.peak_fds.max(2);
+        let st = rustix::fs::fstat(&up).map_err(|source| SubPathError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        if (st.st_dev, st.st_ino) != expected {
+            return Err(SubPathError::Moved(path));
+        }
+        self.dir = up;
+        Ok(())
+    }
+}
+
+/// [`resolve`], also answering the most fds the walk held at once.
+fn resolve_walk(volume_root: &Path, sub: &str) -> Result<(Resolved, usize), SubPathError> {
     validate(sub)?;
     // The volume root is the kubelet's (or the hostPath the pod named): resolved once, as
     // upstream's `EvalSymlinks(volumePath)`, then never looked up by path again.
@@ -154,48 +368,51 @@ pub fn resolve(volume_root: &Path, sub: &str) -> Result<Resolved, SubPathError> 
     // Upstream creates missing directories with the volume root's permissions (`GetMode`).
     let dir_mode = Mode::from_raw_mode(root_stat.st_mode) & Mode::from_raw_mode(0o7777);
 
-    // The directories walked so far (the root first), so a link's `..` goes back exactly the
-    // way the walk came and can never climb above the root.
-    let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(root, root_path)];
+    let mut walk = Walk {
+        root_path,
+        root_id: (root_stat.st_dev, root_stat.st_ino),
+        levels: Vec::new(),
+        bytes: 0,
+        dir: root,
+        peak_fds: 1,
+    };
     let mut pending: VecDeque<OsString> = components(OsStr::new(sub));
     let mut links = 0;
-    let mut last: Option<(OwnedFd, PathBuf)> = None;
+    let mut last: Option<(OwnedFd, OsString)> = None;
 
     while let Some(name) = pending.pop_front() {
-        if let Some((_, path)) = last.take() {
+        if let Some((_, name)) = last.take() {
             // A non-directory with components left under it.
-            return Err(SubPathError::NotDir(path));
+            return Err(SubPathError::NotDir(walk.path(Some(&name))));
         }
         if name == ".." {
-            if stack.len() == 1 {
-                return Err(SubPathError::Escapes {
-                    path: stack[0].1.clone(),
-                    target: "..".into(),
-                });
-            }
-            stack.pop();
+            walk.leave()?;
             continue;
         }
-        let (parent, parent_path) = stack
-            .last()
-            .ok_or(SubPathError::Task("empty walk".into()))?;
-        let path = parent_path.join(&name);
+        walk.child_within_bounds(&name)?;
         let fd = match rustix::fs::openat(
-            parent,
+            &walk.dir,
             name.as_os_str(),
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         ) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => create_dir(parent, &name, &path, dir_mode)?,
-            Err(source) => return Err(SubPathError::Open { path, source }),
+            Err(Errno::NOENT) => create_dir(&walk.dir, &name, &walk.path(Some(&name)), dir_mode)?,
+            Err(source) => {
+                return Err(SubPathError::Open {
+                    path: walk.path(Some(&name)),
+                    source,
+                });
+            }
         };
+        walk.peak_fds = walk.peak_fds.max(2);
         let st = rustix::fs::fstat(&fd).map_err(|source| SubPathError::Open {
-            path: path.clone(),
+            path: walk.path(Some(&name)),
             source,
         })?;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Symlink => {
+                let path = walk.path(Some(&name));
                 links += 1;
                 if links > MAX_SYMLINKS {
                     return Err(SubPathError::Loop(path));
@@ -219,28 +436,33 @@ pub fn resolve(volume_root: &Path, sub: &str) -> Result<Resolved, SubPathError> 
                     pending.push_front(c);
                 }
             }
-            FileType::Directory => stack.push((fd, path)),
-            _ => last = Some((fd, path)),
+            FileType::Directory => walk.enter(name, fd, (st.st_dev, st.st_ino))?,
+            _ => last = Some((fd, name)),
         }
     }
+    let peak_fds = walk.peak_fds;
     let (fd, path, is_dir) = match last {
-        Some((fd, path)) => (fd, path, false),
+        Some((fd, name)) => {
+            let path = walk.path(Some(&name));
+            (fd, path, false)
+        }
         None => {
-            let (fd, path) = stack.pop().ok_or(SubPathError::Task("empty walk".into()))?;
-            (fd, path, true)
+            let path = walk.path(None);
+            (walk.dir, path, true)
         }
     };
     let st = rustix::fs::fstat(&fd).map_err(|source| SubPathError::Open {
         path: path.clone(),
         source,
     })?;
-    Ok(Resolved {
+    let resolved = Resolved {
         fd,
         is_dir,
         dev: st.st_dev,
         ino: st.st_ino,
         path,
-    })
+    };
+    Ok((resolved, peak_fds))
 }
 
 /// Path components of `p` (`.` and empty ones dropped; `..` kept for the walk to handle).

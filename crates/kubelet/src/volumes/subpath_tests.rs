@@ -359,11 +359,8 @@ fn mounts_under(dir: &Path) -> usize {
 /// the walk opened, not the canary the link points at; a restart reuses the mount; tear-down
 /// leaves nothing mounted.
 #[tokio::test]
+#[cfg_attr(not(rkubelet_tests_as_root), ignore = "needs root (mount)")]
 async fn real_bind_mount_refers_to_the_opened_directory() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: needs root to mount");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let vol = dir.path().join("vol");
     std::fs::create_dir_all(vol.join("data")).unwrap();
@@ -454,4 +451,135 @@ async fn real_bind_mount_refers_to_the_opened_directory() {
         SubPathError::Escapes { .. }
     ));
     assert_eq!(mounts_under(&pod_dir), 0);
+}
+
+/// Depth (issue 28 A1): a subPath of `d/` × 60,000 (120 KB, which no API server bounds) is
+/// refused before anything is opened or created, at once, for any pod: the message names the
+/// container, the volumeMount and the limit, and does not repeat the value. Before, the walk
+/// kept an fd and the whole path so far per level (memory growing with depth²).
+#[tokio::test]
+async fn a_sub_path_of_60000_levels_is_refused_quickly_naming_the_mount_and_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mounter) = manager(dir.path());
+    let deep = "d/".repeat(60_000);
+    let p = sub_path_pod(Some(&deep), None);
+    let start = std::time::Instant::now();
+    let err = mounts_of(&m, &p, &[]).await.unwrap_err();
+    let elapsed = start.elapsed();
+    let msg = err.to_string();
+    assert_eq!(
+        msg,
+        "subPath of volumeMount \"work\" of container \"c\" is 120000 bytes long in 60000 levels; \
+         at most 4095 bytes and 2048 levels are allowed (PATH_MAX)"
+    );
+    assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
+    let work = dir
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~empty-dir/work");
+    assert!(!work.join("d").exists(), "nothing created");
+    assert!(mounter.binds.lock().unwrap().is_empty());
+
+    // The same bound below the manager, and exactly at PATH_MAX: 4095 bytes pass validation.
+    assert!(matches!(
+        validate(&deep).unwrap_err(),
+        SubPathError::TooLong {
+            bytes: 120_000,
+            depth: 60_000
+        }
+    ));
+    let at_bound = format!("{}d", "d/".repeat(2047));
+    assert_eq!(at_bound.len(), MAX_SUB_PATH_BYTES);
+    validate(&at_bound).unwrap();
+    assert!(validate(&format!("{at_bound}d")).is_err());
+}
+
+/// A subPathExpr is bounded after expansion, and a short expression repeating a huge variable
+/// is refused without expanding it to its full size.
+#[tokio::test]
+async fn a_sub_path_expr_is_bounded_after_expansion() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, mounter) = manager(dir.path());
+    let env = vec![("X".to_owned(), "d/".repeat(60_000))];
+    let p = sub_path_pod(None, Some("$(X)"));
+    let msg = mounts_of(&m, &p, &env).await.unwrap_err().to_string();
+    assert!(
+        msg.starts_with("subPathExpr of volumeMount \"work\" of container \"c\" is ")
+            && msg.ends_with("at most 4095 bytes and 2048 levels are allowed (PATH_MAX)"),
+        "{msg}"
+    );
+    // 1,000 references to a 1 MiB value would expand to 1 GiB; each value is cut first.
+    let env = vec![("X".to_owned(), "a".repeat(1 << 20))];
+    let expr = "$(X)/".repeat(800);
+    let start = std::time::Instant::now();
+    let msg = mounts_of(&m, &sub_path_pod(None, Some(&expr)), &env)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.starts_with("subPathExpr of volumeMount"), "{msg}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    // An expression itself past the bound is refused before expanding.
+    let env = vec![("X".to_owned(), "a".to_owned())];
+    let msg = mounts_of(&m, &sub_path_pod(None, Some(&"$(X)/".repeat(1000))), &env)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("is 5000 bytes long"), "{msg}");
+    assert!(mounter.binds.lock().unwrap().is_empty());
+}
+
+/// Links inside the volume cannot take the walk past the bound either, and however deep it
+/// goes (down 1,500 levels and back up through a link's `..`) it holds two fds at most.
+#[test]
+fn deep_walks_hold_two_fds_and_links_cannot_pass_the_bound() {
+    let (_d, vol) = volume_tree();
+    let down = "d/".repeat(1500);
+    std::fs::create_dir_all(vol.join(&down)).unwrap();
+    symlink(&down, vol.join("x")).unwrap();
+    let (r, fds) = resolve_walk(&vol, "x").unwrap();
+    assert!(r.is_dir());
+    assert_eq!(opened(&r), vol.join(down.trim_end_matches('/')));
+    assert!(fds <= 2, "{fds} fds held at once");
+
+    // Back up all the way from the bottom through two links of 1,000 and 500 `..`.
+    symlink(
+        format!("{}up2", "../".repeat(1000)),
+        vol.join(&down).join("up"),
+    )
+    .unwrap();
+    symlink(
+        format!("{}a/b", "../".repeat(500)),
+        vol.join("d/".repeat(500)).join("up2"),
+    )
+    .unwrap();
+    let (r, fds) = resolve_walk(&vol, "x/up").unwrap();
+    assert_eq!(opened(&r), vol.join("a/b"));
+    assert!(fds <= 2, "{fds} fds held at once");
+
+    // 1,500 levels and a link adding 1,000 more: past 2,048 levels (and 4,095 bytes), the walk
+    // stops without creating anything past the bound.
+    symlink("d/".repeat(1000), vol.join(&down).join("more")).unwrap();
+    let err = resolve(&vol, "x/more").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SubPathError::ResolvedTooLong {
+                bytes: 4097,
+                depth: 2049,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Counted by fd: the deepest paths are longer than a path can name.
+    let mut fd = crate::fsat::open_dir_at(rustix::fs::CWD, vol.join(&down)).unwrap();
+    let mut created = 0;
+    while let Ok(next) = crate::fsat::open_dir_at(&fd, "d") {
+        fd = next;
+        created += 1;
+    }
+    assert_eq!(
+        created,
+        2048 - 1500,
+        "directories created up to the bound only"
+    );
 }
