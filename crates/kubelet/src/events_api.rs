@@ -5,6 +5,8 @@
 //! (`count`, `lastTimestamp`, `message`) for repeats, after the upstream correlation (dedup
 //! cache, aggregation of similar events, per-object spam filter) and the client-side
 //! `eventRecordQPS`/`eventBurst` limit. Every event is also logged as in standalone mode.
+//! Messages are bounded ([`bound_message`]) before they are queued, so the queue and the
+//! correlator's caches hold at most their entry counts times that bound.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -22,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
-use crate::events::{EventRecorder, EventType, LoggingRecorder};
+use crate::events::{EventRecorder, EventType, LoggingRecorder, bound_message};
 use crate::types::PodExt;
 
 /// The component name the kubelet reports events as.
@@ -251,7 +253,7 @@ impl ApiEventRecorder {
             },
             involved_object: reference,
             reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
+            message: Some(bound_message(message).into_owned()),
             first_timestamp: Some(k8s_time(now)),
             last_timestamp: Some(k8s_time(now)),
             count: Some(1),
@@ -569,10 +571,13 @@ impl Correlator {
             count: Some(1),
             first_timestamp: Some(k8s_time(wall)),
             last_timestamp: Some(k8s_time(wall)),
-            message: Some(format!(
-                "(combined from similar events): {}",
-                s(&event.message)
-            )),
+            message: Some(
+                bound_message(&format!(
+                    "(combined from similar events): {}",
+                    s(&event.message)
+                ))
+                .into_owned(),
+            ),
             involved_object: event.involved_object,
             type_: event.type_,
             reason: event.reason,
@@ -993,5 +998,43 @@ mod tests {
         let a = n.next(t);
         let b = n.next(t);
         assert!(b > a);
+    }
+    /// What the sink queues and the correlator keeps is bounded whatever a pod prints: a
+    /// 1 MiB message is queued cut to the event limit, and a combined message stays within it.
+    #[tokio::test]
+    async fn queued_and_combined_messages_stay_within_the_event_limit() {
+        use crate::events::MAX_EVENT_MESSAGE_LENGTH;
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let (recorder, mut sink) = ApiEventRecorder::new(client, "n1", EventSettings::default());
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}
+        }))
+        .unwrap();
+        let huge = "o".repeat(1024 * 1024);
+        recorder.event(&pod, EventType::Warning, "Unhealthy", &huge);
+        recorder.node_event(EventType::Warning, "Rebooted", &huge);
+        for _ in 0..2 {
+            let queued = sink.rx.try_recv().unwrap();
+            let message = queued.message.unwrap();
+            assert_eq!(message.len(), MAX_EVENT_MESSAGE_LENGTH);
+            assert!(message.ends_with("o ..."));
+        }
+
+        let mut c = correlator(CorrelatorSettings {
+            aggregate_max_events: 2,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        let long = |i: usize| format!("{i}{}", "x".repeat(MAX_EVENT_MESSAGE_LENGTH - 1));
+        c.correlate(pod_event(&long(1)), now, Utc::now()).unwrap();
+        let combined = c.correlate(pod_event(&long(2)), now, Utc::now()).unwrap();
+        let message = combined.event.message.unwrap();
+        assert!(message.starts_with("(combined from similar events): "));
+        assert!(
+            message.len() <= MAX_EVENT_MESSAGE_LENGTH,
+            "{}",
+            message.len()
+        );
     }
 }

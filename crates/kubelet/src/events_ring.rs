@@ -4,6 +4,9 @@
 //! [`TeeRecorder`], which also forwards it to the recorder in use (log or API server); emits
 //! snapshots (all events, or one pod's) served under `/debug/rkubelet/events`.
 //!
+//! Each entry's message is bounded ([`bound_message`]), so the ring's memory is bounded by its
+//! capacity whatever the pods write.
+//!
 //! Repeats of the same event (same object, type, reason and message) back to back are folded
 //! into one entry with a count and first/last times, as the API server's event series are.
 
@@ -15,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
-use crate::events::{EventRecorder, EventType};
+use crate::events::{EventRecorder, EventType, bound_message};
 use crate::types::PodExt;
 
 /// How many events the ring keeps.
@@ -81,6 +84,8 @@ impl EventRing {
 
     /// Records one event (folded into the newest entry when it repeats it).
     pub fn record(&self, object: InvolvedObject, event_type: EventType, reason: &str, msg: &str) {
+        let msg = bound_message(msg);
+        let msg = msg.as_ref();
         let now = rfc3339(self.clock.now());
         let mut ring = self.lock();
         let seq = ring.next_seq;
@@ -244,5 +249,47 @@ mod tests {
         assert!(ring.for_pod("default", "b").is_empty());
         // The recorder in use saw all five.
         assert_eq!(collected.events().len(), 5);
+    }
+    /// A flood of large, distinct messages: every entry is bounded, so the ring holds at most
+    /// its capacity times the message bound, whatever the pods print.
+    #[test]
+    fn a_flood_of_large_messages_keeps_the_ring_bounded() {
+        use crate::events::MAX_EVENT_MESSAGE_LENGTH;
+        let ring = EventRing::new(DEFAULT_CAPACITY, Clock::new());
+        let tee = TeeRecorder::new(
+            Arc::new(crate::events::LoggingRecorder),
+            ring.clone(),
+            "node-a",
+        );
+        let a = pod("default", "a", "ua");
+        let big = "x".repeat(1024 * 1024);
+        for i in 0..(2 * DEFAULT_CAPACITY) {
+            tee.event(
+                &a,
+                EventType::Warning,
+                "Unhealthy",
+                &format!("{i} Liveness probe failed: {big}"),
+            );
+        }
+        let all = ring.all();
+        assert_eq!(all.len(), DEFAULT_CAPACITY);
+        let bytes: usize = all.iter().map(|e| e.message.len()).sum();
+        assert!(
+            bytes <= DEFAULT_CAPACITY * MAX_EVENT_MESSAGE_LENGTH,
+            "the ring holds {bytes} bytes of messages"
+        );
+        assert!(
+            all.iter()
+                .all(|e| e.message.len() <= MAX_EVENT_MESSAGE_LENGTH)
+        );
+        assert!(
+            all[0]
+                .message
+                .starts_with(&format!("{DEFAULT_CAPACITY} Liveness"))
+        );
+        // Messages cut alike still fold when they repeat.
+        tee.event(&a, EventType::Warning, "Unhealthy", &format!("x{big}"));
+        tee.event(&a, EventType::Warning, "Unhealthy", &format!("x{big}"));
+        assert_eq!(ring.all().last().unwrap().count, 2);
     }
 }

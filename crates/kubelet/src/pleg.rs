@@ -23,7 +23,8 @@ use crate::container::{ContainerState, PodStatus};
 use futures::stream::{self, StreamExt};
 
 use crate::kuberuntime::runtime_status::{
-    ListedEntry, RuntimeListing, RuntimeStatusError, get_pod_status, list_runtime,
+    ListedEntry, POD_INSPECTION_TIMEOUT, RuntimeListing, RuntimeStatusError, get_pod_status_within,
+    list_runtime,
 };
 use crate::metrics::KubeletMetrics;
 use crate::types::PodUid;
@@ -664,7 +665,9 @@ impl GenericPleg {
             .iter()
             .map(|(uid, (name, namespace))| async move {
                 let timestamp = Instant::now();
-                (timestamp, get_pod_status(rt, uid, name, namespace).await)
+                let inspected =
+                    get_pod_status_within(rt, uid, name, namespace, POD_INSPECTION_TIMEOUT).await;
+                (timestamp, inspected)
             })
             .collect();
         let inspections: Vec<_> = stream::iter(calls)
@@ -717,7 +720,14 @@ impl GenericPleg {
             return Ok(None);
         };
         let timestamp = Instant::now();
-        match get_pod_status(self.rt.as_ref(), uid, &pod.name, &pod.namespace).await {
+        let inspected = get_pod_status_within(
+            self.rt.as_ref(),
+            uid,
+            &pod.name,
+            &pod.namespace,
+            POD_INSPECTION_TIMEOUT,
+        );
+        match inspected.await {
             Ok(mut status) => {
                 status.ips = self.preserved_ips(uid, &status);
                 self.cache.set(uid, Ok(status.clone()), timestamp);

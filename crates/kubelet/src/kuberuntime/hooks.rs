@@ -40,14 +40,11 @@ pub async fn run_hook(handler: &LifecycleHandler, t: &HookTarget<'_>) -> Result<
                 .await;
             let (error, output) = match result {
                 Ok(r) if r.exit_code == 0 => return Ok(()),
-                Ok(r) => {
-                    let mut out = r.stdout;
-                    out.extend_from_slice(&r.stderr);
-                    (
-                        format!("command '{}' exited with {}: ", cmd.join(" "), r.exit_code),
-                        String::from_utf8_lossy(&out).into_owned(),
-                    )
-                }
+                Ok(r) => (
+                    format!("command '{}' exited with {}: ", cmd.join(" "), r.exit_code),
+                    // Bounded as an exec probe's output (upstream keeps it whole).
+                    crate::prober::handlers::exec_output(&r.stdout, &r.stderr),
+                ),
                 Err(e) => (e.to_string(), String::new()),
             };
             Err(format!(

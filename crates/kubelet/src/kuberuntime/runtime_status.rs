@@ -2,39 +2,38 @@
 //! manager). Receives a `RuntimeService` and a pod identity; emits `PodStatus` (sandboxes and
 //! containers decoded from their CRI labels/annotations, newest first, with the pod IPs and the
 //! termination messages of exited containers) or the list of `RunningPod`s. Only reads: the CRI
-//! list/status calls, plus termination-message files and container logs on the host.
+//! list/status calls, plus termination-message files and container logs on the host, which a
+//! pod can write: the `termination_message` module reads those only as regular files, bounded
+//! in size and time ([`get_pod_status_within`] bounds a whole inspection for the PLEG).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
-use std::io::SeekFrom;
 use std::net::IpAddr;
-use std::path::Path;
+use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use rkubelet_cri::api;
 use rkubelet_cri::{CriError, RuntimeService};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tracing::{debug, info};
+
+mod termination_message;
+use termination_message::termination_message;
+pub use termination_message::{
+    MAX_POD_TERMINATION_MESSAGE_LENGTH, MAX_TERMINATION_MESSAGE_LENGTH,
+    MAX_TERMINATION_MESSAGE_LOG_LENGTH, MAX_TERMINATION_MESSAGE_LOG_LINES, PodFileError,
+    TERMINATION_MESSAGE_READ_TIMEOUT, bound_pod_termination_messages, log_tail_text, open_pod_file,
+    read_pod_file_tail, read_with_deadline,
+};
 
 use crate::container::{
     ContainerResources, ContainerState, ContainerStatus, ContainerUser, LinuxContainerUser,
     PodStatus, RunningPod, SandboxStatus, from_unix_nanos,
 };
 use crate::kuberuntime::labels::{
-    ContainerAnnotationInfo, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
-    container_info_from_annotations, container_info_from_labels,
+    POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, container_info_from_annotations,
+    container_info_from_labels,
 };
 
-/// Upper bound of a termination message read from the file (upstream
-/// `MaxContainerTerminationMessageLength`).
-pub const MAX_TERMINATION_MESSAGE_LENGTH: usize = 4 * 1024;
-/// Upper bound of a termination message taken from the logs.
-pub const MAX_TERMINATION_MESSAGE_LOG_LENGTH: usize = 2 * 1024;
-/// How many log lines are considered for a termination message taken from the logs.
-pub const MAX_TERMINATION_MESSAGE_LOG_LINES: usize = 80;
-/// How much of a log file's tail is read to find those lines: containerd splits log lines at
-/// 16 KiB, so 80 lines fit in well under this.
-const LOG_TAIL_READ_LIMIT: u64 = 2 * 1024 * 1024;
 /// How many sandbox (and, separately, container) status calls one pod inspection has in
 /// flight at once.
 const STATUS_CONCURRENCY: usize = 8;
@@ -72,6 +71,8 @@ pub enum RuntimeStatusError {
     },
     #[error("status of container {container_id} of pod {pod}: the runtime returned no status")]
     ContainerStatusMissing { pod: String, container_id: String },
+    #[error("inspecting pod {pod}: no answer within {after:?}; the next relist tries again")]
+    InspectionTimedOut { pod: String, after: Duration },
     #[error("listing all pod sandboxes: {0}")]
     ListAllSandboxes(#[source] CriError),
     #[error("listing all containers: {0}")]
@@ -85,6 +86,29 @@ fn pod_ref(uid: &str, name: &str, namespace: &str) -> String {
 
 fn uid_selector(uid: &str) -> HashMap<String, String> {
     HashMap::from([(POD_UID_LABEL.to_string(), uid.to_string())])
+}
+
+/// How long the PLEG gives one pod's inspection ([`get_pod_status_within`]): a few CRI calls
+/// and termination-message reads (each of those under its own, shorter deadline) that
+/// normally take milliseconds. Past it the relist goes on without that pod, so one pod can
+/// never hold back the events of the others.
+pub const POD_INSPECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`get_pod_status`], given up after `deadline` ([`RuntimeStatusError::InspectionTimedOut`]).
+pub async fn get_pod_status_within(
+    rt: &dyn RuntimeService,
+    uid: &str,
+    name: &str,
+    namespace: &str,
+    deadline: Duration,
+) -> Result<PodStatus, RuntimeStatusError> {
+    match tokio::time::timeout(deadline, get_pod_status(rt, uid, name, namespace)).await {
+        Ok(result) => result,
+        Err(_) => Err(RuntimeStatusError::InspectionTimedOut {
+            pod: pod_ref(uid, name, namespace),
+            after: deadline,
+        }),
+    }
 }
 
 /// Everything the runtime knows about the pod `uid` (upstream `GetPodStatus`): its sandboxes
@@ -188,6 +212,7 @@ pub async fn get_pod_status(
     }
 
     let mut container_statuses = Vec::with_capacity(containers.len());
+    let mut exited = Vec::new();
     for (container, answer) in containers.iter().zip(container_answers) {
         let resp = match answer {
             Ok(resp) => resp,
@@ -209,18 +234,31 @@ pub async fn get_pod_status(
                 container_id: container.id.clone(),
             });
         };
-        let mut converted = to_container_status(&status, &container.pod_sandbox_id);
+        let converted = to_container_status(&status, &container.pod_sandbox_id);
         if converted.state == ContainerState::Exited {
-            let annotations = container_info_from_annotations(&status.annotations);
-            let extra = termination_message(&status, &converted, &annotations).await;
-            if !extra.is_empty() {
-                if !converted.message.is_empty() {
-                    converted.message.push_str(": ");
-                }
-                converted.message.push_str(&extra);
-            }
+            exited.push((container_statuses.len(), status));
         }
         container_statuses.push(converted);
+    }
+    // The exited containers' messages are read at once: each read has its own deadline, so
+    // the pod's inspection waits for the slowest of them, never for their sum.
+    let reads: Vec<_> = exited
+        .iter()
+        .map(|(idx, status)| {
+            let annotations = container_info_from_annotations(&status.annotations);
+            let converted = &container_statuses[*idx];
+            async move { termination_message(status, converted, &annotations).await }
+        })
+        .collect();
+    let messages = futures::future::join_all(reads).await;
+    for ((idx, _), extra) in exited.iter().zip(messages) {
+        let converted = &mut container_statuses[*idx];
+        if !extra.is_empty() {
+            if !converted.message.is_empty() {
+                converted.message.push_str(": ");
+            }
+            converted.message.push_str(&extra);
+        }
     }
     container_statuses.sort_by_key(|c| Reverse(c.created_at));
 
@@ -727,133 +765,6 @@ fn listed_container(c: &api::Container) -> ContainerStatus {
         annotations: &c.annotations,
     }
     .decode()
-}
-
-/// The termination message of an exited container (upstream `convertToKubeContainerStatus`):
-/// the file mounted at its termination message path, or — with `FallbackToLogsOnError`, a
-/// non-zero exit and a container that did run — the tail of its log when the file is empty.
-async fn termination_message(
-    status: &api::ContainerStatus,
-    converted: &ContainerStatus,
-    annotations: &ContainerAnnotationInfo,
-) -> String {
-    let fallback_to_logs = annotations.termination_message_policy == "FallbackToLogsOnError"
-        && converted.exit_code != 0
-        && converted.reason != "ContainerCannotRun";
-    let (message, check_logs) = message_from_file(
-        status,
-        &annotations.termination_message_path,
-        fallback_to_logs,
-    )
-    .await;
-    if check_logs {
-        return last_log_text(Path::new(&status.log_path)).await;
-    }
-    message
-}
-
-/// Reads the termination message file behind the mount at `path`; returns the message and
-/// whether the logs should be consulted instead (upstream `getTerminationMessage`).
-async fn message_from_file(
-    status: &api::ContainerStatus,
-    path: &str,
-    fallback_to_logs: bool,
-) -> (String, bool) {
-    if path.is_empty() {
-        return (String::new(), fallback_to_logs);
-    }
-    let Some(mount) = status.mounts.iter().find(|m| m.container_path == path) else {
-        return (String::new(), fallback_to_logs);
-    };
-    match read_tail(
-        Path::new(&mount.host_path),
-        MAX_TERMINATION_MESSAGE_LENGTH as u64,
-    )
-    .await
-    {
-        Ok((data, _)) => {
-            let empty = data.is_empty();
-            (
-                String::from_utf8_lossy(&data).into_owned(),
-                fallback_to_logs && empty,
-            )
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), fallback_to_logs),
-        Err(e) => (
-            format!("Error on reading termination log {}: {e}", mount.host_path),
-            false,
-        ),
-    }
-}
-
-/// The last `max` bytes of a file, and whether that is the whole file.
-async fn read_tail(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut file = tokio::fs::File::open(path).await?;
-    let len = file.metadata().await?.len();
-    let start = len.saturating_sub(max);
-    file.seek(SeekFrom::Start(start)).await?;
-    let mut data = Vec::new();
-    file.take(max).read_to_end(&mut data).await?;
-    Ok((data, start == 0))
-}
-
-/// The text of the last log lines of a container, at most
-/// `MAX_TERMINATION_MESSAGE_LOG_LENGTH` bytes of it (upstream
-/// `readLastStringFromContainerLogs`).
-async fn last_log_text(path: &Path) -> String {
-    match read_tail(path, LOG_TAIL_READ_LIMIT).await {
-        Ok((data, whole_file)) => log_tail_text(&data, whole_file),
-        Err(e) => format!("Error on reading termination message from logs: {e}"),
-    }
-}
-
-/// Extracts the message text of the last `MAX_TERMINATION_MESSAGE_LOG_LINES` CRI log lines in
-/// `data` (`<time> <stream> <P|F> <text>`), keeping the last
-/// `MAX_TERMINATION_MESSAGE_LOG_LENGTH` bytes. `whole_file` says whether `data` starts at the
-/// beginning of the file; otherwise its first, cut line is dropped.
-#[doc(hidden)] // public for the fuzz targets (fuzz/)
-pub fn log_tail_text(data: &[u8], whole_file: bool) -> String {
-    let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
-    if data.ends_with(b"\n") {
-        lines.pop();
-    }
-    if !whole_file && !lines.is_empty() {
-        lines.remove(0);
-    }
-    let skip = lines
-        .len()
-        .saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LINES);
-    let mut out: Vec<u8> = Vec::new();
-    for line in &lines[skip..] {
-        match parse_cri_log_line(line) {
-            Some((partial, content)) => {
-                out.extend_from_slice(content);
-                if !partial {
-                    out.push(b'\n');
-                }
-            }
-            None => debug!("skipping a malformed CRI log line"),
-        }
-    }
-    let start = out.len().saturating_sub(MAX_TERMINATION_MESSAGE_LOG_LENGTH);
-    String::from_utf8_lossy(&out[start..]).into_owned()
-}
-
-/// Splits a CRI log line into (partial?, content); `None` when it is not in CRI format.
-fn parse_cri_log_line(line: &[u8]) -> Option<(bool, &[u8])> {
-    let mut parts = line.splitn(4, |b| *b == b' ');
-    let timestamp = parts.next()?;
-    let stream = parts.next()?;
-    let tags = parts.next()?;
-    let content = parts.next().unwrap_or_default();
-    if timestamp.is_empty() || !(stream == b"stdout" || stream == b"stderr") {
-        return None;
-    }
-    match tags.split(|b| *b == b':').next()? {
-        b"P" => Some((true, content)),
-        b"F" => Some((false, content)),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

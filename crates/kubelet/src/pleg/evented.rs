@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{GenericPleg, PlegEventKind, PodLifecycleEvent};
-use crate::kuberuntime::runtime_status::get_pod_status;
+use crate::kuberuntime::runtime_status::{POD_INSPECTION_TIMEOUT, get_pod_status_within};
 
 /// The fallback relist period while events flow (upstream `eventedPlegRelistPeriod`).
 pub const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(300);
@@ -215,7 +215,14 @@ impl EventedPleg {
         // The status carried by the event is as old as the event; what the pod is now is
         // what a woken pod worker must see.
         let timestamp = Instant::now();
-        let inspected = get_pod_status(self.rt().as_ref(), &uid, &meta.name, &meta.namespace).await;
+        let inspected = get_pod_status_within(
+            self.rt().as_ref(),
+            &uid,
+            &meta.name,
+            &meta.namespace,
+            POD_INSPECTION_TIMEOUT,
+        )
+        .await;
         match inspected {
             Ok(mut status) => {
                 if status.sandbox_statuses.is_empty() && status.container_statuses.is_empty() {

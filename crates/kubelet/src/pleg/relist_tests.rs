@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::kuberuntime::runtime_status::tests::{container, pod, run_sandbox, spec};
+use crate::kuberuntime::runtime_status::tests::{container, pod, run_sandbox, spec, stop_sandbox};
 
 struct Fixture {
     rt: FakeRuntime,
@@ -369,4 +369,162 @@ async fn changed_pods_are_inspected_concurrently() {
     // Two full listings, then 50 pods 16 at a time (4 waves), each a round of listings and a
     // round of statuses: 10 latencies. One pod after the other would take 2 + 50 × 4 = 202.
     assert_eq!(took, latency * 10, "took {took:?}");
+}
+
+/// Creates a container of `pod` in `sandbox` whose termination message path is backed by
+/// `host_path` (as a kubelet mount would), starts it and lets it exit with `exit_code`.
+async fn exited_with_message_file(
+    rt: &FakeRuntime,
+    sandbox: &str,
+    p: &Pod,
+    host_path: &std::path::Path,
+    exit_code: i32,
+) -> String {
+    use crate::kuberuntime::labels::{container_annotations, container_labels};
+    let c = spec("app");
+    let id = rt
+        .create_container(rkubelet_cri::api::CreateContainerRequest {
+            pod_sandbox_id: sandbox.into(),
+            config: Some(rkubelet_cri::api::ContainerConfig {
+                metadata: Some(rkubelet_cri::api::ContainerMetadata {
+                    name: c.name.clone(),
+                    attempt: 0,
+                }),
+                image: Some(rkubelet_cri::api::ImageSpec {
+                    image: "busybox".into(),
+                    ..Default::default()
+                }),
+                labels: container_labels(&c, p),
+                annotations: container_annotations(&c, p, 0, 0xabc),
+                mounts: vec![rkubelet_cri::api::Mount {
+                    container_path: "/dev/termination-log".into(),
+                    host_path: host_path.display().to_string(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        })
+        .await
+        .unwrap()
+        .container_id;
+    rt.start_container(rkubelet_cri::api::StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(rt.exit_container(&id, exit_code));
+    id
+}
+
+/// A container whose termination message path is a FIFO (made by an init container in an
+/// emptyDir and mounted with a subPath) used to hang the relist for good: the message was
+/// opened with a blocking `open`. Now it is refused, and every pod's events flow.
+#[tokio::test]
+async fn a_fifo_termination_message_does_not_stall_the_relist() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let mut f = fixture(RELIST_PERIOD);
+    let hostile = pod("u-fifo", "hostile");
+    let hostile_sb = run_sandbox(&f.rt, &hostile, 0, false).await;
+    let hostile_c = exited_with_message_file(&f.rt, &hostile_sb, &hostile, &fifo, 3).await;
+    let bystander = pod("u-ok", "bystander");
+    let bystander_sb = run_sandbox(&f.rt, &bystander, 0, false).await;
+    let bystander_c = container(&f.rt, &bystander_sb, &bystander, &spec("app"), 0, true).await;
+
+    if tokio::time::timeout(Duration::from_secs(5), f.pleg.relist())
+        .await
+        .is_err()
+    {
+        // Let the blocked reader go, so the test fails instead of hanging.
+        let _ = rustix::fs::open(
+            &fifo,
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::NONBLOCK,
+            rustix::fs::Mode::empty(),
+        );
+        panic!("the relist hung on the FIFO at the termination message path");
+    }
+    let events = drain(&mut f.rx);
+    let has = |id: &str, kind: PlegEventKind| {
+        events
+            .iter()
+            .any(|e| e.container_id.as_deref() == Some(id) && e.kind == kind)
+    };
+    assert!(has(&hostile_c, PlegEventKind::ContainerDied), "{events:?}");
+    assert!(
+        has(&bystander_c, PlegEventKind::ContainerStarted),
+        "{events:?}"
+    );
+    let (status, err) = f.cache.get("u-fifo");
+    assert_eq!(err, None);
+    let status = status.unwrap();
+    let c = status.find_container("app").unwrap();
+    assert_eq!(c.exit_code, 3);
+    assert!(
+        c.message.contains("not a regular file but a FIFO"),
+        "{}",
+        c.message
+    );
+    assert!(f.cache.get("u-ok").0.is_some());
+}
+
+/// A pod whose inspection does not answer (here: every `ContainerStatus` takes an hour) is
+/// given up after `POD_INSPECTION_TIMEOUT`; the other pods' events flow in that relist, and
+/// the slow pod's in the next relist that can inspect it.
+#[tokio::test(start_paused = true)]
+async fn one_pods_slow_inspection_does_not_hold_back_the_others() {
+    let mut f = fixture(RELIST_PERIOD);
+    let slow = pod("u-slow", "slow");
+    let slow_sb = run_sandbox(&f.rt, &slow, 0, false).await;
+    let slow_c = container(&f.rt, &slow_sb, &slow, &spec("app"), 0, true).await;
+    // A pod with a sandbox only: its inspection never asks for a container status.
+    let quick = pod("u-quick", "quick");
+    let quick_sb = run_sandbox(&f.rt, &quick, 0, false).await;
+    f.pleg.relist().await.unwrap();
+    drain(&mut f.rx);
+
+    f.rt.set_latency("ContainerStatus", Duration::from_secs(3600));
+    assert!(f.rt.exit_container(&slow_c, 1));
+    stop_sandbox(&f.rt, &quick_sb).await;
+    let started = Instant::now();
+    f.pleg.relist().await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took <= POD_INSPECTION_TIMEOUT + Duration::from_secs(1),
+        "the relist waited {took:?} for the slow pod"
+    );
+    let events = drain(&mut f.rx);
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.uid.as_str(), e.kind))
+            .collect::<Vec<_>>(),
+        vec![("u-quick", PlegEventKind::ContainerDied)],
+        "only the quick pod's event; the slow pod's waits for its inspection"
+    );
+    let (_, err) = f.cache.get("u-slow");
+    assert!(
+        err.as_deref()
+            .is_some_and(|e| e.contains("no answer within 10s")),
+        "{err:?}"
+    );
+
+    // Once the runtime answers again, the next relist re-inspects the slow pod.
+    f.rt.set_latency("ContainerStatus", Duration::ZERO);
+    f.pleg.relist().await.unwrap();
+    let events = drain(&mut f.rx);
+    assert!(
+        events.iter().any(|e| e.uid == "u-slow"
+            && e.kind == PlegEventKind::ContainerDied
+            && e.container_id.as_deref() == Some(slow_c.as_str())),
+        "{events:?}"
+    );
 }

@@ -17,8 +17,13 @@ use tokio::net::TcpStream;
 
 /// `User-Agent` of HTTP probes (upstream `kube-probe/<major>.<minor>`).
 pub const USER_AGENT: &str = "kube-probe/1.33";
-/// Upstream reads at most this much of an HTTP probe's response body.
-const MAX_BODY: usize = 10 * 1024;
+/// Upstream reads at most this much of an HTTP probe's (and HTTP hook's) response body
+/// (`maxRespBodyLength`).
+pub const MAX_BODY: usize = 10 * 1024;
+/// Upstream keeps at most this much of an exec probe's output, stdout and stderr together
+/// (`maxReadLength` of `pkg/probe/exec`): the first 10 KiB. The CRI answer may carry up to
+/// 16 MiB; nothing past this bound is kept, logged or put into an event.
+pub const MAX_EXEC_OUTPUT: usize = 10 * 1024;
 /// Upstream follows at most this many same-host redirects.
 const MAX_REDIRECTS: usize = 10;
 
@@ -128,9 +133,7 @@ pub async fn run_exec(exec: &ExecAction, t: &Target<'_>) -> ProbeOutcome {
     let result = tokio::time::timeout(t.timeout + Duration::from_secs(1), call).await;
     match result {
         Ok(Ok(resp)) => {
-            let mut out = resp.stdout;
-            out.extend_from_slice(&resp.stderr);
-            let output = String::from_utf8_lossy(&out).into_owned();
+            let output = exec_output(&resp.stdout, &resp.stderr);
             if resp.exit_code == 0 {
                 ProbeOutcome::new(Outcome::Success, output)
             } else {
@@ -147,6 +150,32 @@ pub async fn run_exec(exec: &ExecAction, t: &Target<'_>) -> ProbeOutcome {
         ),
         Ok(Err(e)) => ProbeOutcome::new(Outcome::Unknown, e.to_string()),
     }
+}
+
+/// The text of an exec's output as upstream keeps it: stdout then stderr, the first
+/// [`MAX_EXEC_OUTPUT`] bytes of them (invalid UTF-8 replaced, the cut made at a character
+/// boundary so the text never exceeds the bound).
+pub fn exec_output(stdout: &[u8], stderr: &[u8]) -> String {
+    let from_stdout = stdout.len().min(MAX_EXEC_OUTPUT);
+    let from_stderr = stderr.len().min(MAX_EXEC_OUTPUT - from_stdout);
+    let mut out = Vec::with_capacity(from_stdout + from_stderr);
+    out.extend_from_slice(&stdout[..from_stdout]);
+    out.extend_from_slice(&stderr[..from_stderr]);
+    lossy_bounded(&out, MAX_EXEC_OUTPUT)
+}
+
+/// `bytes` as text, at most `max` bytes of it: invalid UTF-8 is replaced (each replacement
+/// takes 3 bytes, so the text may grow) and the text cut at a character boundary.
+fn lossy_bounded(bytes: &[u8], max: usize) -> String {
+    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]).into_owned();
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// Resolves a port by number or by the container's port name (upstream `findPortByName`).
@@ -349,19 +378,15 @@ where
         match incoming.frame().await {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    body.extend_from_slice(data);
+                    let room = MAX_BODY - body.len();
+                    body.extend_from_slice(&data[..data.len().min(room)]);
                 }
             }
             _ => break,
         }
     }
-    body.truncate(MAX_BODY);
     conn_task.abort();
-    Ok((
-        status,
-        location,
-        String::from_utf8_lossy(&body).into_owned(),
-    ))
+    Ok((status, location, lossy_bounded(&body, MAX_BODY)))
 }
 
 /// tcpSocket: a connection that opens within the timeout succeeds.

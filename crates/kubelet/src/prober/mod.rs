@@ -242,3 +242,6 @@ pub fn probes_of(c: &Container) -> impl Iterator<Item = (ProbeKind, &Probe)> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod output_tests;

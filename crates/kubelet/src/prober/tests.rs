@@ -79,7 +79,7 @@ fn defaults_and_initial_values() {
     assert_eq!(ProbeKind::Startup.initial_value(), ProbeResult::Unknown);
 }
 
-fn pod() -> Pod {
+pub(super) fn pod() -> Pod {
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
         "spec": {"containers": [{
@@ -90,7 +90,7 @@ fn pod() -> Pod {
     .unwrap()
 }
 
-fn status(id: Option<&str>) -> PodStatus {
+pub(super) fn status(id: Option<&str>) -> PodStatus {
     PodStatus {
         uid: "u1".into(),
         container_statuses: id

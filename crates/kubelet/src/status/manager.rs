@@ -135,6 +135,8 @@ impl StatusManager {
     ) {
         let uid = pod.uid().to_owned();
         let is_static = pod.source().is_some_and(|s| s.is_static());
+        // Upstream `normalizeStatus`: a pod's termination messages share 12 KiB.
+        crate::kuberuntime::runtime_status::bound_pod_termination_messages(pod, &mut status);
         if let Some(old) = inner.statuses.get(&uid) {
             if is_terminal_phase(old.status.phase.as_deref())
                 && !is_terminal_phase(status.phase.as_deref())
