@@ -402,7 +402,7 @@ pub fn write_kubeconfig_from_bootstrap(
         kind: Some("Config".into()),
         ..Default::default()
     };
-    let yaml = serde_yaml::to_string(&out).map_err(|e| CertError::Kubeconfig {
+    let yaml = crate::yaml::to_string(&out).map_err(|e| CertError::Kubeconfig {
         path: kubeconfig.to_owned(),
         message: e.to_string(),
     })?;

@@ -187,20 +187,10 @@ fn parse_document(path: &Path, label: &str) -> Result<(Value, Vec<String>), Conf
             .and_then(|v| de.end().map(|()| v))
             .map_err(|e| syntax(format!("invalid JSON: {e}")))?
     } else {
-        match serde_yaml::from_str::<serde_yaml::Value>(&text) {
-            Ok(mut yaml) => {
-                yaml.apply_merge()
-                    .map_err(|e| syntax(format!("invalid YAML: {e}")))?;
-                serde_json::to_value(yaml).map_err(|e| syntax(format!("unsupported YAML: {e}")))?
-            }
-            // serde_yaml refuses repeated keys; read them as a lenient Go decoder does.
-            Err(e) if e.to_string().contains("duplicate entry") => {
-                let de = serde_yaml::Deserializer::from_str(&text);
-                serde::de::DeserializeSeed::deserialize(Tolerant::new(&mut duplicates), de)
-                    .map_err(|e| syntax(format!("invalid YAML: {e}")))?
-            }
-            Err(e) => return Err(syntax(format!("invalid YAML: {e}"))),
-        }
+        // Repeated keys reach the reader, which records them (the last one wins); aliases,
+        // depth and size are bounded by the YAML expansion budget.
+        crate::yaml::with_duplicates(&text, Tolerant::new(&mut duplicates))
+            .map_err(|e| syntax(format!("invalid YAML: {e}")))?
     };
     match value {
         Value::Object(_) => Ok((value, duplicates)),

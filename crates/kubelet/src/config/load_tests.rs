@@ -739,20 +739,16 @@ fn every_upstream_field_is_accepted() {
 #[test]
 fn serialized_config_reloads_identically_and_uses_upstream_names() {
     let c = load_str(EVERY_FIELD).unwrap();
-    let yaml = serde_yaml::to_string(&c).unwrap();
+    let yaml = crate::yaml::to_string(&c).unwrap();
     let again = load_str(&yaml).unwrap();
     assert_eq!(c, again);
 
     let json = serde_json::to_value(&c).unwrap();
     let ours: std::collections::BTreeSet<String> =
         json.as_object().unwrap().keys().cloned().collect();
-    let doc: serde_yaml::Value = serde_yaml::from_str(EVERY_FIELD).unwrap();
-    let upstream: std::collections::BTreeSet<String> = doc
-        .as_mapping()
-        .unwrap()
-        .keys()
-        .map(|k| k.as_str().unwrap().to_string())
-        .collect();
+    let doc: serde_json::Value = crate::yaml::from_str(EVERY_FIELD).unwrap();
+    let upstream: std::collections::BTreeSet<String> =
+        doc.as_object().unwrap().keys().cloned().collect();
     // Empty strings and zero/false non-pointer fields are omitted, like Go's omitempty.
     let omitted: std::collections::BTreeSet<String> = upstream.difference(&ours).cloned().collect();
     let expected_omitted: std::collections::BTreeSet<String> = [
@@ -862,4 +858,36 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
         "{:?}",
         loaded.warnings
     );
+}
+
+#[test]
+fn billion_laughs_config_is_refused_naming_the_file() {
+    use crate::yaml::tests::{deep_block_nesting, large_anchor, nested_anchors};
+    let dir = tempfile::tempdir().unwrap();
+    for (i, bomb) in [nested_anchors(), large_anchor(), deep_block_nesting()]
+        .into_iter()
+        .enumerate()
+    {
+        let body = format!("{HEADER}featureGates:\n  {}", bomb.replace('\n', "\n  "));
+        let p = write(dir.path(), &format!("bomb{i}.yaml"), &body);
+        let start = std::time::Instant::now();
+        let err = load_config_upstream(Some(&p), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            err.starts_with(&format!("kubelet config {}: invalid YAML: ", p.display())),
+            "{err}"
+        );
+        // As a drop-in too.
+        let d = dir.path().join(format!("conf{i}.d"));
+        std::fs::create_dir(&d).unwrap();
+        write(&d, "10-bomb.conf", &body);
+        let err = load_config(None, Some(&d)).unwrap_err().to_string();
+        assert!(err.contains("10-bomb.conf: invalid YAML: "), "{err}");
+    }
 }

@@ -4,7 +4,8 @@
 //! watch events; after the first complete list and after every change emits the full current
 //! set as `PodUpdate { op: Set, source: Api }` to the config merger. Never reports before the
 //! first successful list, and never reports because of an error: during an outage the merger
-//! keeps the last set.
+//! keeps the last set. Pods are decoded as [`CheckedPod`]s: fields this kubelet does not know
+//! are noted in the [`UnknownFields`] registry admission reads (no extra parse).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::unknown_fields::{CheckedPod, UnknownFields};
 use crate::types::{PodExt, PodOp, PodSource, PodUpdate};
 
 /// Most watch events folded into one `Set` when they arrive back to back.
@@ -89,6 +91,7 @@ pub struct ApiSource {
     node_name: String,
     tx: mpsc::Sender<PodUpdate>,
     node_gate: Option<watch::Receiver<Option<Arc<Node>>>>,
+    unknown_fields: UnknownFields,
 }
 
 impl ApiSource {
@@ -103,6 +106,7 @@ impl ApiSource {
             node_name: node_name.into(),
             tx,
             node_gate: None,
+            unknown_fields: UnknownFields::default(),
         }
     }
 
@@ -110,6 +114,13 @@ impl ApiSource {
     /// Node (or its sender is gone).
     pub fn with_node_gate(mut self, node: watch::Receiver<Option<Arc<Node>>>) -> Self {
         self.node_gate = Some(node);
+        self
+    }
+
+    /// Where the unknown fields of each pod are recorded (admission refuses the pods with a
+    /// refused one).
+    pub fn with_unknown_fields(mut self, fields: UnknownFields) -> Self {
+        self.unknown_fields = fields;
         self
     }
 
@@ -125,7 +136,7 @@ impl ApiSource {
             }
         }
         info!(node = %self.node_name, "watching API server pods");
-        let api: kube::Api<Pod> = kube::Api::all(self.client.clone());
+        let api: kube::Api<CheckedPod> = kube::Api::all(self.client.clone());
         let config =
             watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name));
         let stream = watcher::watcher(api, config).default_backoff();
@@ -168,9 +179,23 @@ impl ApiSource {
         }
     }
 
+    /// Records each pod's unknown fields and unwraps it.
+    fn observe(&self, event: Event<CheckedPod>) -> Event<Pod> {
+        match event {
+            Event::Init => Event::Init,
+            Event::InitDone => Event::InitDone,
+            Event::InitApply(p) => Event::InitApply(self.unknown_fields.observe(p)),
+            Event::Apply(p) => Event::Apply(self.unknown_fields.observe(p)),
+            Event::Delete(p) => {
+                self.unknown_fields.forget(p.pod.uid());
+                Event::Delete(p.pod)
+            }
+        }
+    }
+
     fn handle(
         &self,
-        item: Result<Event<Pod>, watcher::Error>,
+        item: Result<Event<CheckedPod>, watcher::Error>,
         set: &mut PodSet,
         failures: &mut u32,
     ) -> bool {
@@ -181,8 +206,11 @@ impl ApiSource {
                     *failures = 0;
                 }
                 let done = matches!(event, Event::InitDone);
-                let changed = set.apply(event);
+                let changed = set.apply(self.observe(event));
                 if done {
+                    let uids: std::collections::HashSet<&str> =
+                        set.current.values().map(|p| p.uid()).collect();
+                    self.unknown_fields.retain(|uid| uids.contains(uid));
                     info!(node = %self.node_name, pods = set.current.len(), "listed API server pods");
                 }
                 changed

@@ -1,12 +1,14 @@
 //! Manifest decoding: receives the raw bytes of a static pod manifest (YAML or JSON, possibly
 //! several `---` documents, a `v1 Pod` each or, where allowed, a `v1 PodList`) and emits the
-//! decoded `Pod`s, not yet defaulted. Pure.
+//! decoded `Pod`s, not yet defaulted, or an error naming what is wrong (a field this kubelet
+//! does not know, where it would change what runs, included). Pure but for a log line per
+//! ignored unknown field.
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::static_pod::ManifestError;
+use super::unknown_fields::CheckedPod;
 
 /// Upper bound on a manifest's size (upstream `maxConfigLength`, 10 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
@@ -44,11 +46,8 @@ fn documents(data: &[u8]) -> Result<Vec<Value>, ManifestError> {
             .map(|r| r.map_err(|e| ManifestError::Parse(format!("invalid JSON: {e}"))))
             .collect();
     }
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| {
-            Value::deserialize(doc).map_err(|e| ManifestError::Parse(format!("invalid YAML: {e}")))
-        })
-        .collect()
+    crate::yaml::documents::<Value>(text)
+        .map_err(|e| ManifestError::Parse(format!("invalid YAML: {e}")))
 }
 
 fn decode_object(doc: Value, allow_list: bool) -> Result<Vec<Pod>, ManifestError> {
@@ -97,29 +96,41 @@ fn decode_object(doc: Value, allow_list: bool) -> Result<Vec<Pod>, ManifestError
         return items
             .into_iter()
             .enumerate()
-            .map(|(i, item)| decode_pod(item).map_err(|e| prefix(e, &format!("items[{i}]"))))
+            .map(|(i, item)| decode_pod(item, &format!("items[{i}]")))
             .collect();
     }
-    Ok(vec![decode_pod(doc)?])
+    Ok(vec![decode_pod(doc, "")?])
 }
 
-fn decode_pod(value: Value) -> Result<Pod, ManifestError> {
-    serde_path_to_error::deserialize::<_, Pod>(value).map_err(|e| {
+/// Decodes one pod; a field this kubelet does not know refuses the pod where it would change
+/// what runs (see [`super::unknown_fields`]), and is logged once otherwise.
+/// `at` is where the pod is in the document (`items[3]` in a list, empty otherwise).
+fn decode_pod(value: Value, at: &str) -> Result<Pod, ManifestError> {
+    let checked = serde_path_to_error::deserialize::<_, CheckedPod>(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path == "." || path.is_empty() {
-            ManifestError::Parse(inner.to_string())
+        let msg = if path == "." || path.is_empty() {
+            inner.to_string()
         } else {
-            ManifestError::Parse(format!("{path}: {inner}"))
+            format!("{path}: {inner}")
+        };
+        if at.is_empty() {
+            ManifestError::Parse(msg)
+        } else {
+            ManifestError::Parse(format!("{at}.{msg}"))
         }
-    })
-}
-
-fn prefix(e: ManifestError, what: &str) -> ManifestError {
-    match e {
-        ManifestError::Parse(msg) => ManifestError::Parse(format!("{what}.{msg}")),
-        other => other,
+    })?;
+    let prefix = if at.is_empty() {
+        String::new()
+    } else {
+        format!("{at}.")
+    };
+    if let Some(refusal) = checked.unknown.refusal(&prefix) {
+        return Err(ManifestError::Parse(refusal));
     }
+    let name = checked.pod.metadata.name.as_deref().unwrap_or_default();
+    checked.unknown.log_ignored(name);
+    Ok(checked.pod)
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -201,6 +212,66 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(want), "{input:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_that_change_what_runs_refuse_the_pod() {
+        use crate::sources::unknown_fields::tests::{REFUSED, pod_with};
+        for (at, field, path) in REFUSED {
+            let doc = pod_with(at, field);
+            for text in [
+                serde_json::to_string(&doc).unwrap(),
+                crate::yaml::to_string(&doc).unwrap(),
+            ] {
+                let err = decode_manifest(text.as_bytes(), false)
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(path), "{path}: {err}");
+            }
+            // In a PodList (staticPodURL), the item is refused too.
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList", "items": [doc]});
+            let err = decode_manifest(list.to_string().as_bytes(), true)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("items[0].{path}")), "{err}");
+        }
+        // Unknown metadata or status fields are only logged.
+        let doc = pod_with(&["metadata"], "newMeta");
+        assert_eq!(
+            decode_manifest(doc.to_string().as_bytes(), false)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_billion_laughs_family_is_refused() {
+        use crate::yaml::tests::{deep_block_nesting, deep_nesting, large_anchor, nested_anchors};
+        for bomb in [
+            nested_anchors(),
+            large_anchor(),
+            deep_nesting(),
+            deep_block_nesting(),
+        ] {
+            let doc = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nbomb:\n  {}",
+                bomb.replace('\n', "\n  ")
+            );
+            let start = std::time::Instant::now();
+            let err = decode_manifest(doc.as_bytes(), false)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "{:?}",
+                start.elapsed()
+            );
+            assert!(
+                err.starts_with("couldn't parse as pod: invalid YAML: "),
+                "{err}"
+            );
         }
     }
 }

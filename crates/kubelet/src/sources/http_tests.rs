@@ -213,3 +213,38 @@ fn construction_errors() {
         Err(HttpSourceError::InvalidHeader { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_billion_laughs_body_is_refused_quickly() {
+    // Nested anchors (10^10 nodes expanded) and a 1 MiB anchor × 2,000 (2 GiB expanded), both
+    // far below the 10 MiB body limit, then an unknown container field: each body is refused,
+    // the previous set is kept, and the source keeps polling.
+    let state = Arc::new(Mutex::new(Served {
+        status: 200,
+        body: POD.into(),
+        ..Default::default()
+    }));
+    let addr = serve(state.clone()).await;
+    let mut run = start(addr, &BTreeMap::new());
+    assert_eq!(run.next().await.pods.len(), 1);
+    for bomb in [
+        crate::yaml::tests::nested_anchors(),
+        crate::yaml::tests::large_anchor(),
+    ] {
+        state.lock().unwrap().body = format!("{POD}  bomb:\n    {}", bomb.replace('\n', "\n    "));
+        let start = std::time::Instant::now();
+        run.error_containing("invalid YAML").await;
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(run.quiet(Duration::from_millis(250)).await);
+    }
+    state.lock().unwrap().body = format!("{POD}    restartPolicyRules: []\n");
+    run.error_containing("spec.containers[0].restartPolicyRules")
+        .await;
+    state.lock().unwrap().body = POD.replace("web", "again");
+    assert_eq!(run.next().await.pods[0].name(), "again-node1");
+    run.cancel.cancel();
+}

@@ -738,4 +738,45 @@ mod tests {
             ["Events:", "<none>"]
         );
     }
+
+    /// ESC[2J (clear), OSC 52 (set the clipboard), CR (overwrite the line), BEL, BS, NUL, DEL
+    /// and the C1 CSI/OSC/ST controls.
+    const HOSTILE: &str =
+        "x\x1b[2Jy\x1b]52;c;cm0gLXJmIC8=\x07z\rw\x08\x00\x7f\u{9b}2J\u{9d}0;t\u{9c}";
+    const ESCAPED: &str = "x^[[2Jy^[]52;c;cm0gLXJmIC8=^Gz\\rw^H^@^?\\u009b2J\\u009d0;t\\u009c";
+
+    #[test]
+    fn messages_from_the_pod_and_events_are_printed_escaped() {
+        let mut r = report();
+        let statuses = r
+            .pod
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap();
+        let last = statuses[0]
+            .last_state
+            .as_mut()
+            .unwrap()
+            .terminated
+            .as_mut()
+            .unwrap();
+        last.message = Some(HOSTILE.into());
+        r.events[1].message = HOSTILE.into();
+        r.events[1].reason = "Back\x1b]0;title\x07Off".to_owned();
+        let text = describe_pod(&r, now());
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with("Message:") && l.ends_with(ESCAPED)),
+            "{text}"
+        );
+        assert!(text.contains(&format!("  {ESCAPED}\n")), "{text}");
+        assert!(text.contains("Back^[]0;title^GOff"), "{text}");
+    }
 }

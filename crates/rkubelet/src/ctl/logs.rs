@@ -84,9 +84,15 @@ fn log_options(a: &LogsArgs, now: chrono::DateTime<chrono::Utc>) -> Result<LogOp
             if d.is_zero() {
                 return Err("--since must be greater than 0".into());
             }
-            // As kubectl: whole seconds, rounded up.
-            let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-            Some(now - chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX)))
+            // As kubectl: whole seconds, rounded up. Go durations stop at ~292 years (a
+            // longer one is refused above as out of range); should the subtraction still not
+            // fit a date, clamp to the earliest one (every line is newer).
+            let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+            let back = i64::try_from(secs)
+                .ok()
+                .and_then(chrono::TimeDelta::try_seconds)
+                .and_then(|delta| now.checked_sub_signed(delta));
+            Some(back.unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC))
         }
         (None, Some(t)) => Some(
             chrono::DateTime::parse_from_rfc3339(t)
@@ -214,7 +220,7 @@ async fn running_check(log: &PodLog, endpoint: &str) -> Box<dyn FnMut() -> bool 
 
 pub async fn run(args: LogsArgs) -> ExitCode {
     let fail = |msg: &str| {
-        eprintln!("error: {msg}");
+        eprintln!("error: {}", super::terminal::escape(msg));
         ExitCode::from(1)
     };
     let opts = match log_options(&args, chrono::Utc::now()) {
@@ -311,6 +317,16 @@ mod tests {
                 .contains("at most one of --since or --since-time")
         );
         assert!(err(&["p", "--since", "soon"]).starts_with("invalid --since \"soon\""));
+        // The longest Go duration reaches back ~292 years; a longer one is refused as
+        // kubectl's duration parser refuses it; neither panics.
+        let o = opts(&["p", "--since", "2562047h47m16.854775807s"]).unwrap();
+        assert_eq!(o.since.unwrap().to_rfc3339(), "1731-09-22T00:22:43+00:00");
+        assert!(
+            err(&["p", "--since", "2562048h"]).starts_with("invalid --since \"2562048h\""),
+            "{}",
+            err(&["p", "--since", "2562048h"])
+        );
+        assert!(err(&["p", "--since", "99999999999999999999999s"]).starts_with("invalid --since"));
         assert!(err(&["p", "--since", "0s"]).contains("--since must be greater than 0"));
         assert!(err(&["p", "--since-time", "yesterday"]).starts_with("invalid --since-time"));
         assert!(err(&["p", "--tail", "-2"]).contains("--tail must be greater than or equal to -1"));

@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod logs;
 pub mod printers;
 pub mod tabwriter;
+pub mod terminal;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -266,7 +267,8 @@ async fn run(command: Command) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // A server error may quote what a pod wrote.
+            eprintln!("error: {}", terminal::escape(&e.to_string()));
             ExitCode::from(1)
         }
     }
@@ -308,11 +310,13 @@ fn print(text: &str) -> Result<(), CtlError> {
 
 fn encode<T: serde::Serialize>(v: &T, output: Output) -> Result<String, CtlError> {
     match output {
+        // serde_json escapes C0 controls; C1 controls (8-bit CSI, OSC) can only be inside
+        // strings, where `\u009b` means the same character.
         Output::Json => serde_json::to_string_pretty(v)
-            .map(|s| s + "\n")
+            .map(|s| terminal::escape_c1_json(&s) + "\n")
             .map_err(|e| CtlError::Encode(e.to_string())),
         Output::Yaml | Output::Wide => {
-            serde_yaml::to_string(v).map_err(|e| CtlError::Encode(e.to_string()))
+            kubelet::yaml::to_string(v).map_err(|e| CtlError::Encode(e.to_string()))
         }
     }
 }
@@ -529,6 +533,24 @@ async fn describe_pod(args: &DescribePodArgs) -> Result<(), CtlError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_and_yaml_output_escape_control_characters() {
+        let msg = "a\x1b[2J\x1b]52;c;eA==\x07\rb\u{9b}0m";
+        let v = serde_json::json!({"status": {"message": msg}});
+        for o in [Output::Json, Output::Yaml] {
+            let text = encode(&v, o).unwrap();
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "{o:?}: {text:?}"
+            );
+            let back: serde_json::Value = match o {
+                Output::Json => serde_json::from_str(&text).unwrap(),
+                _ => kubelet::yaml::from_str(&text).unwrap(),
+            };
+            assert_eq!(back, v, "{o:?}: {text}");
+        }
+    }
 
     #[test]
     fn cli_definitions_are_consistent() {

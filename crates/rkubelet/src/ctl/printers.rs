@@ -832,6 +832,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn event_messages_in_the_events_table_are_escaped() {
+        let e = RingEvent {
+            seq: 1,
+            involved_object: kubelet::events_ring::InvolvedObject {
+                kind: "Pod".into(),
+                namespace: "default".into(),
+                name: "p\x1b[1m".into(),
+                uid: String::new(),
+            },
+            event_type: "Warning".into(),
+            reason: "Failed".into(),
+            message: "boom\x1b[2J\x1b]52;c;eA==\x07\rfake\u{9b}0m".into(),
+            count: 1,
+            first_timestamp: "2026-11-26T11:50:00Z".into(),
+            last_timestamp: "2026-11-26T11:58:20Z".into(),
+        };
+        let t = events_table(&[e], Some("default"), now()).unwrap();
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert!(
+            t.contains("boom^[[2J^[]52;c;eA==^G\\rfake\\u009b0m\n"),
+            "{t}"
+        );
+        assert!(t.contains("pod/p^[[1m"), "{t}");
+    }
+
+    #[test]
     fn get_events_table_is_kubectls_layout() {
         let ev = |seq: u64,
                   kind: &str,

@@ -2,7 +2,8 @@
 //! receives lines of tab-terminated cells; emits the aligned text. A column is aligned over a
 //! block of consecutive lines that have a tab-terminated cell in it; a line's last cell is
 //! never padded. `kubectl get` writes with minimum width 6 and padding 3, `kubectl describe`
-//! with minimum width 0 and padding 2.
+//! with minimum width 0 and padding 2. Control characters in what is written are escaped first
+//! (every human-readable line of `get` and `describe` goes through here).
 
 /// One table being written (flushed as a whole, as kubectl flushes its writer).
 pub struct TabWriter {
@@ -30,9 +31,10 @@ impl TabWriter {
         }
     }
 
-    /// Adds text: each `\n` ends a line, each `\t` ends a cell.
+    /// Adds text: each `\n` ends a line, each `\t` ends a cell. Terminal control characters
+    /// are escaped (see [`super::terminal`]), as kubectl escapes every cell and describe line.
     pub fn write(&mut self, text: &str) {
-        self.text.push_str(text);
+        self.text.push_str(&super::terminal::escape(text));
     }
 
     /// The aligned text of everything written (every line ends with a newline).
