@@ -136,7 +136,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("systemCgroups", WARNED, "processes are not moved into it; it is only reported as the misc system container in stats"),
     f("cgroupRoot", honoured("crates/kubelet/src/cm/mod.rs::start_creates_the_tree_and_enforces_allocatable"), ""),
     f("cgroupsPerQOS", honoured("crates/kubelet/tests/it/cgroups.rs::without_cgroups_per_qos_the_parent_is_empty"), ""),
-    f("cgroupDriver", honoured("crates/kubelet/tests/it/systemd_cgroups.rs::systemd_driver_makes_pod_slices_through_systemd"), "systemd: slices created and updated through systemd's D-Bus API (docs/systemd-cgroups.md)"),
+    f("cgroupDriver", honoured("crates/kubelet/tests/it/systemd_cgroups.rs::systemd_driver_makes_pod_slices_through_systemd"), "systemd: slices created and updated through systemd's D-Bus API (docs/systemd-cgroups.md); with KubeletCgroupDriverFromCRI (default) the runtime's driver wins where CRI RuntimeConfig answers"),
     f("cpuManagerPolicy", honoured("crates/kubelet/tests/it/cpumanager.rs::static_policy_pins_guaranteed_and_moves_the_shared_pool"), "none and static"),
     f("singleProcessOOMKill", honoured(WIRING), ""),
     f("cpuManagerPolicyOptions", by_validation(RESOURCE_MANAGERS), "no static-policy option is implemented"),
@@ -159,7 +159,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("nodeStatusMaxImages", honoured(WIRING), ""),
     f("maxOpenFiles", honoured("crates/kubelet/src/cm/node_setup.rs::max_open_files_sets_the_nofile_limit"), ""),
     f("contentType", WARNED, "rkubelet always talks JSON to the API server"),
-    f("kubeAPIQPS", honoured("crates/kubelet/src/apiclient/rate_limit.rs::a_burst_is_spaced_at_qps"), "heartbeats and events share the bucket (upstream gives them their own clients)"),
+    f("kubeAPIQPS", honoured("crates/kubelet/src/apiclient/mod.rs::heartbeats_do_not_wait_behind_kube_api_qps"), "node status and the lease use an unthrottled heartbeat client and event writes only eventRecordQPS, as upstream"),
     f("kubeAPIBurst", honoured("crates/kubelet/src/apiclient/rate_limit.rs::a_burst_is_spaced_at_qps"), ""),
     f("serializeImagePulls", honoured("crates/kubelet/src/images/tests.rs::serialized_pulls_wait_for_each_other"), ""),
     f("maxParallelImagePulls", honoured("crates/kubelet/src/images/tests.rs::parallel_pulls_run_together"), ""),
@@ -171,13 +171,13 @@ pub const FIELDS: &[FieldSupport] = &[
     f("evictionMinimumReclaim", honoured(EVICTION), ""),
     f("mergeDefaultEvictionSettings", honoured("crates/kubelet/src/config/load_tests.rs::every_upstream_field_is_accepted"), ""),
     f("evictionMonitoringInterval", honoured(WIRING), "rkubelet extension (upstream: fixed 10s)"),
-    f("podsPerCore", honoured(WIRING), ""),
+    f("podsPerCore", honoured("crates/kubelet/src/admission/predicate.rs::pods_per_core_limits_admission_through_the_node_status"), ""),
     f("enableControllerAttachDetach", REJECTED, "the kubelet attaches no volumes itself"),
     f("protectKernelDefaults", honoured("crates/kubelet/src/cm/node_setup.rs::protect_kernel_defaults_names_each_differing_sysctl"), ""),
     f("makeIPTablesUtilChains", WARNED_TRUE, "the KUBE-IPTABLES-HINT and KUBE-FIREWALL chains are not created"),
     f("iptablesMasqueradeBit", honoured(NO_OP), "deprecated upstream: no longer has any effect"),
     f("iptablesDropBit", honoured(NO_OP), "deprecated upstream: no longer has any effect"),
-    f("featureGates", honoured("crates/kubelet/src/config/features.rs::overrides_apply_and_unknown_names_fail_as_upstream"), "upstream 1.33 names, defaults and locks; unimplemented gates turned on warn by name"),
+    f("featureGates", honoured("crates/kubelet/src/config/features.rs::overrides_apply_and_unknown_names_fail_as_upstream"), "upstream 1.33 names, defaults and locks; every gate on (by default or set) that rkubelet does not implement warns by name (features::SUPPORT); PodLevelResources=true is refused"),
     f("failSwapOn", honoured(HOST), ""),
     f("memorySwap.swapBehavior", honoured("crates/kubelet/src/kuberuntime/container_config.rs::hugepages_and_swap"), ""),
     f("containerLogMaxSize", honoured(LOG_ROTATION), ""),
@@ -191,14 +191,14 @@ pub const FIELDS: &[FieldSupport] = &[
     f("showHiddenMetricsForVersion", REJECTED, "rkubelet has no hidden metrics"),
     f("systemReservedCgroup", honoured("crates/kubelet/src/cm/allocatable.rs::enforcement_table"), ""),
     f("kubeReservedCgroup", honoured("crates/kubelet/src/cm/allocatable.rs::enforcement_table"), ""),
-    f("enforceNodeAllocatable", honoured("crates/kubelet/src/cm/allocatable.rs::enforcement_table"), ""),
+    f("enforceNodeAllocatable", honoured("crates/kubelet/src/cm/allocatable.rs::enforcement_table"), "with `pods`, each hard `memory.available` threshold gets its `allocatableMemory.available` twin (eviction/manager_tests.rs::pods_over_node_allocatable_are_evicted_with_pods_enforced)"),
     f("allowedUnsafeSysctls", honoured("crates/rkubelet/tests/it/containerd_security.rs::sysctls_are_admitted_by_the_allowlist"), ""),
     f("volumePluginDir", REJECTED, "FlexVolume plugins are not supported"),
     f("providerID", honoured("crates/kubelet/tests/it/api_node.rs::registers_node_with_capacity_allocatable_node_info_conditions_and_labels"), ""),
     f("kernelMemcgNotification", REJECTED, "memory thresholds are polled, not notified by the kernel"),
     f("logging.format", honoured("crates/rkubelet/tests/it/cli.rs::logging_formats_are_klogs_text_and_component_bases_json"), "text (klog) and json (component-base field names)"),
     f("logging.flushFrequency", WARNED, "log lines are written unbuffered"),
-    f("logging.verbosity", honoured("crates/rkubelet/src/cli.rs::precedence_flags_over_drop_ins_over_file_over_defaults"), ""),
+    f("logging.verbosity", honoured("crates/rkubelet/src/cli/tests.rs::precedence_flags_over_drop_ins_over_file_over_defaults"), ""),
     f("logging.vmodule", REJECTED, "per-file verbosity is not implemented (RUST_LOG filters by module)"),
     f("logging.options", REJECTED, "splitStream and infoBufferSize are not implemented"),
     f("enableSystemLogHandler", honoured("crates/kubelet/src/server/routes_tests.rs::system_logs_list_serve_and_refuse_traversal"), ""),
@@ -221,69 +221,172 @@ pub const FIELDS: &[FieldSupport] = &[
     f("imageServiceEndpoint", honoured("crates/rkubelet/src/main.rs::image_service_endpoint_dials_its_own_socket"), ""),
     f("failCgroupV1", honoured("crates/kubelet/src/cm/node_setup.rs::fail_cgroup_v1_refuses_a_v1_host"), ""),
     f("userNamespaces", REJECTED, "user-namespaced pods (hostUsers: false) are not supported"),
-    f("podHousekeepingPeriod", honoured(WIRING), ""),
+    f("podHousekeepingPeriod", honoured(WIRING), "rkubelet extension, not an upstream field"),
 ];
 
 /// What a flag does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagTarget {
-    /// Sets the named field (a config-backed flag, deprecated upstream in favour of the file).
+    /// Sets the named field (a config-backed flag, deprecated upstream in favour of the file):
+    /// honoured or refused exactly as that field's row says.
     Field(&'static str),
-    /// A flag-only setting.
-    Own(Support),
+    /// A flag-only setting, with what rkubelet does instead when it is not honoured.
+    Own(Support, &'static str),
 }
 
-/// Every command-line flag of `rkubelet` (long name without `--`).
+const fn cfg(path: &'static str) -> FlagTarget {
+    FlagTarget::Field(path)
+}
+
+const fn own(support: Support, note: &'static str) -> FlagTarget {
+    FlagTarget::Own(support, note)
+}
+
+const LOCK: &str =
+    "crates/rkubelet/src/lockfile.rs::a_second_holder_waits_and_an_opener_stops_a_watching_holder";
+
+/// Every command-line flag of `rkubelet` (long name without `--`): every flag the upstream
+/// 1.33 kubelet accepts on Linux except `--help` (`UPSTREAM_1_33_FLAGS` in
+/// `crates/rkubelet/src/cli/upstream_tests.rs` lists them, with its sources, and checks them).
 #[rustfmt::skip]
 pub const FLAGS: &[(&str, FlagTarget)] = &[
-    ("config", FlagTarget::Own(Support::Honoured { test: LOAD })),
-    ("config-dir", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/config/load_tests.rs::drop_ins_merge_in_lexical_order" })),
-    ("kubeconfig", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/apiclient/mod.rs::client_from_fixture_kubeconfig_talks_https_with_client_cert" })),
-    ("hostname-override", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_name_and_identity_flags" })),
-    ("node-ip", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_name_and_identity_flags" })),
-    ("node-labels", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_labels_parse_and_refuse_foreign_kubernetes_io_labels" })),
-    ("bootstrap-kubeconfig", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/tests/it/api_certificates.rs::token_bootstrap_to_a_ready_node_with_manual_approval" })),
-    ("rotate-certificates", FlagTarget::Field("rotateCertificates")),
-    ("rotate-server-certificates", FlagTarget::Field("serverTLSBootstrap")),
-    ("cert-dir", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/server/tls.rs::self_signed_pair_is_generated_once_and_reused" })),
-    ("root-dir", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::node_name_and_identity_flags" })),
-    ("image-credential-provider-config", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/tests/it/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret" })),
-    ("image-credential-provider-bin-dir", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/tests/it/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret" })),
-    ("v", FlagTarget::Field("logging.verbosity")),
-    ("feature-gates", FlagTarget::Field("featureGates")),
-    ("pod-manifest-path", FlagTarget::Field("staticPodPath")),
-    ("sync-frequency", FlagTarget::Field("syncFrequency")),
-    ("file-check-frequency", FlagTarget::Field("fileCheckFrequency")),
-    ("http-check-frequency", FlagTarget::Field("httpCheckFrequency")),
-    ("manifest-url", FlagTarget::Field("staticPodURL")),
-    ("manifest-url-header", FlagTarget::Field("staticPodURLHeader")),
-    ("address", FlagTarget::Field("address")),
-    ("port", FlagTarget::Field("port")),
-    ("read-only-port", FlagTarget::Field("readOnlyPort")),
-    ("healthz-port", FlagTarget::Field("healthzPort")),
-    ("healthz-bind-address", FlagTarget::Field("healthzBindAddress")),
-    ("container-runtime-endpoint", FlagTarget::Field("containerRuntimeEndpoint")),
-    ("image-service-endpoint", FlagTarget::Field("imageServiceEndpoint")),
-    ("runtime-request-timeout", FlagTarget::Field("runtimeRequestTimeout")),
-    ("max-pods", FlagTarget::Field("maxPods")),
-    ("cluster-dns", FlagTarget::Field("clusterDNS")),
-    ("cluster-domain", FlagTarget::Field("clusterDomain")),
-    ("resolv-conf", FlagTarget::Field("resolvConf")),
-    ("cgroup-driver", FlagTarget::Field("cgroupDriver")),
-    ("kubelet-cgroups", FlagTarget::Field("kubeletCgroups")),
-    ("system-cgroups", FlagTarget::Field("systemCgroups")),
-    ("runtime-cgroups", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/src/stats/system_tests.rs::system_containers_v1_kubelet_from_its_own_cgroup_runtime_only_when_configured" })),
-    ("fail-swap-on", FlagTarget::Field("failSwapOn")),
-    ("register-node", FlagTarget::Field("registerNode")),
-    ("minimum-container-ttl-duration", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
-    ("maximum-dead-containers-per-container", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
-    ("maximum-dead-containers", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
-    ("pod-infra-container-image", FlagTarget::Own(Support::Honoured { test: "crates/rkubelet/src/cli.rs::container_gc_flags_and_pod_infra_image" })),
-    ("cloud-provider", FlagTarget::Own(Support::Honoured { test: "crates/kubelet/tests/it/api_node.rs::external_cloud_provider_registers_tainted_and_keeps_cloud_addresses" })),
-    ("provider-id", FlagTarget::Field("providerID")),
-    ("register-with-taints", FlagTarget::Field("registerWithTaints")),
-    ("logging-format", FlagTarget::Field("logging.format")),
-    ("node-status-update-frequency", FlagTarget::Field("nodeStatusUpdateFrequency")),
+    ("config", own(honoured(LOAD), "")),
+    ("config-dir", own(honoured("crates/kubelet/src/config/load_tests.rs::drop_ins_merge_in_lexical_order"), "")),
+    ("kubeconfig", own(honoured("crates/kubelet/src/apiclient/mod.rs::client_from_fixture_kubeconfig_talks_https_with_client_cert"), "")),
+    ("hostname-override", own(honoured("crates/rkubelet/src/cli/tests.rs::node_name_and_identity_flags"), "")),
+    ("node-ip", own(honoured("crates/kubelet/src/nodestatus/addresses.rs::otherwise_the_default_route_address_of_the_preferred_family"), "unset, `0.0.0.0` or `::`: chosen once at start-up as upstream (host name, name lookup, default route); a given IP is not checked against the host's interfaces")),
+    ("node-labels", own(honoured("crates/rkubelet/src/cli/tests.rs::node_labels_parse_and_refuse_foreign_kubernetes_io_labels"), "")),
+    ("bootstrap-kubeconfig", own(honoured("crates/kubelet/tests/it/api_certificates.rs::token_bootstrap_to_a_ready_node_with_manual_approval"), "")),
+    ("rotate-certificates", cfg("rotateCertificates")),
+    ("rotate-server-certificates", cfg("serverTLSBootstrap")),
+    ("cert-dir", own(honoured("crates/kubelet/src/server/tls.rs::self_signed_pair_is_generated_once_and_reused"), "")),
+    ("root-dir", own(honoured("crates/rkubelet/src/cli/tests.rs::node_name_and_identity_flags"), "")),
+    ("image-credential-provider-config", own(honoured("crates/rkubelet/tests/it/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret"), "")),
+    ("image-credential-provider-bin-dir", own(honoured("crates/rkubelet/tests/it/containerd_private_image.rs::private_registry_needs_the_pods_pull_secret"), "")),
+    ("v", cfg("logging.verbosity")),
+    ("feature-gates", cfg("featureGates")),
+    ("pod-manifest-path", cfg("staticPodPath")),
+    ("sync-frequency", cfg("syncFrequency")),
+    ("file-check-frequency", cfg("fileCheckFrequency")),
+    ("http-check-frequency", cfg("httpCheckFrequency")),
+    ("manifest-url", cfg("staticPodURL")),
+    ("manifest-url-header", cfg("staticPodURLHeader")),
+    ("address", cfg("address")),
+    ("port", cfg("port")),
+    ("read-only-port", cfg("readOnlyPort")),
+    ("healthz-port", cfg("healthzPort")),
+    ("healthz-bind-address", cfg("healthzBindAddress")),
+    ("container-runtime-endpoint", cfg("containerRuntimeEndpoint")),
+    ("image-service-endpoint", cfg("imageServiceEndpoint")),
+    ("runtime-request-timeout", cfg("runtimeRequestTimeout")),
+    ("max-pods", cfg("maxPods")),
+    ("cluster-dns", cfg("clusterDNS")),
+    ("cluster-domain", cfg("clusterDomain")),
+    ("resolv-conf", cfg("resolvConf")),
+    ("cgroup-driver", cfg("cgroupDriver")),
+    ("kubelet-cgroups", cfg("kubeletCgroups")),
+    ("system-cgroups", cfg("systemCgroups")),
+    ("runtime-cgroups", own(honoured("crates/kubelet/src/stats/system_tests.rs::system_containers_v1_kubelet_from_its_own_cgroup_runtime_only_when_configured"), "")),
+    ("fail-swap-on", cfg("failSwapOn")),
+    ("register-node", cfg("registerNode")),
+    ("minimum-container-ttl-duration", own(honoured("crates/rkubelet/src/cli/tests.rs::container_gc_flags_and_pod_infra_image"), "")),
+    ("maximum-dead-containers-per-container", own(honoured("crates/rkubelet/src/cli/tests.rs::container_gc_flags_and_pod_infra_image"), "")),
+    ("maximum-dead-containers", own(honoured("crates/rkubelet/src/cli/tests.rs::container_gc_flags_and_pod_infra_image"), "")),
+    ("pod-infra-container-image", own(honoured("crates/rkubelet/src/cli/tests.rs::container_gc_flags_and_pod_infra_image"), "")),
+    ("cloud-provider", own(honoured("crates/kubelet/tests/it/api_node.rs::external_cloud_provider_registers_tainted_and_keeps_cloud_addresses"), "")),
+    ("provider-id", cfg("providerID")),
+    ("register-with-taints", cfg("registerWithTaints")),
+    ("logging-format", cfg("logging.format")),
+    ("node-status-update-frequency", cfg("nodeStatusUpdateFrequency")),
+    // Config-backed flags of upstream `AddKubeletConfigFlags` (1.33) not listed above: each is
+    // honoured or refused exactly as its field.
+    ("enable-server", cfg("enableServer")),
+    ("anonymous-auth", cfg("authentication.anonymous.enabled")),
+    ("authentication-token-webhook", cfg("authentication.webhook.enabled")),
+    ("authentication-token-webhook-cache-ttl", cfg("authentication.webhook.cacheTTL")),
+    ("client-ca-file", cfg("authentication.x509.clientCAFile")),
+    ("authorization-mode", cfg("authorization.mode")),
+    ("authorization-webhook-cache-authorized-ttl", cfg("authorization.webhook.cacheAuthorizedTTL")),
+    ("authorization-webhook-cache-unauthorized-ttl", cfg("authorization.webhook.cacheUnauthorizedTTL")),
+    ("tls-cert-file", cfg("tlsCertFile")),
+    ("tls-private-key-file", cfg("tlsPrivateKeyFile")),
+    ("tls-cipher-suites", cfg("tlsCipherSuites")),
+    ("tls-min-version", cfg("tlsMinVersion")),
+    ("enable-debugging-handlers", cfg("enableDebuggingHandlers")),
+    ("contention-profiling", cfg("enableContentionProfiling")),
+    ("registry-qps", cfg("registryPullQPS")),
+    ("registry-burst", cfg("registryBurst")),
+    ("event-qps", cfg("eventRecordQPS")),
+    ("event-burst", cfg("eventBurst")),
+    ("kube-api-qps", cfg("kubeAPIQPS")),
+    ("kube-api-burst", cfg("kubeAPIBurst")),
+    ("kube-api-content-type", cfg("contentType")),
+    ("oom-score-adj", cfg("oomScoreAdj")),
+    ("max-open-files", cfg("maxOpenFiles")),
+    ("protect-kernel-defaults", cfg("protectKernelDefaults")),
+    ("make-iptables-util-chains", cfg("makeIPTablesUtilChains")),
+    ("fail-cgroupv1", cfg("failCgroupV1")),
+    ("kernel-memcg-notification", cfg("kernelMemcgNotification")),
+    ("cgroups-per-qos", cfg("cgroupsPerQOS")),
+    ("cgroup-root", cfg("cgroupRoot")),
+    ("cpu-cfs-quota", cfg("cpuCFSQuota")),
+    ("cpu-cfs-quota-period", cfg("cpuCFSQuotaPeriod")),
+    ("cpu-manager-policy", cfg("cpuManagerPolicy")),
+    ("cpu-manager-policy-options", cfg("cpuManagerPolicyOptions")),
+    ("cpu-manager-reconcile-period", cfg("cpuManagerReconcilePeriod")),
+    ("memory-manager-policy", cfg("memoryManagerPolicy")),
+    ("reserved-memory", cfg("reservedMemory")),
+    ("topology-manager-policy", cfg("topologyManagerPolicy")),
+    ("topology-manager-scope", cfg("topologyManagerScope")),
+    ("topology-manager-policy-options", cfg("topologyManagerPolicyOptions")),
+    ("qos-reserved", cfg("qosReserved")),
+    ("reserved-cpus", cfg("reservedSystemCPUs")),
+    ("system-reserved", cfg("systemReserved")),
+    ("kube-reserved", cfg("kubeReserved")),
+    ("system-reserved-cgroup", cfg("systemReservedCgroup")),
+    ("kube-reserved-cgroup", cfg("kubeReservedCgroup")),
+    ("enforce-node-allocatable", cfg("enforceNodeAllocatable")),
+    ("pod-cidr", cfg("podCIDR")),
+    ("pod-max-pids", cfg("podPidsLimit")),
+    ("pods-per-core", cfg("podsPerCore")),
+    ("hairpin-mode", cfg("hairpinMode")),
+    ("allowed-unsafe-sysctls", cfg("allowedUnsafeSysctls")),
+    ("container-log-max-size", cfg("containerLogMaxSize")),
+    ("container-log-max-files", cfg("containerLogMaxFiles")),
+    ("streaming-connection-idle-timeout", cfg("streamingConnectionIdleTimeout")),
+    ("runonce", cfg("runOnce")),
+    // A `KubeletFlags` member upstream ORs with the field: `true` turns it on.
+    ("seccomp-default", cfg("seccompDefault")),
+    ("enable-controller-attach-detach", cfg("enableControllerAttachDetach")),
+    ("volume-plugin-dir", cfg("volumePluginDir")),
+    ("volume-stats-agg-period", cfg("volumeStatsAggPeriod")),
+    ("local-storage-capacity-isolation", cfg("localStorageCapacityIsolation")),
+    ("serialize-image-pulls", cfg("serializeImagePulls")),
+    ("minimum-image-ttl-duration", cfg("imageMinimumGCAge")),
+    ("image-gc-high-threshold", cfg("imageGCHighThresholdPercent")),
+    ("image-gc-low-threshold", cfg("imageGCLowThresholdPercent")),
+    ("node-status-max-images", cfg("nodeStatusMaxImages")),
+    ("eviction-hard", cfg("evictionHard")),
+    ("eviction-soft", cfg("evictionSoft")),
+    ("eviction-soft-grace-period", cfg("evictionSoftGracePeriod")),
+    ("eviction-pressure-transition-period", cfg("evictionPressureTransitionPeriod")),
+    ("eviction-max-pod-grace-period", cfg("evictionMaxPodGracePeriod")),
+    ("eviction-minimum-reclaim", cfg("evictionMinimumReclaim")),
+    // component-base `logsapi.AddFlags` (with the json format the kubelet registers).
+    ("log-flush-frequency", cfg("logging.flushFrequency")),
+    ("vmodule", cfg("logging.vmodule")),
+    ("log-text-split-stream", cfg("logging.options")),
+    ("log-text-info-buffer-size", cfg("logging.options")),
+    ("log-json-split-stream", cfg("logging.options")),
+    ("log-json-info-buffer-size", cfg("logging.options")),
+    // Flag-only settings of upstream `KubeletFlags.AddFlags` not listed above.
+    ("version", own(honoured("crates/rkubelet/src/flagvalues.rs::version_flag_prints_or_sets_the_reported_version"), "--version and --version=raw print and quit; --version=vX.Y.Z-... sets the reported version")),
+    ("lock-file", own(honoured(LOCK), "an exclusive flock, waited for while another process holds it")),
+    ("exit-on-lock-contention", own(honoured(LOCK), "needs --lock-file; the kubelet stops (pods keep running) when another process opens the lock file")),
+    ("cloud-config", own(WARNED, "no effect: rkubelet has no in-tree cloud provider (deprecated upstream)")),
+    ("experimental-mounter-path", own(REJECTED, "volumes are mounted with mount(2), never through a helper binary (deprecated upstream)")),
+    ("experimental-allocatable-ignore-eviction", own(REJECTED, "hard eviction thresholds are always subtracted from allocatable (deprecated upstream)")),
+    ("register-schedulable", own(REJECTED, "only true: the node registers schedulable; --register-with-taints keeps pods off (deprecated upstream)")),
 ];
 
 /// The table row of `path`.
@@ -291,19 +394,24 @@ pub fn field(path: &str) -> Option<&'static FieldSupport> {
     FIELDS.iter().find(|f| f.path == path)
 }
 
-/// The camelCase field paths each flag sets (with the field's own flag-era name), for messages.
-fn flag_of(path: &str) -> Option<&'static str> {
-    FLAGS.iter().find_map(|(flag, target)| match target {
-        FlagTarget::Field(p) if *p == path => Some(*flag),
-        _ => None,
-    })
+/// The flags that set the field at `path`, for messages and the docs.
+fn flags_of(path: &str) -> Vec<&'static str> {
+    FLAGS
+        .iter()
+        .filter_map(|(flag, target)| match target {
+            FlagTarget::Field(p) if *p == path => Some(*flag),
+            _ => None,
+        })
+        .collect()
 }
 
 fn label(path: &str) -> String {
-    match flag_of(path) {
-        Some(flag) => format!("{path} (--{flag})"),
-        None => path.to_owned(),
+    let flags = flags_of(path);
+    if flags.is_empty() {
+        return path.to_owned();
     }
+    let names: Vec<String> = flags.iter().map(|f| format!("--{f}")).collect();
+    format!("{path} ({})", names.join(", "))
 }
 
 /// The value at a dotted path of a JSON document (`None`: absent).
@@ -415,41 +523,63 @@ pub fn check(kc: &KubeletConfiguration) -> Result<Vec<String>, ConfigError> {
     }
     if let Ok((gates, gate_warnings)) = FeatureGates::from_map(&kc.feature_gates) {
         warnings.extend(gate_warnings);
-        warnings.extend(gates.not_implemented_warnings());
+        warnings.extend(gates.unhonoured_warnings());
     }
     Ok(warnings)
 }
 
+/// The words and proof of a status, as the docs show them.
+fn status(support: Support) -> (&'static str, String) {
+    match support {
+        Support::Honoured { test } => ("honoured", format!("`{test}`")),
+        Support::RejectedUnlessDefault => ("rejected unless default", String::new()),
+        Support::RejectedByValidation { test } => {
+            ("rejected unless supported value", format!("`{test}`"))
+        }
+        Support::Warned => ("warned unless default", String::new()),
+        Support::WarnedWhenTrue => ("warned while true", String::new()),
+    }
+}
+
+/// The statuses a row of `docs/configuration.md` may have: honoured, refused or warned.
+pub const STATUSES: &[&str] = &[
+    "honoured",
+    "rejected unless default",
+    "rejected unless supported value",
+    "warned unless default",
+    "warned while true",
+];
+
 /// The Markdown table for `docs/configuration.md`.
 pub fn render_markdown() -> String {
     let cell = |s: &str| s.replace('|', "\\|");
-    let mut out = String::from("| Field | Flag | rkubelet | Proof / note |\n|---|---|---|---|\n");
+    let joined = |proof: String, note: &str| match (proof.is_empty(), note.is_empty()) {
+        (_, true) => proof,
+        (true, false) => cell(note),
+        (false, false) => format!("{proof}; {}", cell(note)),
+    };
+    let mut out = String::from("| Field | Flag | Status | Proof / note |\n|---|---|---|---|\n");
     for row in FIELDS {
-        let flag = flag_of(row.path)
+        let flags: Vec<String> = flags_of(row.path)
+            .iter()
             .map(|f| format!("`--{f}`"))
-            .unwrap_or_default();
-        let (what, proof) = match row.support {
-            Support::Honoured { test } => ("honoured", format!("`{test}`")),
-            Support::RejectedUnlessDefault => ("rejected unless default", String::new()),
-            Support::RejectedByValidation { test } => {
-                ("rejected unless supported value", format!("`{test}`"))
-            }
-            Support::Warned => ("warned unless default", String::new()),
-            Support::WarnedWhenTrue => ("warned while true", String::new()),
-        };
-        let note = if row.note.is_empty() {
-            proof
-        } else if proof.is_empty() {
-            cell(row.note)
-        } else {
-            format!("{proof}; {}", cell(row.note))
-        };
-        out.push_str(&format!("| `{}` | {flag} | {what} | {note} |\n", row.path));
+            .collect();
+        let (what, proof) = status(row.support);
+        out.push_str(&format!(
+            "| `{}` | {} | {what} | {} |\n",
+            row.path,
+            flags.join(", "),
+            joined(proof, row.note)
+        ));
     }
-    out.push_str("\n| Flag-only setting | rkubelet | Proof |\n|---|---|---|\n");
+    out.push_str("\n| Flag-only setting | Status | Proof / note |\n|---|---|---|\n");
     for (flag, target) in FLAGS {
-        if let FlagTarget::Own(Support::Honoured { test }) = target {
-            out.push_str(&format!("| `--{flag}` | honoured | `{test}` |\n"));
+        if let FlagTarget::Own(support, note) = target {
+            let (what, proof) = status(*support);
+            out.push_str(&format!(
+                "| `--{flag}` | {what} | {} |\n",
+                joined(proof, note)
+            ));
         }
     }
     out

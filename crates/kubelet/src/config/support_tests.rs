@@ -10,6 +10,40 @@ use crate::config::{ConfigError, load_config, validate};
 
 const PROBE: &str = "\u{1}probe";
 
+/// `super::check` without the start-up warnings for unhonoured feature gates (tested in
+/// `features` and in `unhonoured_gates_warn_through_check`): the counts here are about fields.
+fn check(kc: &KubeletConfiguration) -> Result<Vec<String>, ConfigError> {
+    super::check(kc).map(|w| {
+        w.into_iter()
+            .filter(|w| !w.starts_with("feature gate "))
+            .collect()
+    })
+}
+
+#[test]
+fn unhonoured_gates_warn_through_check() {
+    let w = super::check(&config(
+        "featureGates: {MemoryQoS: true, EventedPLEG: true}\n",
+    ))
+    .unwrap();
+    assert!(
+        w.iter()
+            .any(|w| w
+                .starts_with("feature gate MemoryQoS=true (set) is not implemented by rkubelet")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter().any(|w| w.starts_with(
+            "feature gate KubeletSeparateDiskGC=true (by default) is not implemented by rkubelet"
+        )),
+        "{w:?}"
+    );
+    assert!(
+        !w.iter().any(|w| w.contains("EventedPLEG")),
+        "honoured: {w:?}"
+    );
+}
+
 /// The field names of the struct at `prefix` (`None` when no struct is there), read from
 /// serde's own "unknown field, expected one of ..." answer: no derive or field list needed.
 fn fields_at(prefix: &[String]) -> Option<Vec<String>> {
@@ -123,7 +157,7 @@ fn every_named_test_exists() {
         })
         .collect();
     refs.extend(FLAGS.iter().filter_map(|(_, t)| match t {
-        FlagTarget::Own(Support::Honoured { test }) => Some(*test),
+        FlagTarget::Own(Support::Honoured { test }, _) => Some(*test),
         _ => None,
     }));
     let missing: Vec<&&str> = refs.iter().filter(|r| !test_exists(r)).collect();
@@ -193,13 +227,19 @@ const DEFAULT_WARNINGS: [&str; 3] = [
     "enableDebugFlagsHandler is true",
 ];
 
+/// `want` with its leading field path labelled as messages label it (with its flags).
+fn labelled(want: &str) -> String {
+    let field = want.split(' ').next().unwrap_or_default();
+    want.replacen(field, &label(field), 1)
+}
+
 #[test]
 fn defaults_pass_with_only_the_warnings_for_defaults_not_implemented() {
     for kc in [load_config(None, None).unwrap(), config("")] {
         let w = check(&kc).unwrap();
         assert_eq!(w.len(), 3, "{w:?}");
         for (got, want) in w.iter().zip(DEFAULT_WARNINGS) {
-            assert!(got.starts_with(want), "{got}");
+            assert!(got.starts_with(&labelled(want)), "{got}");
         }
     }
     let w = check(&config(
@@ -271,8 +311,9 @@ fn each_rejected_field_is_named_with_its_value() {
     for (yaml, want) in cases {
         let errs = unsupported(yaml);
         assert_eq!(errs.len(), 1, "{yaml}: {errs:?}");
+        let want = labelled(want);
         assert!(
-            errs[0].starts_with(want),
+            errs[0].starts_with(&want),
             "{yaml}\n got: {}\nwant: {want}",
             errs[0]
         );
@@ -346,14 +387,9 @@ volumeStatsAggPeriod: 0s
         !w.iter().any(|w| w.starts_with("shutdownGracePeriod")),
         "{w:?}"
     );
-    // serverTLSBootstrap is honoured too; the unimplemented gate still warns.
+    // serverTLSBootstrap is honoured too (the unimplemented gate's warning: above).
     assert!(
         !w.iter().any(|w| w.starts_with("serverTLSBootstrap")),
-        "{w:?}"
-    );
-    assert!(
-        w.iter()
-            .any(|w| w.starts_with("feature gate MemoryQoS=true is not implemented by rkubelet")),
         "{w:?}"
     );
     assert!(
@@ -467,10 +503,7 @@ fn with(path: &str, value: serde_json::Value) -> KubeletConfiguration {
 #[test]
 fn every_rejected_and_warned_row_names_its_field() {
     for row in FIELDS {
-        let label = match flag_of(row.path) {
-            Some(flag) => format!("{} (--{flag})", row.path),
-            None => row.path.to_owned(),
-        };
+        let named = label(row.path);
         match row.support {
             Support::RejectedUnlessDefault => {
                 let v = sample(row.path).unwrap_or_else(|| panic!("no sample for {}", row.path));
@@ -478,7 +511,7 @@ fn every_rejected_and_warned_row_names_its_field() {
                     Err(ConfigError::Unsupported(errs)) => {
                         assert_eq!(errs.len(), 1, "{}: {errs:?}", row.path);
                         assert!(
-                            errs[0].starts_with(&format!("{label} is set to "))
+                            errs[0].starts_with(&format!("{named} is set to "))
                                 && errs[0].contains("which rkubelet does not support"),
                             "{}",
                             errs[0]
@@ -492,7 +525,7 @@ fn every_rejected_and_warned_row_names_its_field() {
                 let w = check(&with(row.path, v)).unwrap();
                 assert!(
                     w.iter()
-                        .any(|w| w.starts_with(&format!("{label} is set to "))
+                        .any(|w| w.starts_with(&format!("{named} is set to "))
                             && w.contains("which rkubelet does not implement yet")),
                     "{}: {w:?}",
                     row.path
@@ -501,7 +534,7 @@ fn every_rejected_and_warned_row_names_its_field() {
             Support::WarnedWhenTrue => {
                 let w = check(&with(row.path, json!(true))).unwrap();
                 assert!(
-                    w.iter().any(|w| w.starts_with(&format!("{label} is true"))),
+                    w.iter().any(|w| w.starts_with(&format!("{named} is true"))),
                     "{}: {w:?}",
                     row.path
                 );
@@ -514,5 +547,89 @@ fn every_rejected_and_warned_row_names_its_field() {
             }
             Support::Honoured { .. } | Support::RejectedByValidation { .. } => {}
         }
+    }
+}
+
+/// The "Done when" rule of the page: every row of every table in `docs/configuration.md` is
+/// honoured, refused or warned; nothing else (no "rkubelet", "partly", "ignored").
+#[test]
+fn every_docs_row_is_honoured_refused_or_warned() {
+    let doc = std::fs::read_to_string(workspace_root().join("docs/configuration.md")).unwrap();
+    let bad = rows_with_other_statuses(&doc);
+    assert!(bad.is_empty(), "rows with another status: {bad:?}");
+    // The rule sees a row that breaks it, in either table.
+    let broken = doc.replacen("| honoured |", "| rkubelet |", 1);
+    assert_eq!(rows_with_other_statuses(&broken).len(), 1);
+    let broken = doc.replace(
+        "| `--cloud-config` | warned unless default |",
+        "| `--cloud-config` | ignored |",
+    );
+    assert_eq!(rows_with_other_statuses(&broken).len(), 1);
+    // rkubelet's own fields say so.
+    assert!(doc.contains(
+        "| `podHousekeepingPeriod` |  | honoured | `crates/rkubelet/src/main.rs::agent_config_carries_the_configuration`; rkubelet extension, not an upstream field |"
+    ));
+}
+
+/// Every row of each Markdown table with a `Status` column whose status is not in
+/// [`STATUSES`]; panics on a table without one (a table the rule cannot read).
+fn rows_with_other_statuses(doc: &str) -> Vec<String> {
+    let cells = |line: &str| -> Vec<String> {
+        let line = line.replace("\\|", "\u{0}");
+        line.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let lines: Vec<&str> = doc.lines().collect();
+    let mut bad = Vec::new();
+    let mut tables = 0;
+    let mut rows = 0;
+    let mut i = 0;
+    while i + 1 < lines.len() {
+        let is_table = lines[i].starts_with('|') && lines[i + 1].starts_with("|---");
+        if !is_table {
+            i += 1;
+            continue;
+        }
+        let header = cells(lines[i]);
+        let Some(col) = header.iter().position(|h| h == "Status") else {
+            panic!("table without a Status column: {}", lines[i]);
+        };
+        tables += 1;
+        i += 2;
+        while i < lines.len() && lines[i].starts_with('|') {
+            rows += 1;
+            let row = cells(lines[i]);
+            if !row.get(col).is_some_and(|s| STATUSES.contains(&s.as_str())) {
+                bad.push(lines[i].to_owned());
+            }
+            i += 1;
+        }
+    }
+    assert_eq!(tables, 2, "the field table and the flag-only table");
+    assert!(rows >= FIELDS.len(), "{rows} rows read");
+    bad
+}
+
+#[test]
+fn a_field_set_by_several_flags_names_them_all() {
+    assert_eq!(
+        label("logging.options"),
+        "logging.options (--log-text-split-stream, --log-text-info-buffer-size, --log-json-split-stream, --log-json-info-buffer-size)"
+    );
+    assert_eq!(label("podHousekeepingPeriod"), "podHousekeepingPeriod");
+    let md = render_markdown();
+    assert!(md.contains("| `authentication.anonymous.enabled` | `--anonymous-auth` | honoured |"));
+    assert!(md.contains("| `--lock-file` | honoured | `crates/rkubelet/src/lockfile.rs::"));
+    assert!(md.contains("| `--register-schedulable` | rejected unless default | only true"));
+}
+
+#[test]
+fn flags_are_listed_once() {
+    let mut seen = BTreeSet::new();
+    for (flag, _) in FLAGS {
+        assert!(seen.insert(*flag), "--{flag} is listed twice");
     }
 }
