@@ -298,6 +298,21 @@ impl FakeRuntime {
         self.lock().runtime_handlers = handlers.iter().map(|h| (*h).to_owned()).collect();
     }
 
+    /// The handlers and their features `Status` reports (`runtime_handlers`): `(name,
+    /// recursive_read_only_mounts)`. Default: none, as containerd 1.6 reports none.
+    pub fn set_status_handlers(&self, handlers: &[(&str, bool)]) {
+        self.lock().status_handlers = handlers
+            .iter()
+            .map(|(name, rro)| api::RuntimeHandler {
+                name: (*name).to_owned(),
+                features: Some(api::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: *rro,
+                    user_namespaces: false,
+                }),
+            })
+            .collect();
+    }
+
     /// What `RuntimeConfig` answers; `None` (the default, like containerd 1.6) = unimplemented.
     pub fn set_runtime_config(&self, linux: Option<api::LinuxRuntimeConfiguration>) {
         self.lock().runtime_config = linux;

@@ -60,9 +60,13 @@ impl RuntimeService for FakeRuntime {
 
     async fn status(&self, _req: api::StatusRequest) -> Result<api::StatusResponse, CriError> {
         self.enter("Status").await?;
-        let conditions = self.lock().conditions.clone();
+        let (conditions, runtime_handlers) = {
+            let s = self.lock();
+            (s.conditions.clone(), s.status_handlers.clone())
+        };
         Ok(api::StatusResponse {
             status: Some(api::RuntimeStatus { conditions }),
+            runtime_handlers,
             ..Default::default()
         })
     }

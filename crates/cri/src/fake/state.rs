@@ -224,6 +224,8 @@ pub struct State {
     /// Handlers `RunPodSandbox` accepts besides the default `""` (containerd's configured
     /// runtimes; `runc` unless scripted).
     pub runtime_handlers: Vec<String>,
+    /// What `Status` reports in `runtime_handlers` (none by default, like containerd 1.6).
+    pub status_handlers: Vec<api::RuntimeHandler>,
     pub images: ImageStore,
     pub sandboxes: BTreeMap<String, SandboxRec>,
     pub containers: BTreeMap<String, ContainerRec>,
@@ -308,6 +310,7 @@ impl State {
             runtime_config: None,
             pod_cidr: String::new(),
             runtime_handlers: vec!["runc".to_owned()],
+            status_handlers: Vec::new(),
             images: ImageStore::default(),
             sandboxes: BTreeMap::new(),
             containers: BTreeMap::new(),

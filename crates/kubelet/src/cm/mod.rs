@@ -71,6 +71,9 @@ pub struct CmConfig {
     pub hugepage_sizes: Vec<u64>,
     /// How often the QoS cgroups are refreshed without a pod change (upstream: 1 minute).
     pub qos_update_period: Duration,
+    /// Feature gate `DisableCPUQuotaWithExclusiveCPUs` (on by default): a pod given exclusive
+    /// CPUs by the static CPU manager gets no CFS quota on its pod cgroup.
+    pub disable_cpu_quota_with_exclusive_cpus: bool,
 }
 
 impl Default for CmConfig {
@@ -86,6 +89,7 @@ impl Default for CmConfig {
             capacity: ResourceList::new(),
             hugepage_sizes: Vec::new(),
             qos_update_period: Duration::from_secs(60),
+            disable_cpu_quota_with_exclusive_cpus: true,
         }
     }
 }
@@ -300,6 +304,13 @@ impl ContainerManager {
     /// Upstream SyncPod's `pcm.EnsureExists` (with `UpdateQOSCgroups` first): creates the pod
     /// cgroup with its pod-level limits when it does not exist yet.
     pub fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<(), CmError> {
+        self.ensure_pod_cgroup_with(pod, false)
+    }
+
+    /// [`Self::ensure_pod_cgroup`] for a pod whose regular containers may hold exclusive CPUs
+    /// of the static CPU manager (`exclusive_cpus`): with `DisableCPUQuotaWithExclusiveCPUs`
+    /// such a pod cgroup gets no CFS quota, as upstream's `EnsureExists`.
+    pub fn ensure_pod_cgroup_with(&self, pod: &Pod, exclusive_cpus: bool) -> Result<(), CmError> {
         let name = self.pod_cgroup_name(pod);
         if self.inner.fs.exists(&name) {
             return Ok(());
@@ -307,7 +318,12 @@ impl ContainerManager {
         if let Err(e) = self.update_qos_cgroups(Some(pod)) {
             debug!(error = %e, "failed to update QoS cgroups while syncing pod");
         }
-        let rc = resources::resource_config_for_pod(pod, self.inner.cfg.pod_options);
+        let mut options = self.inner.cfg.pod_options;
+        if exclusive_cpus && self.inner.cfg.disable_cpu_quota_with_exclusive_cpus {
+            debug!(pod = ?pod.metadata.name, "Disabled CFS quota");
+            options.enforce_cpu_limits = false;
+        }
+        let rc = resources::resource_config_for_pod(pod, options);
         self.inner
             .fs
             .create(&name, &rc)
@@ -506,6 +522,48 @@ mod tests {
         assert_eq!(
             fs.get("/rk/kubepods/burstable").unwrap().cpu_shares,
             Some(700)
+        );
+    }
+
+    #[test]
+    fn pod_with_exclusive_cpus_gets_no_cfs_quota_unless_the_gate_is_off() {
+        let g = |uid: &str| {
+            pod(
+                uid,
+                json!([{"name": "c", "resources": {
+                "requests": {"cpu": "2", "memory": "10Mi"}, "limits": {"cpu": "2", "memory": "10Mi"}}}]),
+            )
+        };
+        let fs = Arc::new(FakeCgroupFs::new(CgroupVersion::V2));
+        let cm = manager(&fs);
+        cm.start().unwrap();
+        cm.ensure_pod_cgroup_with(&g("shared"), false).unwrap();
+        assert_eq!(
+            fs.get("/rk/kubepods/podshared").unwrap().cpu_quota,
+            Some(200_000)
+        );
+        cm.ensure_pod_cgroup_with(&g("excl"), true).unwrap();
+        assert_eq!(fs.get("/rk/kubepods/podexcl").unwrap().cpu_quota, Some(-1));
+
+        // DisableCPUQuotaWithExclusiveCPUs=false: the quota stays.
+        let fs = Arc::new(FakeCgroupFs::new(CgroupVersion::V2));
+        let cm = ContainerManager::new(
+            CmConfig {
+                cgroup_root: "/rk".to_owned(),
+                capacity: BTreeMap::from([
+                    ("cpu".to_owned(), 4 * G),
+                    ("memory".to_owned(), (4 << 30) * G),
+                ]),
+                disable_cpu_quota_with_exclusive_cpus: false,
+                ..CmConfig::default()
+            },
+            fs.clone(),
+        );
+        cm.start().unwrap();
+        cm.ensure_pod_cgroup_with(&g("excl"), true).unwrap();
+        assert_eq!(
+            fs.get("/rk/kubepods/podexcl").unwrap().cpu_quota,
+            Some(200_000)
         );
     }
 

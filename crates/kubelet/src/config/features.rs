@@ -268,11 +268,13 @@ pub const ALL_BETA: &str = "AllBeta";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Feature {
     CustomCpuCfsQuotaPeriod,
+    DisableCpuQuotaWithExclusiveCpus,
     EventedPleg,
     GracefulNodeShutdown,
     GracefulNodeShutdownBasedOnPodPriority,
     ImageMaximumGcAge,
     InPlacePodVerticalScaling,
+    KubeletCgroupDriverFromCri,
     KubeletCrashLoopBackOffMax,
     KubeletEnsureSecretPulledImages,
     KubeletPodResourcesGet,
@@ -280,8 +282,10 @@ pub enum Feature {
     NodeLogQuery,
     NodeSwap,
     PodObservedGenerationTracking,
+    RecursiveReadOnlyMounts,
     RotateKubeletServerCertificate,
     SidecarContainers,
+    SystemdWatchdog,
     UserNamespacesSupport,
 }
 
@@ -289,11 +293,13 @@ impl Feature {
     /// Every variant, for tests and docs.
     pub const ALL: &[Feature] = &[
         Feature::CustomCpuCfsQuotaPeriod,
+        Feature::DisableCpuQuotaWithExclusiveCpus,
         Feature::EventedPleg,
         Feature::GracefulNodeShutdown,
         Feature::GracefulNodeShutdownBasedOnPodPriority,
         Feature::ImageMaximumGcAge,
         Feature::InPlacePodVerticalScaling,
+        Feature::KubeletCgroupDriverFromCri,
         Feature::KubeletCrashLoopBackOffMax,
         Feature::KubeletEnsureSecretPulledImages,
         Feature::KubeletPodResourcesGet,
@@ -301,8 +307,10 @@ impl Feature {
         Feature::NodeLogQuery,
         Feature::NodeSwap,
         Feature::PodObservedGenerationTracking,
+        Feature::RecursiveReadOnlyMounts,
         Feature::RotateKubeletServerCertificate,
         Feature::SidecarContainers,
+        Feature::SystemdWatchdog,
         Feature::UserNamespacesSupport,
     ];
 
@@ -310,6 +318,7 @@ impl Feature {
     pub const fn name(self) -> &'static str {
         match self {
             Feature::CustomCpuCfsQuotaPeriod => "CustomCPUCFSQuotaPeriod",
+            Feature::DisableCpuQuotaWithExclusiveCpus => "DisableCPUQuotaWithExclusiveCPUs",
             Feature::EventedPleg => "EventedPLEG",
             Feature::GracefulNodeShutdown => "GracefulNodeShutdown",
             Feature::GracefulNodeShutdownBasedOnPodPriority => {
@@ -317,6 +326,7 @@ impl Feature {
             }
             Feature::ImageMaximumGcAge => "ImageMaximumGCAge",
             Feature::InPlacePodVerticalScaling => "InPlacePodVerticalScaling",
+            Feature::KubeletCgroupDriverFromCri => "KubeletCgroupDriverFromCRI",
             Feature::KubeletCrashLoopBackOffMax => "KubeletCrashLoopBackOffMax",
             Feature::KubeletEnsureSecretPulledImages => "KubeletEnsureSecretPulledImages",
             Feature::KubeletPodResourcesGet => "KubeletPodResourcesGet",
@@ -324,49 +334,254 @@ impl Feature {
             Feature::NodeLogQuery => "NodeLogQuery",
             Feature::NodeSwap => "NodeSwap",
             Feature::PodObservedGenerationTracking => "PodObservedGenerationTracking",
+            Feature::RecursiveReadOnlyMounts => "RecursiveReadOnlyMounts",
             Feature::RotateKubeletServerCertificate => "RotateKubeletServerCertificate",
             Feature::SidecarContainers => "SidecarContainers",
+            Feature::SystemdWatchdog => "SystemdWatchdog",
             Feature::UserNamespacesSupport => "UserNamespacesSupport",
         }
     }
 }
 
-/// Gates that change kubelet behaviour upstream but that rkubelet does not implement: turning
-/// one away from its default draws a start-up warning naming it (the rest of the kubelet
-/// runs as with the default). `(gate, what happens instead)`.
-pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
+/// How rkubelet treats a registered gate (see [`SUPPORT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateSupport {
+    /// rkubelet does what the gate asks, on or off: its code consults the gate, or has the
+    /// behaviour the gate's on value asks for and validation refuses the off value.
+    Honoured,
+    /// rkubelet always behaves as with the gate on: while it is off, a start-up warning says
+    /// what rkubelet does anyway.
+    AlwaysOn(&'static str),
+    /// Upstream's kubelet binary registers the gate, but only another component (API server,
+    /// controllers, scheduler, kube-proxy, client libraries) acts on it: nothing to do here.
+    NotKubelet,
+    /// Upstream's kubelet acts on the gate only through a part of it that rkubelet refuses
+    /// at validation or does not have at all (the note says which), so it changes nothing.
+    NoEffect(&'static str),
+    /// Not implemented: while the gate is on (by default or set), a start-up warning names it
+    /// and says what happens instead.
+    Warned(&'static str),
+    /// Not implemented, and running as if it were would silently drop what pods ask for:
+    /// turning the gate on stops start-up.
+    Refused(&'static str),
+}
+
+use GateSupport::{AlwaysOn, Honoured, NoEffect, NotKubelet, Refused, Warned};
+
+/// What a gate that is on and absent from [`SUPPORT`] draws (only gates off by default can be
+/// absent: a test checks that every gate on by default is classified).
+pub const UNCLASSIFIED: &str = "rkubelet does not act on it";
+
+/// The classification of the gates (every gate on by default in 1.33, and the gates off by
+/// default that rkubelet acts on or knows it does not implement). Sorted like [`GATES`].
+pub const SUPPORT: &[(&str, GateSupport)] = &[
+    ("AggregatedDiscoveryRemoveBetaType", NotKubelet),
     (
-        "KubeletPodResourcesGet",
-        "rkubelet serves no pod-resources gRPC API",
+        "AllowParsingUserUIDFromCertAuth",
+        Warned(
+            "the UID attribute of a client certificate is not read by the kubelet's x509 authenticator",
+        ),
+    ),
+    ("AnonymousAuthConfigurableEndpoints", NotKubelet),
+    ("AnyVolumeDataSource", NotKubelet),
+    ("APIResponseCompression", NotKubelet),
+    ("APIServerIdentity", NotKubelet),
+    ("APIServerTracing", NotKubelet),
+    ("AuthorizeNodeWithSelectors", NotKubelet),
+    ("AuthorizeWithSelectors", NotKubelet),
+    ("BtreeWatchCache", NotKubelet),
+    ("ConsistentListFromCache", NotKubelet),
+    ("ContainerCheckpoint", Honoured),
+    (
+        "ContainerStopSignals",
+        Warned("lifecycle.stopSignal is not passed to the runtime"),
+    ),
+    (
+        "ContextualLogging",
+        NoEffect("log lines carry no klog contextual keys to turn on"),
+    ),
+    (
+        "CPUManagerPolicyBetaOptions",
+        NoEffect("every cpuManagerPolicyOptions option is refused at validation"),
+    ),
+    (
+        "CPUManagerPolicyOptions",
+        NoEffect("every cpuManagerPolicyOptions option is refused at validation"),
+    ),
+    ("CRDValidationRatcheting", NotKubelet),
+    ("CronJobsScheduledAnnotation", NotKubelet),
+    (
+        "CSIMigrationPortworx",
+        NoEffect("rkubelet has no in-tree or CSI Portworx volume plugin"),
+    ),
+    ("CustomCPUCFSQuotaPeriod", Honoured),
+    ("CustomResourceFieldSelectors", NotKubelet),
+    ("DeclarativeValidation", NotKubelet),
+    (
+        "DevicePluginCDIDevices",
+        NoEffect("rkubelet has no device plugin manager"),
+    ),
+    ("DisableCPUQuotaWithExclusiveCPUs", Honoured),
+    (
+        "DisableNodeKubeProxyVersion",
+        Warned("status.nodeInfo.kubeProxyVersion is still filled in"),
+    ),
+    ("DRAResourceClaimDeviceStatus", NotKubelet),
+    ("ElasticIndexedJob", NotKubelet),
+    ("EventedPLEG", Honoured),
+    (
+        "ExecProbeTimeout",
+        AlwaysOn("exec probes always time out after timeoutSeconds"),
+    ),
+    ("GracefulNodeShutdown", Honoured),
+    ("GracefulNodeShutdownBasedOnPodPriority", Honoured),
+    ("HonorPVReclaimPolicy", NotKubelet),
+    ("ImageMaximumGCAge", Honoured),
+    ("ImageVolume", Warned("image volumes are not mounted")),
+    ("InPlacePodVerticalScaling", Honoured),
+    ("JobBackoffLimitPerIndex", NotKubelet),
+    ("JobManagedBy", NotKubelet),
+    ("JobPodReplacementPolicy", NotKubelet),
+    ("JobSuccessPolicy", NotKubelet),
+    ("KubeletCgroupDriverFromCRI", Honoured),
+    ("KubeletCrashLoopBackOffMax", Honoured),
+    (
+        "KubeletEnsureSecretPulledImages",
+        Warned("pulled images are not re-verified against pull secrets"),
+    ),
+    ("KubeletFineGrainedAuthz", Honoured),
+    (
+        "KubeletInUserNamespace",
+        Warned("the kubelet does not adapt to running in a user namespace"),
     ),
     (
         "KubeletPodResourcesDynamicResources",
-        "rkubelet serves no pod-resources gRPC API",
+        Warned("rkubelet serves no pod-resources gRPC API"),
     ),
     (
-        "KubeletEnsureSecretPulledImages",
-        "pulled images are not re-verified against pull secrets",
+        "KubeletPodResourcesGet",
+        Warned("rkubelet serves no pod-resources gRPC API"),
     ),
-    ("MemoryQoS", "memory.high is not set for containers"),
-    ("KubeletPSI", "no PSI metrics are reported"),
-    ("ImageVolume", "image volumes are not mounted"),
+    ("KubeletPSI", Warned("no PSI metrics are reported")),
+    (
+        "KubeletSeparateDiskGC",
+        Warned(
+            "a separate container filesystem is neither garbage-collected nor watched for eviction on its own",
+        ),
+    ),
+    ("KubeletTracing", Honoured),
+    ("LoadBalancerIPMode", NotKubelet),
+    ("LogarithmicScaleDown", NotKubelet),
+    (
+        "LoggingBetaOptions",
+        NoEffect("logging options are checked field by field by the configuration table"),
+    ),
+    ("MatchLabelKeysInPodAffinity", NotKubelet),
+    ("MatchLabelKeysInPodTopologySpread", NotKubelet),
+    (
+        "MemoryManager",
+        NoEffect("memoryManagerPolicy Static is refused at validation"),
+    ),
+    ("MemoryQoS", Warned("memory.high is not set for containers")),
+    ("MultiCIDRServiceAllocator", NotKubelet),
+    ("NFTablesProxyMode", NotKubelet),
+    ("NodeInclusionPolicyInPodTopologySpread", NotKubelet),
+    ("NodeLogQuery", Honoured),
+    ("NodeSwap", Honoured),
+    ("OpenAPIEnums", NotKubelet),
+    ("OrderedNamespaceDeletion", NotKubelet),
+    ("PodDeletionCost", NotKubelet),
+    ("PodDisruptionConditions", Honoured),
+    ("PodIndexLabel", NotKubelet),
     (
         "PodLevelResources",
-        "pod-level resources are not applied to the pod cgroup",
+        Refused("pod-level resources (spec.resources) are not applied to the pod cgroup"),
     ),
+    ("PodLifecycleSleepAction", Honoured),
+    ("PodLifecycleSleepActionAllowZero", Honoured),
+    ("PodObservedGenerationTracking", Honoured),
+    ("PodReadyToStartContainersCondition", Honoured),
+    ("PodSchedulingReadiness", NotKubelet),
     (
-        "ContainerStopSignals",
-        "lifecycle.stopSignal is not passed to the runtime",
+        "PortForwardWebsockets",
+        NoEffect(
+            "port-forward streams are proxied to the runtime's streaming server, which speaks the protocols",
+        ),
     ),
+    ("ProcMountType", Honoured),
+    (
+        "RecoverVolumeExpansionFailure",
+        NoEffect("rkubelet expands no volumes (no CSI)"),
+    ),
+    ("RecursiveReadOnlyMounts", Honoured),
     (
         "ReduceDefaultCrashLoopBackOffDecay",
-        "the crash-loop back-off keeps its 10s initial delay",
+        Warned("the crash-loop back-off keeps its 10s initial delay"),
+    ),
+    ("RelaxedDNSSearchValidation", NotKubelet),
+    ("RelaxedEnvironmentVariableValidation", NotKubelet),
+    ("ReloadKubeletServerCertificateFile", Honoured),
+    ("RemoteRequestHeaderUID", NotKubelet),
+    ("ResilientWatchCacheInitialization", NotKubelet),
+    ("RetryGenerateName", NotKubelet),
+    ("RotateKubeletServerCertificate", Honoured),
+    ("SchedulerAsyncPreemption", NotKubelet),
+    ("SchedulerPopFromBackoffQ", NotKubelet),
+    ("SchedulerQueueingHints", NotKubelet),
+    (
+        "SELinuxChangePolicy",
+        NoEffect(
+            "only CSI volumes are mounted with an SELinux context option, and rkubelet mounts none",
+        ),
     ),
     (
-        "KubeletInUserNamespace",
-        "the kubelet does not adapt to running in a user namespace",
+        "SELinuxMountReadWriteOncePod",
+        NoEffect(
+            "only CSI volumes are mounted with an SELinux context option, and rkubelet mounts none",
+        ),
     ),
+    ("SeparateTaintEvictionController", NotKubelet),
+    ("ServiceAccountNodeAudienceRestriction", NotKubelet),
+    ("ServiceAccountTokenJTI", NotKubelet),
+    ("ServiceAccountTokenNodeBinding", NotKubelet),
+    ("ServiceAccountTokenNodeBindingValidation", NotKubelet),
+    ("ServiceAccountTokenPodNodeInfo", NotKubelet),
+    ("ServiceTrafficDistribution", NotKubelet),
+    ("SidecarContainers", Honoured),
+    ("SizeMemoryBackedVolumes", Honoured),
+    ("StatefulSetAutoDeletePVC", NotKubelet),
+    ("StatefulSetStartOrdinal", NotKubelet),
+    ("StorageNamespaceIndex", NotKubelet),
+    ("StorageVersionHash", NotKubelet),
+    ("StreamingCollectionEncodingToJSON", NotKubelet),
+    ("StreamingCollectionEncodingToProtobuf", NotKubelet),
+    ("StrictCostEnforcementForVAP", NotKubelet),
+    ("StrictCostEnforcementForWebhooks", NotKubelet),
+    ("StructuredAuthenticationConfiguration", NotKubelet),
+    ("StructuredAuthorizationConfiguration", NotKubelet),
+    ("SupplementalGroupsPolicy", Honoured),
+    ("SystemdWatchdog", Honoured),
+    ("TopologyAwareHints", NotKubelet),
+    (
+        "TopologyManagerPolicyBetaOptions",
+        NoEffect("every topologyManagerPolicyOptions option is refused at validation"),
+    ),
+    (
+        "TopologyManagerPolicyOptions",
+        NoEffect("every topologyManagerPolicyOptions option is refused at validation"),
+    ),
+    ("TranslateStreamCloseWebsocketRequests", NotKubelet),
+    ("UnauthenticatedHTTP2DOSMitigation", NotKubelet),
+    ("UserNamespacesSupport", Honoured),
+    ("WatchList", NotKubelet),
+    ("WinDSR", NotKubelet),
+    ("WinOverlay", NotKubelet),
 ];
+
+/// The classification of gate `name` (`None`: unclassified, see [`UNCLASSIFIED`]).
+pub fn support_of(name: &str) -> Option<GateSupport> {
+    SUPPORT.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
 
 /// Errors of upstream's `SetFromMap` and the `mapStringBool` flag syntax.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -471,20 +686,44 @@ impl FeatureGates {
             .collect()
     }
 
-    /// Start-up warnings for gates turned away from their default that rkubelet does not
-    /// implement (see [`NOT_IMPLEMENTED`]).
-    pub fn not_implemented_warnings(&self) -> Vec<String> {
-        self.changed()
-            .into_iter()
-            .filter_map(|(name, value)| {
-                NOT_IMPLEMENTED
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, instead)| {
-                        format!(
-                            "feature gate {name}={value} is not implemented by rkubelet and has no effect: {instead}"
-                        )
-                    })
+    /// Start-up warnings, one per gate, for every gate whose value rkubelet does not honour:
+    /// a [`GateSupport::Warned`] or unclassified gate that is on (by default or set), and an
+    /// [`GateSupport::AlwaysOn`] gate that is off. [`GateSupport::Refused`] gates are errors
+    /// of validation instead ([`FeatureGates::refused`]).
+    pub fn unhonoured_warnings(&self) -> Vec<String> {
+        GATES
+            .iter()
+            .filter_map(|g| {
+                let on = self.enabled_by_name(g.name);
+                let how = if on == g.default { "by default" } else { "set" };
+                match (support_of(g.name), on) {
+                    (Some(Warned(instead)), true) => Some(format!(
+                        "feature gate {}=true ({how}) is not implemented by rkubelet and has no effect: {instead}",
+                        g.name
+                    )),
+                    (None, true) => Some(format!(
+                        "feature gate {}=true ({how}) is not implemented by rkubelet and has no effect: {UNCLASSIFIED}",
+                        g.name
+                    )),
+                    (Some(AlwaysOn(does)), false) => Some(format!(
+                        "feature gate {}=false ({how}) is not honoured by rkubelet: {does}",
+                        g.name
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Validation errors for [`GateSupport::Refused`] gates that are on.
+    pub fn refused(&self) -> Vec<String> {
+        SUPPORT
+            .iter()
+            .filter_map(|(name, support)| match support {
+                Refused(what) if self.enabled_by_name(name) => Some(format!(
+                    "featureGates.{name}=true is not implemented yet by rkubelet: {what}"
+                )),
+                _ => None,
             })
             .collect()
     }
@@ -541,7 +780,7 @@ mod tests {
         for f in Feature::ALL {
             assert!(lookup(f.name()).is_some(), "{f:?}");
         }
-        for (name, _) in NOT_IMPLEMENTED {
+        for (name, _) in SUPPORT {
             assert!(lookup(name).is_some(), "{name}");
         }
     }
@@ -562,6 +801,10 @@ mod tests {
             (Feature::UserNamespacesSupport, true),
             (Feature::NodeSwap, true),
             (Feature::CustomCpuCfsQuotaPeriod, false),
+            (Feature::DisableCpuQuotaWithExclusiveCpus, true),
+            (Feature::KubeletCgroupDriverFromCri, true),
+            (Feature::RecursiveReadOnlyMounts, true),
+            (Feature::SystemdWatchdog, true),
         ] {
             assert_eq!(g.enabled(f), want, "{f:?}");
         }
@@ -614,22 +857,122 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_gates_warn_by_name() {
+    fn every_gate_on_by_default_is_classified() {
+        let missing: Vec<&str> = GATES
+            .iter()
+            .filter(|g| g.default && support_of(g.name).is_none())
+            .map(|g| g.name)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "unclassified gates on by default: {missing:?}"
+        );
+        let names: Vec<String> = SUPPORT
+            .iter()
+            .map(|(n, _)| n.to_ascii_lowercase())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted, "SUPPORT is sorted, without duplicates");
+        // A gate refused when on must be off by default, or no node could start.
+        for (name, support) in SUPPORT {
+            if matches!(support, Refused(_)) {
+                assert!(!lookup(name).unwrap().default, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn gates_the_code_consults_are_honoured_or_warned() {
+        for f in Feature::ALL {
+            assert!(
+                matches!(support_of(f.name()), Some(Honoured | Warned(_))),
+                "{f:?}: {:?}",
+                support_of(f.name())
+            );
+        }
+    }
+
+    #[test]
+    fn default_gates_warn_once_for_each_unhonoured_gate_on_by_default() {
+        let (g, _) = gates(&[]).unwrap();
+        let w = g.unhonoured_warnings();
+        let want: Vec<&str> = SUPPORT
+            .iter()
+            .filter(|(n, s)| matches!(s, Warned(_)) && lookup(n).unwrap().default)
+            .map(|(n, _)| *n)
+            .collect();
+        assert!(want.contains(&"DisableNodeKubeProxyVersion"), "{want:?}");
+        assert_eq!(w.len(), want.len(), "{w:?}");
+        for name in want {
+            let prefix = format!("feature gate {name}=true (by default) is not implemented");
+            assert_eq!(
+                w.iter().filter(|l| l.starts_with(&prefix)).count(),
+                1,
+                "{name}: {w:?}"
+            );
+        }
+        // The gates implemented in this round are not among them.
+        for name in [
+            "DisableCPUQuotaWithExclusiveCPUs",
+            "SystemdWatchdog",
+            "RecursiveReadOnlyMounts",
+            "KubeletCgroupDriverFromCRI",
+        ] {
+            assert!(!w.iter().any(|l| l.contains(name)), "{name}: {w:?}");
+        }
+        assert!(g.refused().is_empty());
+    }
+
+    #[test]
+    fn gates_set_on_or_off_warn_by_name() {
         let (g, _) = gates(&[
             ("MemoryQoS", true),
             ("InPlacePodVerticalScaling", true),
             ("EventedPLEG", true),
+            ("ExecProbeTimeout", false),
+            ("ClientsAllowCBOR", true),
+            ("KubeletPSI", false),
         ])
         .unwrap();
-        let w = g.not_implemented_warnings();
-        assert_eq!(
-            w.len(),
-            1,
-            "EventedPLEG is implemented (pleg::evented): {w:?}"
-        );
+        let w = g.unhonoured_warnings();
+        let named = |n: &str| w.iter().filter(|l| l.contains(&format!(" {n}="))).count();
+        assert_eq!(named("MemoryQoS"), 1, "{w:?}");
         assert!(
-            w[0].starts_with("feature gate MemoryQoS=true is not implemented"),
+            w.iter().any(|l| l.starts_with(
+                "feature gate MemoryQoS=true (set) is not implemented by rkubelet and has no effect: memory.high"
+            )),
             "{w:?}"
+        );
+        assert_eq!(named("EventedPLEG"), 0, "EventedPLEG is implemented: {w:?}");
+        assert_eq!(named("InPlacePodVerticalScaling"), 0, "{w:?}");
+        assert!(
+            w.contains(&"feature gate ExecProbeTimeout=false (set) is not honoured by rkubelet: exec probes always time out after timeoutSeconds".to_owned()),
+            "{w:?}"
+        );
+        // An unclassified gate turned on is not silent either.
+        assert_eq!(named("ClientsAllowCBOR"), 1, "{w:?}");
+        assert_eq!(named("KubeletPSI"), 0, "off: nothing to warn about");
+    }
+
+    #[test]
+    fn pod_level_resources_on_is_refused_by_name() {
+        let (g, _) = gates(&[("PodLevelResources", true)]).unwrap();
+        assert_eq!(
+            g.refused(),
+            [
+                "featureGates.PodLevelResources=true is not implemented yet by rkubelet: pod-level resources (spec.resources) are not applied to the pod cgroup"
+            ]
+        );
+        let (g, _) = gates(&[("AllAlpha", true)]).unwrap();
+        assert_eq!(g.refused().len(), 1, "AllAlpha turns it on too");
+        let (g, _) = gates(&[]).unwrap();
+        assert!(g.refused().is_empty());
+        assert!(
+            !g.unhonoured_warnings()
+                .iter()
+                .any(|w| w.contains("PodLevelResources"))
         );
     }
 

@@ -481,6 +481,8 @@ fn validate_crash_loop_back_off(kc: &KubeletConfiguration, errs: &mut Vec<String
 /// is refused by name.
 fn validate_always_on_gates(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     let gates = kc.gates();
+    // Gates rkubelet does not implement yet whose on value pods would rely on.
+    errs.extend(gates.refused());
     for (feature, what) in [
         (
             Feature::PodObservedGenerationTracking,

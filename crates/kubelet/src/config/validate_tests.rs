@@ -419,3 +419,17 @@ fn always_on_gates_cannot_be_turned_off() {
         ]
     );
 }
+
+#[test]
+fn pod_level_resources_gate_cannot_be_turned_on() {
+    let mut c = base();
+    c.feature_gates.insert("PodLevelResources".into(), false);
+    assert_eq!(errors(&c), Vec::<String>::new());
+    c.feature_gates.insert("PodLevelResources".into(), true);
+    assert_eq!(
+        errors(&c),
+        vec![
+            "featureGates.PodLevelResources=true is not implemented yet by rkubelet: pod-level resources (spec.resources) are not applied to the pod cgroup".to_string(),
+        ]
+    );
+}

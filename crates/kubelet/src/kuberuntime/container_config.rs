@@ -88,6 +88,9 @@ pub struct RuntimeOptions {
     pub swap_controller_available: bool,
     /// The node's swap capacity in bytes (`LimitedSwap` shares it out).
     pub swap_capacity: i64,
+    /// Feature gate `DisableCPUQuotaWithExclusiveCPUs` (on by default): a container with
+    /// exclusive CPUs gets no CFS quota.
+    pub disable_cpu_quota_with_exclusive_cpus: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -104,6 +107,7 @@ impl Default for RuntimeOptions {
             swap_behavior: String::new(),
             swap_controller_available: false,
             swap_capacity: 0,
+            disable_cpu_quota_with_exclusive_cpus: true,
         }
     }
 }
@@ -161,10 +165,20 @@ pub struct ContainerContext<'a> {
     pub mounts: &'a [Mount],
     pub options: &'a RuntimeOptions,
     /// `cpuset_cpus` from the CPU manager (`None`: the runtime's default, all CPUs).
-    pub cpuset_cpus: Option<&'a str>,
+    pub cpuset_cpus: Option<CpuAssignment<'a>>,
     /// Runtime ID of the container whose PID namespace an ephemeral container joins
     /// (`targetContainerName`); `None` for every other container.
     pub pid_namespace_target: Option<&'a str>,
+}
+
+/// The CPUs the CPU manager gives a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuAssignment<'a> {
+    /// `cpuset_cpus` (e.g. `1,3`).
+    pub cpus: &'a str,
+    /// The CPUs are the container's own (upstream `ContainerHasExclusiveCPUs`), not the
+    /// shared pool.
+    pub exclusive: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -449,7 +463,15 @@ fn linux_resources(
         ctx.options,
     );
     if let Some(cpus) = ctx.cpuset_cpus {
-        r.cpuset_cpus = cpus.to_owned();
+        r.cpuset_cpus = cpus.cpus.to_owned();
+        // Upstream `DisableCPUQuotaWithExclusiveCPUs`: CPUs of its own, no CFS quota (-1,
+        // `cpu.max` `max`) where quotas are set at all (`cpuCFSQuota`).
+        if cpus.exclusive
+            && ctx.options.disable_cpu_quota_with_exclusive_cpus
+            && ctx.options.cpu_cfs_quota
+        {
+            r.cpu_quota = -1;
+        }
     }
     r.oom_score_adj = oom_score_adj(pod, container, ctx.qos_class, ctx.options.memory_capacity);
     r.hugepage_limits = hugepage_limits(container, &ctx.options.hugepage_sizes);
@@ -740,13 +762,50 @@ mod tests {
         let res = |cfg: &ContainerConfig| linux(cfg).resources.clone().unwrap().cpuset_cpus;
         assert_eq!(res(&generate(&pod, &c, &inputs)), "");
         let ctx = ContainerContext {
-            cpuset_cpus: Some("1,3"),
+            cpuset_cpus: Some(CpuAssignment {
+                cpus: "1,3",
+                exclusive: false,
+            }),
             ..inputs.ctx()
         };
         assert_eq!(
             res(&generate_container_config(&pod, &c, &ctx).unwrap()),
             "1,3"
         );
+    }
+
+    #[test]
+    fn exclusive_cpus_get_no_cfs_quota_as_upstream() {
+        let c = container(
+            serde_json::json!({"name": "c", "image": "busybox", "resources": {
+            "requests": {"cpu": "2", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}}}),
+        );
+        let pod = pod_with(serde_json::json!({"containers": [{"name": "c", "image": "busybox"}]}));
+        let mut inputs = Inputs::new();
+        inputs.qos = "Guaranteed";
+        let quota = |inputs: &Inputs, exclusive: bool| {
+            let ctx = ContainerContext {
+                cpuset_cpus: Some(CpuAssignment {
+                    cpus: "2-3",
+                    exclusive,
+                }),
+                ..inputs.ctx()
+            };
+            let r = linux(&generate_container_config(&pod, &c, &ctx).unwrap())
+                .resources
+                .clone()
+                .unwrap();
+            (r.cpu_quota, r.cpu_period, r.cpuset_cpus)
+        };
+        assert_eq!(quota(&inputs, false), (200_000, 100_000, "2-3".to_owned()));
+        assert_eq!(quota(&inputs, true), (-1, 100_000, "2-3".to_owned()));
+        // DisableCPUQuotaWithExclusiveCPUs=false keeps the quota.
+        inputs.options.disable_cpu_quota_with_exclusive_cpus = false;
+        assert_eq!(quota(&inputs, true), (200_000, 100_000, "2-3".to_owned()));
+        // cpuCFSQuota=false sets no quota at all.
+        inputs.options.disable_cpu_quota_with_exclusive_cpus = true;
+        inputs.options.cpu_cfs_quota = false;
+        assert_eq!(quota(&inputs, true), (0, 0, "2-3".to_owned()));
     }
 
     fn generate(pod: &Pod, c: &Container, inputs: &Inputs) -> ContainerConfig {

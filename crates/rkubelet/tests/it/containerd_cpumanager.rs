@@ -2,8 +2,9 @@
 //! `dev/runtime.sh up` (`RKUBELET_CRI_ENDPOINT`). This machine has 2 CPUs: CPU 0 is reserved
 //! (`reservedSystemCPUs: "0"`), so a Guaranteed 1-CPU container gets CPU 1 for itself and
 //! everything else shares CPU 0. Looks inside the containers with CRI ExecSync
-//! (`/proc/self/status`), checks `<rootDir>/cpu_manager_state`, and restarts the kubelet to
-//! see the containers keep their cpusets and keep running.
+//! (`/proc/self/status`, and the CFS quota the exclusive container runs without), checks
+//! `<rootDir>/cpu_manager_state`, and restarts the kubelet to see the containers keep their
+//! cpusets and keep running.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -97,6 +98,21 @@ async fn static_policy_pins_cpus_and_survives_a_restart() {
     let gu = wait_running(&k, "gu").await;
     assert_eq!(gu["status"]["qosClass"], "Guaranteed");
     assert_eq!(cpus_allowed(&gu).await, "1");
+    // DisableCPUQuotaWithExclusiveCPUs (on by default): its own CPU, no CFS quota.
+    let (code, out, err) = common::exec_in(
+        &container_id(&gu),
+        &[
+            "sh",
+            "-c",
+            "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "reading the CFS quota: {err}");
+    assert!(
+        matches!(out.trim(), "-1" | "max 100000"),
+        "quota of the container with an exclusive CPU: {out:?}"
+    );
     // The BestEffort container that ran before is moved to the shrunken pool.
     wait_cpus(&be, "0", Duration::from_secs(10)).await;
 

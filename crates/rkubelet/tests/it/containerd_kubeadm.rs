@@ -220,6 +220,8 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
         .env("RK_MANIFESTS", k.manifests())
         .env("RK_VAR_LIB", &var_lib)
         .env("NOTIFY_SOCKET", &notify_path)
+        // `WatchdogSec=4`: a WATCHDOG=1 ping every 2 s while healthy.
+        .env("WATCHDOG_USEC", "4000000")
         .env_remove("RUST_LOG");
     k.write_manifest(
         "web.yaml",
@@ -258,6 +260,11 @@ async fn kubeadm_files_start_the_kubelet_and_the_node_registers() {
     let mut buf = [0u8; 64];
     let n = notify.recv(&mut buf).expect("READY=1 on NOTIFY_SOCKET");
     assert_eq!(&buf[..n], b"READY=1");
+    // systemd's watchdog (SystemdWatchdog, on by default): pings follow while healthy.
+    for _ in 0..2 {
+        let n = notify.recv(&mut buf).expect("WATCHDOG=1 on NOTIFY_SOCKET");
+        assert_eq!(&buf[..n], b"WATCHDOG=1");
+    }
 
     // The static pod from /etc/kubernetes/manifests runs and is mirrored in the API.
     let mirror = format!("web-{node}");

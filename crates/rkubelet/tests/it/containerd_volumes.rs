@@ -1,7 +1,8 @@
 //! Volumes and pod networking files on the real containerd: emptyDir shared between an init
 //! container and the main container, a memory emptyDir on tmpfs with its size, hostPath,
 //! downwardAPI files, hostAliases in the managed /etc/hosts, clean-up on removal, ClusterFirst
-//! DNS, and a kubelet restart with mounted volumes (no double mounts, orphans cleaned).
+//! DNS, a kubelet restart with mounted volumes (no double mounts, orphans cleaned), and
+//! `recursiveReadOnly` on a runtime without the feature.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -324,4 +325,40 @@ async fn cluster_dns_and_a_restart_with_mounted_volumes() {
         id.as_str()
     );
     assert_eq!(exec(&id, &["cat", "/info/name"]).await.1, "keep-test-node");
+}
+
+/// `recursiveReadOnly` on containerd 1.6, which reports no runtime handler features: `Enabled`
+/// fails the container with upstream's message, `IfPossible` runs with a read-only mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recursive_read_only_enabled_is_refused_and_if_possible_falls_back() {
+    let mut k = Kubelet::new();
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: rro\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: data\n    emptyDir: {{}}\n  containers:\n  - name: enabled\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n    volumeMounts:\n    - {{name: data, mountPath: /data, readOnly: true, recursiveReadOnly: Enabled}}\n  - name: ifpossible\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n    volumeMounts:\n    - {{name: data, mountPath: /data, readOnly: true, recursiveReadOnly: IfPossible}}\n"
+    );
+    k.write_manifest("rro.yaml", &manifest);
+    k.start();
+    let p = k
+        .wait_pod(
+            "rro",
+            Duration::from_secs(60),
+            "enabled refused, ifpossible running",
+            |p| {
+                running(p, "ifpossible")
+                    && container(p, "containerStatuses", "enabled").is_some_and(|c| {
+                        c["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+                    })
+            },
+        )
+        .await;
+    let enabled = container(&p, "containerStatuses", "enabled").unwrap();
+    assert_eq!(
+        enabled["state"]["waiting"]["message"],
+        "failed to resolve recursive read-only mode: volume \"data\" requested recursive read-only mode, but it is not supported by the runtime"
+    );
+    let id = container(&p, "containerStatuses", "ifpossible").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, out) = exec(&id, &["touch", "/data/x"]).await;
+    assert_ne!(code, 0, "the IfPossible mount is read-only: {out}");
 }

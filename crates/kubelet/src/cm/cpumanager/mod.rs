@@ -285,6 +285,33 @@ impl CpuManager {
         Some(s)
     }
 
+    /// Upstream `ContainerHasExclusiveCPUs`: regular container `container` of `pod` holds CPUs
+    /// of its own (an assignment in the state). Init containers never count.
+    pub fn container_has_exclusive_cpus(&self, pod: &Pod, container: &str) -> bool {
+        let regular = pod
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.containers.iter().any(|c| c.name == container));
+        regular && self.has_assignment(pod.uid(), container)
+    }
+
+    /// Upstream `PodHasExclusiveCPUs`: some regular container of `pod` holds CPUs of its own.
+    pub fn pod_has_exclusive_cpus(&self, pod: &Pod) -> bool {
+        pod.spec.as_ref().is_some_and(|s| {
+            s.containers
+                .iter()
+                .any(|c| self.has_assignment(pod.uid(), &c.name))
+        })
+    }
+
+    fn has_assignment(&self, pod_uid: &str, container: &str) -> bool {
+        self.lock()
+            .state
+            .assignments
+            .get(pod_uid)
+            .is_some_and(|m| m.contains_key(container))
+    }
+
     /// Returns every CPU of the pod to the pool (the pod no longer runs anything).
     pub fn release_pod(&self, pod_uid: &str) {
         let mut inner = self.lock();

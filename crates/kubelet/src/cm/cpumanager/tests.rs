@@ -201,3 +201,25 @@ async fn reconcile_pushes_the_pool_and_drops_stale_state() {
     }
     assert_eq!(m.state().default_cpu_set.to_string(), "0");
 }
+
+#[test]
+fn exclusive_cpus_are_those_of_regular_containers_with_an_assignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = CpuManager::new(&static_cfg(dir.path())).unwrap();
+    let g = pod("g1", Some("1"));
+    let shared = pod("b1", Some("500m"));
+    m.allocate_pod(&g).unwrap();
+    m.allocate_pod(&shared).unwrap();
+    assert!(m.container_has_exclusive_cpus(&g, "c"));
+    assert!(m.pod_has_exclusive_cpus(&g));
+    assert!(!m.container_has_exclusive_cpus(&shared, "c"));
+    assert!(!m.pod_has_exclusive_cpus(&shared));
+    assert!(!m.container_has_exclusive_cpus(&g, "other"));
+    m.release_pod("g1");
+    assert!(!m.pod_has_exclusive_cpus(&g));
+    // The none policy never pins anything.
+    let dir = tempfile::tempdir().unwrap();
+    let m = CpuManager::new(&CpuManagerConfig::none(dir.path().to_path_buf())).unwrap();
+    m.allocate_pod(&g).unwrap();
+    assert!(!m.pod_has_exclusive_cpus(&g));
+}
