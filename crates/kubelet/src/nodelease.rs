@@ -1,10 +1,12 @@
 //! The node lease heartbeat (upstream component-helpers `lease.controller` as the kubelet
 //! configures it in `pkg/kubelet/nodelease`): owns the `kube-node-lease/<node>` Lease and the
-//! last object written. Receives a `kube::Client`, the node name, `nodeLeaseDurationSeconds`
-//! and the node watch of the status manager (for the Node UID of the owner reference); emits
-//! `GET`/`POST` of the Lease until it exists, then a `PUT` with a fresh `renewTime` every
-//! renew interval (0.25 × duration) from the cached object, re-reading it on conflicts. The
-//! time of the last successful renewal is exposed through [`LeaseHealth`].
+//! last object written. Receives a `kube::Client` (the agent gives it the heartbeat client,
+//! `apiclient::heartbeat_client`, so renewals never wait behind `kubeAPIQPS`), the node name,
+//! `nodeLeaseDurationSeconds` and the node watch of the status manager (for the Node UID of
+//! the owner reference); emits `GET`/`POST` of the Lease until it exists, then a `PUT` with a
+//! fresh `renewTime` every renew interval (0.25 × duration) from the cached object, re-reading
+//! it on conflicts. The time of the last successful renewal is exposed through
+//! [`LeaseHealth`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

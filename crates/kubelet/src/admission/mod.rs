@@ -7,8 +7,10 @@
 //! `generalFilter`): [`resources`] (pod requests and the resource fit), [`node_affinity`]
 //! (nodeSelector, required node affinity, nodeName), [`taints`] (NoExecute taints against
 //! tolerations), [`ports`] (host ports) and [`predicate`] (the handler reading the Node).
+//! [`pod_features`] refuses pods that set pod-level resources (upstream's pod features handler).
 
 pub mod node_affinity;
+pub mod pod_features;
 pub mod ports;
 pub mod predicate;
 pub mod resources;
@@ -35,26 +37,6 @@ pub struct Rejection {
 pub trait AdmitHandler: Send + Sync {
     /// `active` are the pods already admitted and not terminal.
     fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), Rejection>;
-}
-
-/// `maxPods`: refuses a pod when the node already runs that many (upstream `OutOfpods`).
-#[derive(Debug, Clone, Copy)]
-pub struct MaxPods(pub usize);
-
-impl AdmitHandler for MaxPods {
-    fn admit(&self, _pod: &Pod, active: &[&Pod]) -> Result<(), Rejection> {
-        if active.len() < self.0 {
-            return Ok(());
-        }
-        Err(Rejection {
-            reason: "OutOfpods".to_owned(),
-            message: format!(
-                "Node didn't have enough resource: pods, requested: 1, used: {}, capacity: {}",
-                active.len(),
-                self.0
-            ),
-        })
-    }
 }
 
 /// The ordered list of admission rules.
@@ -122,23 +104,34 @@ pub fn is_inactive(
 mod tests {
     use super::*;
 
+    struct RefuseAll;
+
+    impl AdmitHandler for RefuseAll {
+        fn admit(&self, _pod: &Pod, active: &[&Pod]) -> Result<(), Rejection> {
+            Err(Rejection {
+                reason: "OutOfpods".to_owned(),
+                message: format!(
+                    "Node didn't have enough resource: pods, requested: 1, used: {}, capacity: 0",
+                    active.len()
+                ),
+            })
+        }
+    }
+
     #[test]
-    fn max_pods_counts_active_pods() {
+    fn rejection_becomes_failed_status() {
         let p = Pod::default();
-        let admission = Admission::new(vec![Box::new(MaxPods(2))]);
-        assert!(admission.admit(&p, &[&p]).is_ok());
+        assert!(Admission::default().admit(&p, &[&p]).is_ok());
+        let admission = Admission::new(vec![Box::new(RefuseAll)]);
         let err = admission.admit(&p, &[&p, &p]).unwrap_err();
         assert_eq!(err.reason, "OutOfpods");
-        assert_eq!(
-            err.message,
-            "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
-        );
         let status = rejected_status(&p, &err, Utc::now());
         assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(status.reason.as_deref(), Some("OutOfpods"));
         assert_eq!(
             status.message.as_deref(),
             Some(
-                "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+                "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 0"
             )
         );
         assert!(is_terminal(Some(&status)));

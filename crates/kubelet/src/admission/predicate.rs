@@ -1,6 +1,6 @@
 //! admission::predicate — the kubelet's predicate admit handler (upstream
 //! `lifecycle.NewPredicateAdmitHandler` + `generalFilter`, minus the supplemental-groups check
-//! that lives in `security::groups`, and minus the pod count that `MaxPods` checks). Owns a
+//! that lives in `security::groups`). Owns a
 //! receiver of the current Node (from the API server, or the locally computed initial Node);
 //! receives the pod being admitted and the active pods; emits the first rejection in upstream
 //! order: OS label, OS field, resources, node affinity/selector, node name, host ports, then
@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use super::node_affinity::{node_name_fits, required_node_affinity_matches};
 use super::ports::conflicting_port;
-use super::resources::{Allocatable, RequestOptions, Resource, fits, pod_requests};
+use super::resources::{Allocatable, RequestOptions, Resource, fits, fits_pod_count, pod_requests};
 use super::taints::untolerated_no_execute;
 use super::{AdmitHandler, Rejection};
 use crate::types::PodExt;
@@ -126,7 +126,9 @@ pub fn check_pod(
     Ok(())
 }
 
-/// The resource fit; admits when the node reports no allocatable resources yet.
+/// The resource fit (upstream `noderesources.Fits`): the pod count against allocatable `pods`
+/// (`maxPods`, or `podsPerCore` × cores when lower), then the requests; admits when the node
+/// reports no allocatable resources yet.
 fn check_resources(
     pod: &Pod,
     active: &[&Pod],
@@ -151,7 +153,12 @@ fn check_resources(
         used.add(&Resource::from_nanos(&pod_requests(p, opts)));
     }
     let wanted = Resource::from_nanos(&pod_requests(pod, opts));
-    match fits(&wanted, &allocatable, &used).first() {
+    // Upstream `fitsRequest` reports the pod count before any requested resource.
+    let too_many = fits_pod_count(active.len(), &allocatable);
+    match too_many
+        .as_ref()
+        .or(fits(&wanted, &allocatable, &used).first())
+    {
         Some(short) => Err(Rejection {
             reason: short.reason(),
             message: short.message(),
@@ -191,7 +198,7 @@ impl AdmitHandler for NodePredicates {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::admission::{Admission, MaxPods};
+    use crate::admission::Admission;
     use crate::types::CONFIG_SOURCE_ANNOTATION;
     use k8s_openapi::api::core::v1::{
         Container, ContainerPort, NodeSpec, NodeStatus, PodOS, PodSpec, ResourceRequirements,
@@ -295,6 +302,60 @@ mod tests {
     }
 
     #[test]
+    fn pods_are_counted_against_allocatable_pods() {
+        // Allocatable `pods` is what the node status computed from maxPods and podsPerCore;
+        // upstream `fitsRequest` counts every pod, whatever it requests, and first.
+        let n = node(&[("cpu", "1"), ("pods", "2")]);
+        let a = pod("a", &[]);
+        let b = pod("b", &[]);
+        assert!(check(&pod("p", &[]), &[&a], &n).is_ok());
+        let err = check(&pod("p", &[]), &[&a, &b], &n).unwrap_err();
+        assert_eq!(err.reason, "OutOfpods");
+        assert_eq!(
+            err.message,
+            "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+        );
+        // Too many pods is reported before a resource that does not fit either.
+        let err = check(&pod("p", &[("cpu", "2")]), &[&a, &b], &n).unwrap_err();
+        assert_eq!(err.reason, "OutOfpods");
+        // A node reporting no pods (yet) does not count them, as for cpu and memory.
+        let unreported = node(&[("cpu", "1")]);
+        assert!(check(&pod("p", &[]), &[&a, &b], &unreported).is_ok());
+        let none = node(&[("pods", "0")]);
+        let err = check(&pod("p", &[]), &[], &none).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Node didn't have enough resource: pods, requested: 1, used: 0, capacity: 0"
+        );
+    }
+
+    #[test]
+    fn pods_per_core_limits_admission_through_the_node_status() {
+        use crate::nodestatus::{HostInfo, NodeStatusSettings, StatusInputs, initial_node};
+        // maxPods 110 but podsPerCore 1 on 2 cores: the third pod is refused.
+        let mut settings = NodeStatusSettings::new("n1");
+        settings.pods_per_core = 1;
+        let host = HostInfo {
+            num_cores: 2,
+            ..HostInfo::default()
+        };
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let n = initial_node(&settings, &host, &StatusInputs::default(), &now);
+        let (a, b) = (pod("a", &[]), pod("b", &[]));
+        assert!(check(&pod("p", &[]), &[&a], &n).is_ok());
+        let err = check(&pod("p", &[]), &[&a, &b], &n).unwrap_err();
+        assert_eq!(
+            (err.reason.as_str(), err.message.as_str()),
+            (
+                "OutOfpods",
+                "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+            )
+        );
+    }
+
+    #[test]
     fn missing_node_data_admits() {
         let greedy = pod("p", &[("cpu", "100"), ("memory", "1Ti")]);
         // Known node without allocatable yet.
@@ -309,10 +370,7 @@ mod tests {
         assert!(check(&selective, &[], &Node::default()).is_ok());
         // Through the watch handler too.
         let (_tx, rx) = watch::channel(Arc::new(Node::default()));
-        let admission = Admission::new(vec![
-            Box::new(MaxPods(10)),
-            Box::new(NodePredicates::new(rx)),
-        ]);
+        let admission = Admission::new(vec![Box::new(NodePredicates::new(rx))]);
         assert!(admission.admit(&selective, &[]).is_ok());
     }
 

@@ -271,6 +271,9 @@ impl InsufficientResource {
 #[derive(Debug, Clone, Default)]
 pub struct Allocatable {
     pub resource: Resource,
+    /// Allocatable `pods` (upstream `AllowedPodNumber`, the quantity rounded up); `None` when
+    /// the node does not report it.
+    pub pods: Option<i64>,
     pub reported: BTreeSet<String>,
 }
 
@@ -278,12 +281,28 @@ impl Allocatable {
     pub fn from_list(list: &BTreeMap<String, ApiQuantity>) -> Self {
         Self {
             resource: Resource::from_list(list),
+            pods: list.get(PODS).map(|q| ceil_div(nanos(q), 1_000_000_000)),
             reported: list.keys().cloned().collect(),
         }
     }
 }
 
-/// Upstream `fitsRequest` without the pod count (that is `MaxPods`): every resource whose
+/// The pod count of upstream `fitsRequest`: one more pod must fit next to the `active` ones
+/// within allocatable `pods` (which the node status computes as `maxPods`, lowered to
+/// `podsPerCore` × cores when that is set). Checked whatever the pod requests. A node that
+/// does not report `pods` is not counted against (as for cpu and memory in [`fits`]).
+pub fn fits_pod_count(active: usize, allocatable: &Allocatable) -> Option<InsufficientResource> {
+    let capacity = allocatable.pods?;
+    let used = i64::try_from(active).unwrap_or(i64::MAX);
+    (used.saturating_add(1) > capacity).then(|| InsufficientResource {
+        name: PODS.to_owned(),
+        requested: 1,
+        used,
+        capacity,
+    })
+}
+
+/// Upstream `fitsRequest` without the pod count (that is [`fits_pod_count`]): every resource whose
 /// request exceeds allocatable minus what `used` already requests, in upstream order (cpu,
 /// memory, ephemeral-storage, then the others by name). Extended resources the node does not
 /// report are ignored, as upstream's `removeMissingExtendedResources`; so are cpu, memory and

@@ -1,7 +1,8 @@
 //! The kubelet's connection to the API server (upstream `kubeClient` from `--kubeconfig`):
 //! builds one `kube::Client` from a kubeconfig file (token, client certificates, CA, exec
 //! plugins as kube supports them) and holds the shared retry policy of API callers. Owns no
-//! pod or node state; node status, lease, pod source, status sync and events all use it.
+//! pod or node state; pod source, status sync and events use it, node status and the lease
+//! its [`heartbeat_client`] (no `kubeAPIQPS` limit, as upstream's heartbeat client).
 
 pub mod patch;
 pub mod rate_limit;
@@ -109,6 +110,22 @@ pub fn client_from_config(
     })
 }
 
+/// The heartbeat client (upstream `kubeDeps.HeartbeatClient`): the same connection, identity
+/// and certificate rotation as `client`, but its requests never spend nor wait for the
+/// `kubeAPIQPS` bucket, so node status updates and lease renewals go out while other API
+/// callers are being held back. The client-wide failure back-off ([`throttle`]) still applies.
+pub fn heartbeat_client(client: &kube::Client) -> kube::Client {
+    let inner = client.clone();
+    let service = tower::service_fn(move |mut req: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        async move {
+            req.extensions_mut().insert(rate_limit::Unthrottled);
+            inner.send(req).await
+        }
+    });
+    kube::Client::new(service, client.default_namespace())
+}
+
 /// Exponential back-off between retries of API calls: 200 ms doubling to `max`, as the
 /// upstream kubelet's client-go retry loops roughly do. Pure; callers own the sleeping.
 #[derive(Debug, Clone)]
@@ -177,6 +194,51 @@ mod tests {
             "{:?}",
             list.items
         );
+    }
+
+    #[tokio::test]
+    async fn heartbeats_do_not_wait_behind_kube_api_qps() {
+        use k8s_openapi::api::coordination::v1::Lease;
+        let server = FakeApiServer::start(Options::default()).await.unwrap();
+        let settings = ClientSettings {
+            rate_limit: Some(rate_limit::RateLimit { qps: 1.0, burst: 1 }),
+            ..ClientSettings::default()
+        };
+        let client = client_from_kubeconfig(&server.kubeconfig_path, &settings)
+            .await
+            .unwrap();
+        // Forty reads queue on the bucket: the last one is due in about 40 s.
+        let mut flood = tokio::task::JoinSet::new();
+        for _ in 0..40 {
+            let ns: kube::Api<Namespace> = kube::Api::all(client.clone());
+            flood.spawn(async move { ns.get("default").await });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let start = std::time::Instant::now();
+        let leases: kube::Api<Lease> =
+            kube::Api::namespaced(heartbeat_client(&client), "kube-node-lease");
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}
+        }))
+        .unwrap();
+        let created = tokio::time::timeout(
+            Duration::from_secs(5),
+            leases.create(&Default::default(), &lease),
+        )
+        .await
+        .expect("the lease waited behind the rate-limited flood")
+        .unwrap();
+        assert_eq!(created.metadata.name.as_deref(), Some("n1"));
+        let renewed = tokio::time::timeout(Duration::from_secs(5), leases.get("n1"))
+            .await
+            .expect("the lease read waited behind the flood")
+            .unwrap();
+        assert_eq!(renewed.metadata.name.as_deref(), Some("n1"));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // The flood is still being held back by kubeAPIQPS.
+        assert!(flood.len() > 30, "{} of 40 reads left", flood.len());
+        flood.abort_all();
     }
 
     #[tokio::test]

@@ -1,17 +1,23 @@
 //! Client-side rate limit of API requests (`kubeAPIQPS` / `kubeAPIBurst`, client-go's token
 //! bucket `flowcontrol.NewTokenBucketRateLimiter` that every request waits on). Owns the bucket:
 //! `burst` tokens, refilled at `qps` per second. Receives requests as a tower layer under
-//! kube's client; a request waits (in `poll_ready`, so in order) until a token is free, then
-//! goes on unchanged. Event writes do not spend the bucket: upstream sends them on a client of
-//! their own limited only by `eventRecordQPS`/`eventBurst` (applied by the event recorder), so
-//! their token is given back when the request turns out to be one.
+//! kube's client; a request takes its token when it is issued (so tokens go in request order)
+//! and waits for it in its own future, then goes on unchanged. Nothing waits in `poll_ready`:
+//! a request that does not spend the bucket is never queued behind ones that wait.
+//!
+//! Two kinds of requests do not spend it, as upstream sends them on clients of their own:
+//! event writes (limited only by `eventRecordQPS`/`eventBurst`, which the event recorder
+//! applies) and requests marked [`Unthrottled`] (the heartbeat client: node status and the
+//! node lease, upstream `HeartbeatClient` built with QPS −1; see [`super::heartbeat_client`]).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+use tower::ServiceExt;
 
 /// client-go's defaults for a zero `QPS` / `Burst` (`rest.DefaultQPS`, `rest.DefaultBurst`).
 pub const DEFAULT_QPS: f64 = 5.0;
@@ -74,12 +80,12 @@ impl Bucket {
             Duration::from_secs_f64(-self.tokens / self.qps)
         }
     }
-
-    /// Gives back a token taken for a request that does not spend the bucket.
-    fn refund(&mut self) {
-        self.tokens = (self.tokens + 1.0).min(self.burst);
-    }
 }
+
+/// A request extension: the request does not spend the `kubeAPIQPS` bucket (upstream's
+/// heartbeat client has no rate limiter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unthrottled;
 
 /// The tower layer.
 #[derive(Debug, Clone, Copy)]
@@ -89,30 +95,35 @@ impl<S> tower::Layer<S> for RateLimitLayer {
     type Service = RateLimited<S>;
     fn layer(&self, inner: S) -> RateLimited<S> {
         RateLimited {
-            inner,
-            bucket: Bucket::new(self.0),
-            wait: None,
-            ready: false,
+            inner: Arc::new(tokio::sync::Mutex::new(inner)),
+            bucket: Arc::new(std::sync::Mutex::new(Bucket::new(self.0))),
         }
     }
 }
 
-/// A service whose requests wait for a token. kube's client puts a `Buffer` over it, so one
-/// instance (one bucket) serves every clone of the client, in request order.
+/// A service whose requests wait for a token in their own futures. Clones share the bucket
+/// and the inner service (reached in turn for its readiness and the call only).
 #[derive(Debug)]
 pub struct RateLimited<S> {
-    inner: S,
-    bucket: Bucket,
-    /// The wait for the token already taken for the next request.
-    wait: Option<Pin<Box<Sleep>>>,
-    /// A token is held for the next request.
-    ready: bool,
+    inner: Arc<tokio::sync::Mutex<S>>,
+    bucket: Arc<std::sync::Mutex<Bucket>>,
 }
 
-/// What the limiter needs to know of a request: whether it is an event write, which upstream
-/// limits on its own client (`eventRecordQPS`) rather than by `kubeAPIQPS`.
+impl<S> Clone for RateLimited<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            bucket: self.bucket.clone(),
+        }
+    }
+}
+
+/// What the limiter needs to know of a request: whether it spends the bucket.
 pub trait LimitedRequest {
+    /// An event write, which upstream limits on its own client (`eventRecordQPS`).
     fn is_event_write(&self) -> bool;
+    /// Marked [`Unthrottled`] (the heartbeat client).
+    fn is_unthrottled(&self) -> bool;
 }
 
 impl<B> LimitedRequest for http::Request<B> {
@@ -122,6 +133,10 @@ impl<B> LimitedRequest for http::Request<B> {
             http::Method::POST | http::Method::PATCH | http::Method::PUT
         );
         writes && is_events_path(self.uri().path())
+    }
+
+    fn is_unthrottled(&self) -> bool {
+        self.extensions().get::<Unthrottled>().is_some()
     }
 }
 
@@ -143,46 +158,44 @@ fn is_events_path(path: &str) -> bool {
         && name.is_none_or(|n| !n.is_empty())
 }
 
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
 impl<S, R> tower::Service<R> for RateLimited<S>
 where
-    S: tower::Service<R>,
-    R: LimitedRequest,
+    S: tower::Service<R> + Send + 'static,
+    S::Future: Send + 'static,
+    R: LimitedRequest + Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        if !self.ready {
-            if let Some(wait) = self.wait.as_mut() {
-                if wait.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                self.wait = None;
-                self.ready = true;
-            } else {
-                let delay = self.bucket.reserve(Instant::now());
-                if delay.is_zero() {
-                    self.ready = true;
-                } else {
-                    let mut sleep = Box::pin(tokio::time::sleep(delay));
-                    if sleep.as_mut().poll(cx).is_pending() {
-                        self.wait = Some(sleep);
-                        return Poll::Pending;
-                    }
-                    self.ready = true;
-                }
-            }
-        }
-        self.inner.poll_ready(cx)
+    /// Always ready: the wait for a token is in the request's future, the inner service's
+    /// readiness is awaited there too.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: R) -> S::Future {
-        self.ready = false;
-        if req.is_event_write() {
-            self.bucket.refund();
-        }
-        self.inner.call(req)
+    fn call(&mut self, req: R) -> Self::Future {
+        let delay = if req.is_event_write() || req.is_unthrottled() {
+            Duration::ZERO
+        } else {
+            self.bucket
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .reserve(Instant::now())
+        };
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let response = {
+                let mut svc = inner.lock().await;
+                svc.ready().await?.call(req)
+            };
+            response.await
+        })
     }
 }
 
@@ -344,6 +357,62 @@ mod tests {
         }
         let got: Vec<u128> = seen.lock().unwrap().iter().map(|(_, t)| *t).collect();
         assert_eq!(got, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unthrottled_requests_do_not_wait_behind_limited_ones() {
+        // kubeAPIQPS exhausted: ten limited reads are queued through kube's Buffer (due at
+        // 0, 1 s, … 9 s); a lease renewal marked Unthrottled issued after them goes out at once.
+        let start = Instant::now();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let inner = tower::service_fn(move |r: http::Request<()>| {
+            log.lock()
+                .unwrap()
+                .push((r.uri().path().to_owned(), start.elapsed().as_millis()));
+            async { Ok::<_, std::convert::Infallible>(()) }
+        });
+        let svc = tower::buffer::Buffer::new(
+            RateLimitLayer(RateLimit { qps: 1.0, burst: 1 }).layer(inner),
+            16,
+        );
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let mut s = svc.clone();
+            tasks.spawn(async move {
+                s.ready()
+                    .await
+                    .unwrap()
+                    .call(get("/api/v1/namespaces/ns/pods/p"))
+                    .await
+                    .unwrap()
+            });
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut lease =
+            http::Request::put("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n")
+                .body(())
+                .unwrap();
+        lease.extensions_mut().insert(Unthrottled);
+        let mut s = svc.clone();
+        s.ready().await.unwrap().call(lease).await.unwrap();
+        let at = |p: &str| {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .filter(|(path, _)| path.ends_with(p))
+                .map(|(_, t)| *t)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at("leases/n"), [1500], "the heartbeat went out at once");
+        assert_eq!(at("pods/p"), [0, 1000], "the others are still held back");
+        while tasks.join_next().await.is_some() {}
+        assert_eq!(
+            at("pods/p"),
+            [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000],
+            "the heartbeat spent no token"
+        );
     }
 
     #[test]

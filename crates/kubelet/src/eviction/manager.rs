@@ -225,7 +225,7 @@ impl EvictionManager {
         }
         let active = (self.active_pods)();
         let summary = self.stats.latest();
-        let obs = observations(&summary);
+        let obs = observations(&summary, self.settings.pods_memory_limit);
         let eval = self.state.evaluate(
             &thresholds,
             &obs,
@@ -308,7 +308,9 @@ impl EvictionManager {
     /// (with their minimum reclaim) are no longer met afterwards.
     async fn reclaim_node_level(&self, signal: Signal, dedicated_image_fs: bool) -> bool {
         let applies = match signal {
-            Signal::MemoryAvailable | Signal::PidAvailable => false,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable => {
+                false
+            }
             Signal::NodeFsAvailable | Signal::NodeFsInodesFree => !dedicated_image_fs,
             Signal::ImageFsAvailable | Signal::ImageFsInodesFree => true,
         };
@@ -326,7 +328,7 @@ impl EvictionManager {
             }
         }
         let summary = self.stats.refresh().await;
-        let obs = observations(&summary);
+        let obs = observations(&summary, self.settings.pods_memory_limit);
         thresholds_met(&self.settings.thresholds, &obs, true).is_empty()
     }
 }

@@ -136,16 +136,27 @@ fn setup(
     reclaimer: Option<Arc<Reclaimer>>,
     stats: Option<watch::Sender<Arc<Summary>>>,
 ) -> Setup {
+    let settings = EvictionSettings {
+        thresholds,
+        max_pod_grace_period: 20,
+        ..EvictionSettings::default()
+    };
+    setup_with(settings, pods, summary, reclaimer, stats)
+}
+
+fn setup_with(
+    settings: EvictionSettings,
+    pods: Vec<Pod>,
+    summary: Summary,
+    reclaimer: Option<Arc<Reclaimer>>,
+    stats: Option<watch::Sender<Arc<Summary>>>,
+) -> Setup {
     let stats = stats.unwrap_or_else(|| watch::channel(Arc::new(Summary::default())).0);
     stats.send_replace(Arc::new(summary));
     let evictor = Arc::new(Recorder::default());
     let (pressure_tx, pressure) = watch::channel(NodePressure::default());
     let manager = EvictionManager::new(
-        EvictionSettings {
-            thresholds,
-            max_pod_grace_period: 20,
-            ..EvictionSettings::default()
-        },
+        settings,
         StatsHandle::injected(stats.subscribe()),
         reclaimer
             .into_iter()
@@ -209,6 +220,60 @@ async fn hard_memory_threshold_evicts_the_top_ranked_non_critical_pod_once() {
     assert!(!s.pressure.borrow().disk);
     // The same stats again: nothing new, no second eviction.
     assert!(s.manager.synchronize().await.is_empty());
+}
+
+/// The `pods` system container (the kubepods cgroup) with this working set.
+fn pods_cgroup(working_set: u64, secs: i64) -> crate::stats::ContainerStats {
+    crate::stats::ContainerStats {
+        name: "pods".into(),
+        memory: Some(MemoryStats {
+            time: DateTime::from_timestamp(secs, 0).unwrap(),
+            working_set_bytes: Some(working_set),
+            ..MemoryStats::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_over_node_allocatable_are_evicted_with_pods_enforced() {
+    // The node has plenty of memory (900 of 1000 available), but the pods use 950 of the
+    // 1000 the kubepods cgroup may hold: `allocatableMemory.available` (50) is under the
+    // hard `memory.available` threshold (100) copied to it.
+    let pods = vec![pod("small", spec("0", 30)), pod("big", spec("0", 30))];
+    let mut node_stats = node(900, 900, 1);
+    node_stats.system_containers = vec![pods_cgroup(950, 1)];
+    let summary = Summary {
+        node: node_stats,
+        pods: vec![pstats("small", 100, 0), pstats("big", 850, 0)],
+        ..Summary::default()
+    };
+    let hard = vec![threshold(Signal::MemoryAvailable, 100, 0)];
+    let enforced = EvictionSettings {
+        thresholds: hard.clone(),
+        ..EvictionSettings::default()
+    }
+    .with_node_allocatable(["pods"], Some(1000));
+    let mut s = setup_with(enforced, pods.clone(), summary.clone(), None, None);
+    assert_eq!(s.manager.synchronize().await, vec!["big".to_owned()]);
+    let got = s.evictor.evicted.lock().unwrap().clone();
+    let (_, grace, msg, disruption) = &got[0];
+    assert_eq!((*grace, *disruption), (1, true), "a hard threshold");
+    assert!(
+        msg.starts_with("The node was low on resource: memory. Threshold quantity: 100, available: 50. Container c was using 850, request is 0"),
+        "{msg}"
+    );
+    assert!(s.pressure.borrow().memory, "MemoryPressure");
+
+    // Without `pods` in enforceNodeAllocatable there is no such threshold: nothing happens.
+    let not_enforced = EvictionSettings {
+        thresholds: hard,
+        ..EvictionSettings::default()
+    }
+    .with_node_allocatable(["system-reserved"], Some(1000));
+    let mut s = setup_with(not_enforced, pods, summary, None, None);
+    assert!(s.manager.synchronize().await.is_empty());
+    assert!(!s.pressure.borrow().memory);
 }
 
 #[tokio::test(start_paused = true)]

@@ -17,7 +17,7 @@ pub mod thresholds;
 pub use manager::{
     ActivePodsFn, EvictionAdmit, EvictionManager, NodeReclaimer, PodEvictor, WorkerEvictor,
 };
-pub use thresholds::{Pressure, Signal, Threshold, parse_thresholds};
+pub use thresholds::{Pressure, Signal, Threshold, add_allocatable_thresholds, parse_thresholds};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -54,6 +54,9 @@ pub struct EvictionSettings {
     pub monitoring_interval: Duration,
     /// `localStorageCapacityIsolation`: enforce emptyDir and ephemeral-storage limits.
     pub local_storage_capacity_isolation: bool,
+    /// The memory limit of the pods cgroup (`kubepods`), bytes: the capacity of the
+    /// `allocatableMemory.available` signal. `None` (no pods cgroup): no such signal.
+    pub pods_memory_limit: Option<u64>,
 }
 
 impl Default for EvictionSettings {
@@ -64,6 +67,7 @@ impl Default for EvictionSettings {
             max_pod_grace_period: 0,
             monitoring_interval: Duration::from_secs(10),
             local_storage_capacity_isolation: true,
+            pods_memory_limit: None,
         }
     }
 }
@@ -92,7 +96,22 @@ impl EvictionSettings {
             max_pod_grace_period: i64::from(max_pod_grace_period),
             monitoring_interval,
             local_storage_capacity_isolation,
+            pods_memory_limit: None,
         })
+    }
+
+    /// Node allocatable as the container manager enforces it: `pods_memory_limit` is the
+    /// memory limit it put on the pods cgroup, and with `pods` in `enforceNodeAllocatable`
+    /// the hard `memory.available` thresholds gain their `allocatableMemory.available` twins
+    /// (upstream `ParseThresholdConfig`).
+    pub fn with_node_allocatable<'a>(
+        mut self,
+        enforce_node_allocatable: impl IntoIterator<Item = &'a str>,
+        pods_memory_limit: Option<u64>,
+    ) -> Self {
+        add_allocatable_thresholds(&mut self.thresholds, enforce_node_allocatable);
+        self.pods_memory_limit = pods_memory_limit;
+        self
     }
 }
 

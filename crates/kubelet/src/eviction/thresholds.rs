@@ -20,6 +20,8 @@ use crate::stats::Summary;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Signal {
     MemoryAvailable,
+    /// Memory left to the pods cgroup (`kubepods`) under its node allocatable limit.
+    AllocatableMemoryAvailable,
     NodeFsAvailable,
     NodeFsInodesFree,
     ImageFsAvailable,
@@ -70,8 +72,9 @@ impl Pressure {
 }
 
 impl Signal {
-    pub const ALL: [Signal; 6] = [
+    pub const ALL: [Signal; 7] = [
         Signal::MemoryAvailable,
+        Signal::AllocatableMemoryAvailable,
         Signal::NodeFsAvailable,
         Signal::NodeFsInodesFree,
         Signal::ImageFsAvailable,
@@ -82,6 +85,7 @@ impl Signal {
     pub fn as_str(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory.available",
+            Signal::AllocatableMemoryAvailable => "allocatableMemory.available",
             Signal::NodeFsAvailable => "nodefs.available",
             Signal::NodeFsInodesFree => "nodefs.inodesFree",
             Signal::ImageFsAvailable => "imagefs.available",
@@ -96,7 +100,7 @@ impl Signal {
 
     pub fn resource(self) -> Resource {
         match self {
-            Signal::MemoryAvailable => Resource::Memory,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Resource::Memory,
             Signal::NodeFsAvailable | Signal::ImageFsAvailable => Resource::EphemeralStorage,
             Signal::NodeFsInodesFree | Signal::ImageFsInodesFree => Resource::Inodes,
             Signal::PidAvailable => Resource::Pids,
@@ -105,7 +109,7 @@ impl Signal {
 
     pub fn pressure(self) -> Pressure {
         match self {
-            Signal::MemoryAvailable => Pressure::Memory,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Pressure::Memory,
             Signal::PidAvailable => Pressure::Pid,
             _ => Pressure::Disk,
         }
@@ -263,6 +267,33 @@ pub fn parse_thresholds(
     Ok(out)
 }
 
+/// The pods' node allocatable enforcement (`pods` in `enforceNodeAllocatable`).
+pub const ENFORCE_PODS: &str = "pods";
+
+/// Upstream `ParseThresholdConfig`'s last step (`addAllocatableThresholds`): with `pods` in
+/// `enforceNodeAllocatable`, every hard `memory.available` threshold gets an
+/// `allocatableMemory.available` twin with the same value and minimum reclaim, appended.
+pub fn add_allocatable_thresholds<'a>(
+    thresholds: &mut Vec<Threshold>,
+    enforce_node_allocatable: impl IntoIterator<Item = &'a str>,
+) {
+    if !enforce_node_allocatable
+        .into_iter()
+        .any(|k| k == ENFORCE_PODS)
+    {
+        return;
+    }
+    let twins: Vec<Threshold> = thresholds
+        .iter()
+        .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+        .map(|t| Threshold {
+            signal: Signal::AllocatableMemoryAvailable,
+            ..t.clone()
+        })
+        .collect();
+    thresholds.extend(twins);
+}
+
 /// What was seen for one signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Observation {
@@ -277,10 +308,33 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Upstream `makeSignalObservations`.
-pub fn observations(summary: &Summary) -> Observations {
+/// Upstream `makeSignalObservations`. `pods_memory_limit` is the memory limit of the pods
+/// cgroup (`kubepods`: the node allocatable the container manager enforces); with the
+/// working set of the `pods` system container it gives `allocatableMemory.available`
+/// (available = limit − working set, capacity = the limit, as cadvisor reports a limited
+/// cgroup). A `pods` container reporting its own available bytes is taken as it is.
+pub fn observations(summary: &Summary, pods_memory_limit: Option<u64>) -> Observations {
     let mut out = Observations::new();
     let node = &summary.node;
+    if let Some(m) = node
+        .system_containers
+        .iter()
+        .find(|c| c.name == crate::stats::system::PODS)
+        .and_then(|c| c.memory.as_ref())
+        && let Some(ws) = m.working_set_bytes
+        && let Some(avail) = m
+            .available_bytes
+            .or_else(|| pods_memory_limit.map(|l| l.saturating_sub(ws)))
+    {
+        out.insert(
+            Signal::AllocatableMemoryAvailable,
+            Observation {
+                available: to_i64(avail),
+                capacity: to_i64(avail.saturating_add(ws)),
+                time: m.time,
+            },
+        );
+    }
     if let Some(m) = &node.memory
         && let (Some(avail), Some(ws)) = (m.available_bytes, m.working_set_bytes)
     {
@@ -452,9 +506,9 @@ impl EvictionState {
     }
 }
 
-/// Upstream `byEvictionPriority`: memory first; otherwise the configured order.
+/// Upstream `byEvictionPriority`: memory signals first; otherwise the configured order.
 pub fn sort_by_eviction_priority(thresholds: &mut [Threshold]) {
-    thresholds.sort_by_key(|t| t.signal != Signal::MemoryAvailable);
+    thresholds.sort_by_key(|t| t.signal.resource() != Resource::Memory);
 }
 
 /// A byte count as `resource.Quantity` prints a binary-SI value (`150Mi`, `1536`).

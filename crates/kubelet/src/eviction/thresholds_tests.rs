@@ -146,11 +146,12 @@ fn rejects_bad_settings_naming_the_field_and_skips_disabled_signals() {
         let err = parse_thresholds(&h, &s, &g, &r).unwrap_err().to_string();
         assert!(err.starts_with(want), "{err} vs {want}");
     }
-    // "0%"/"100%" disable a signal; allocatableMemory/containerfs are accepted, not enforced.
+    // "0%"/"100%" disable a signal; containerfs is accepted, not enforced.
     let got = parse_thresholds(
         &map(&[
             ("memory.available", "0%"),
             ("nodefs.available", "100%"),
+            ("containerfs.available", "1Mi"),
             ("allocatableMemory.available", "1Mi"),
             ("pid.available", "1k"),
         ]),
@@ -159,9 +160,89 @@ fn rejects_bad_settings_naming_the_field_and_skips_disabled_signals() {
         &none,
     )
     .unwrap();
-    assert_eq!(got.len(), 1);
-    assert_eq!(got[0].signal, Signal::PidAvailable);
-    assert_eq!(got[0].value.quantity(0), 1000);
+    let signals: Vec<Signal> = got.iter().map(|t| t.signal).collect();
+    assert_eq!(
+        signals,
+        [Signal::AllocatableMemoryAvailable, Signal::PidAvailable]
+    );
+    assert_eq!(got[1].value.quantity(0), 1000);
+}
+
+#[test]
+fn allocatable_thresholds_twin_hard_memory_available_when_pods_are_enforced() {
+    let parse = || {
+        parse_thresholds(
+            &map(&[("memory.available", "100Mi"), ("nodefs.available", "10%")]),
+            &map(&[("memory.available", "300Mi")]),
+            &grace(&[("memory.available", "1m")]),
+            &map(&[("memory.available", "50Mi")]),
+        )
+        .unwrap()
+    };
+    let mut got = parse();
+    add_allocatable_thresholds(&mut got, ["kube-reserved", "pods"]);
+    let twins: Vec<&Threshold> = got
+        .iter()
+        .filter(|t| t.signal == Signal::AllocatableMemoryAvailable)
+        .collect();
+    assert_eq!(twins.len(), 1, "only the hard memory.available is copied");
+    let (twin, last) = (twins[0], got.last().unwrap());
+    assert_eq!(last.signal, Signal::AllocatableMemoryAvailable, "appended");
+    assert!(twin.is_hard());
+    assert_eq!(twin.value.quantity(0), 100 << 20);
+    assert_eq!(twin.min_reclaim.as_ref().unwrap().quantity(0), 50 << 20);
+    assert_eq!(twin.signal.pressure(), Pressure::Memory);
+    assert_eq!(twin.signal.resource(), Resource::Memory);
+    assert_eq!(twin.signal.as_str(), "allocatableMemory.available");
+    for enforce in [&[][..], &["system-reserved", "kube-reserved"][..]] {
+        let mut got = parse();
+        add_allocatable_thresholds(&mut got, enforce.iter().copied());
+        assert_eq!(got, parse(), "{enforce:?}: nothing added");
+    }
+}
+
+#[test]
+fn allocatable_memory_is_observed_on_the_pods_cgroup() {
+    use crate::stats::{MemoryStats, NodeStats};
+    let t = DateTime::from_timestamp(5, 0).unwrap();
+    let pods = |available: Option<u64>| crate::stats::ContainerStats {
+        name: "pods".into(),
+        memory: Some(MemoryStats {
+            time: t,
+            available_bytes: available,
+            working_set_bytes: Some(700),
+            ..MemoryStats::default()
+        }),
+        ..Default::default()
+    };
+    let kubelet = crate::stats::ContainerStats {
+        name: "kubelet".into(),
+        ..pods(Some(1))
+    };
+    let summary = |c: Vec<crate::stats::ContainerStats>| Summary {
+        node: NodeStats {
+            system_containers: c,
+            ..NodeStats::default()
+        },
+        ..Summary::default()
+    };
+    let alloc = |s: &Summary, limit| {
+        observations(s, limit)
+            .get(&Signal::AllocatableMemoryAvailable)
+            .map(|o| (o.available, o.capacity, o.time))
+    };
+    // The limit node allocatable put on kubepods minus the pods' working set.
+    let s = summary(vec![kubelet.clone(), pods(None)]);
+    assert_eq!(alloc(&s, Some(1000)), Some((300, 1000, t)));
+    // Over the limit (a kernel lag): nothing available.
+    assert_eq!(alloc(&s, Some(600)), Some((0, 700, t)));
+    // No known limit and none reported: no observation, as upstream for an unlimited cgroup.
+    assert_eq!(alloc(&s, None), None);
+    // The cgroup's own available bytes win.
+    let s = summary(vec![pods(Some(100))]);
+    assert_eq!(alloc(&s, Some(1000)), Some((100, 800, t)));
+    // No pods container: no observation.
+    assert_eq!(alloc(&summary(vec![kubelet]), Some(1000)), None);
 }
 
 #[test]
@@ -317,7 +398,7 @@ fn observations_from_a_summary() {
         },
         ..Summary::default()
     };
-    let o = observations(&s);
+    let o = observations(&s, None);
     let pick = |sig| (o[&sig].available, o[&sig].capacity);
     assert_eq!(pick(Signal::MemoryAvailable), (300, 1000));
     assert_eq!(pick(Signal::NodeFsAvailable), (10, 100));

@@ -1,7 +1,8 @@
 //! The node status loop (upstream `syncNodeStatus`, `registerWithAPIServer`,
 //! `updateNodeStatus`/`tryUpdateNodeStatus` and the runtime-state half of `updateRuntimeUp`):
 //! owns the registration retries, the runtime readiness state, the last report time and the
-//! published Node. Receives a `kube::Client`, the CRI services, settings, host facts, named
+//! published Node. Receives a `kube::Client` (and for status reads and patches the heartbeat
+//! client, `apiclient::heartbeat_client`), the CRI services, settings, host facts, named
 //! health checks (PLEG), an optional pressure input and an event recorder; emits `POST nodes`,
 //! `GET nodes/{name}`, strategic-merge `PATCH nodes/{name}/status`, `UpdateRuntimeConfig` when
 //! the node's pod CIDR changes, node events, and the latest API Node on a watch channel.
@@ -145,7 +146,10 @@ impl RuntimeState {
 
 /// Owner of this node's registration and status in the API server.
 pub struct NodeStatusManager {
+    /// Registration (upstream's `kubeClient`).
     api: Api<Node>,
+    /// Status reads and patches (upstream's `heartbeatClient`).
+    heartbeat: Api<Node>,
     runtime: Arc<dyn RuntimeService>,
     images: Arc<dyn ImageService>,
     settings: NodeStatusSettings,
@@ -179,7 +183,8 @@ impl NodeStatusManager {
         let (node_tx, node_rx) = watch::channel(None);
         let last_unschedulable = !settings.register_schedulable;
         let manager = Self {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            heartbeat: Api::all(client),
             runtime,
             images,
             settings,
@@ -198,6 +203,13 @@ impl NodeStatusManager {
             last_unschedulable,
         };
         (manager, node_rx)
+    }
+
+    /// Reads and patches the status through `client` (upstream's heartbeat client, see
+    /// [`crate::apiclient::heartbeat_client`]); registration keeps the main client.
+    pub fn with_heartbeat_client(mut self, client: kube::Client) -> Self {
+        self.heartbeat = Api::all(client);
+        self
     }
 
     /// Records node events (NodeReady, NodeHasSufficientMemory, NodeRebooted, …) here
@@ -308,7 +320,7 @@ impl NodeStatusManager {
             GetParams::default()
         };
         let timeout = self.settings.request_timeout;
-        let original = bounded(timeout, self.api.get_with(&name, &params))
+        let original = bounded(timeout, self.heartbeat.get_with(&name, &params))
             .await
             .map_err(|source| NodeStatusError::Get {
                 node: name.clone(),
@@ -341,7 +353,7 @@ impl NodeStatusManager {
         let params = PatchParams::default();
         let updated = bounded(
             timeout,
-            self.api
+            self.heartbeat
                 .patch_status(&name, &params, &Patch::Strategic(patch)),
         )
         .await

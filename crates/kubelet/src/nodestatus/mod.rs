@@ -7,6 +7,7 @@
 //! latest Node seen in the API is published on a watch channel (UID for owner references,
 //! labels/taints/allocatable for admission). [`initial_node`] alone serves standalone mode.
 
+pub mod addresses;
 pub mod host;
 pub mod manager;
 pub mod register;
@@ -47,7 +48,9 @@ pub struct NodeStatusSettings {
     /// The host name: the `kubernetes.io/hostname` label and the `Hostname` address.
     /// Upstream equals the node name unless a cloud provider renames the node.
     pub hostname: String,
-    /// `--node-ip` (one address, or an IPv4/IPv6 pair), or the detected host IP.
+    /// The `InternalIP`s: `--node-ip` (one address, or an IPv4/IPv6 pair), or the address
+    /// chosen as upstream ([`addresses::choose_node_ips`]). Empty with an external cloud
+    /// provider and no `--node-ip`: the Node then reports its host name alone.
     pub node_ips: Vec<IpAddr>,
     /// `--node-labels`.
     pub node_labels: BTreeMap<String, String>,

@@ -396,7 +396,16 @@ pub fn set_node_status(
             .as_ref()
             .and_then(|s| s.addresses.as_ref())
             .is_some_and(|a| !a.is_empty());
-    if !cloud_set && let Err(e) = set_addresses(node, &settings.node_ips, &settings.hostname) {
+    let waits_for_cloud = settings.external_cloud_provider && settings.node_ips.is_empty();
+    if !cloud_set && waits_for_cloud {
+        // No node IP given: the cloud controller manager will set them (upstream reports the
+        // host name alone meanwhile).
+        status_mut(node).addresses = Some(vec![NodeAddress {
+            type_: "Hostname".to_owned(),
+            address: settings.hostname.clone(),
+        }]);
+    } else if !cloud_set && let Err(e) = set_addresses(node, &settings.node_ips, &settings.hostname)
+    {
         warn!(node = %settings.node_name, error = %e, "node addresses not updated");
     }
     events.extend(resources::set_machine_info(node, settings, host));

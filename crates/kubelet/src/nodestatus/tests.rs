@@ -560,6 +560,23 @@ fn external_cloud_provider_taints_annotates_and_keeps_cloud_addresses() {
 }
 
 #[test]
+fn external_cloud_provider_without_node_ip_reports_the_host_name_alone() {
+    let mut s = settings();
+    s.external_cloud_provider = true;
+    s.node_ips = Vec::new();
+    let n = initial_node(&s, &host(), &inputs(), &t(0));
+    assert_eq!(addresses(&n), [pair("Hostname", &s.hostname)]);
+    // The cloud controller manager's addresses then stand.
+    let mut cloud = n.clone();
+    status_mut(&mut cloud).addresses = Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+        type_: "InternalIP".into(),
+        address: "10.1.2.3".into(),
+    }]);
+    set_node_status(&mut cloud, &s, &host(), &inputs(), &t(10));
+    assert_eq!(addresses(&cloud), [pair("InternalIP", "10.1.2.3")]);
+}
+
+#[test]
 fn initial_node_labels_taints_annotation_and_status() {
     let mut s = settings();
     s.node_labels = BTreeMap::from([

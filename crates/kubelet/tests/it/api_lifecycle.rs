@@ -2,7 +2,8 @@
 //! time, short periods): a pod deleted before its containers ever ran (missing ConfigMap
 //! volume, image pull failure) gets upstream's final status and is removed from the API; after
 //! a kubelet restart terminal pods do not count in admission and are never started again; and
-//! a readiness-gate condition written by someone else moves `Ready` at once.
+//! a readiness-gate condition written by someone else moves `Ready` at once; a pod that sets
+//! pod-level resources is rejected with upstream's reason and never started.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -55,7 +56,7 @@ impl Env {
         cfg.node_status.update_frequency = Duration::from_secs(1);
         cfg.api.status_sync_period = Duration::from_secs(1);
         cfg.api.mirror_period = Duration::from_secs(1);
-        cfg.max_pods = max_pods;
+        cfg.node_status.max_pods = i64::try_from(max_pods).unwrap();
         Agent::start(
             cfg,
             common::agent::api_deps(&self.fake, &self.client),
@@ -411,5 +412,36 @@ async fn readiness_gate_change_moves_ready_at_once() {
             "the gate condition is kept"
         );
     }
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_with_pod_level_resources_is_rejected_and_never_started() {
+    let env = Env::new().await;
+    let agent = env.agent(110).await;
+    let mut p = pod("pod-level");
+    p["spec"]["resources"] = json!({"limits": {"cpu": "500m", "memory": "64Mi"}});
+    env.create(p).await;
+    let st = env
+        .wait(30, "pod-level Failed", |e| {
+            let p = e.api_pod("pod-level")?;
+            (p["status"]["phase"] == "Failed").then(|| p["status"].clone())
+        })
+        .await;
+    assert_eq!(st["reason"], "PodLevelResourcesNotSupported", "{st}");
+    assert_eq!(
+        st["message"], "Pod was rejected: PodLevelResources feature gate is disabled",
+        "{st}"
+    );
+    assert!(
+        env.fake.sandboxes().is_empty(),
+        "a rejected pod gets no sandbox"
+    );
+    // A pod without pod-level resources still runs.
+    env.create(pod("plain")).await;
+    env.wait(30, "plain Running", |e| {
+        (e.api_pod("plain")?["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
     agent.shutdown().await;
 }

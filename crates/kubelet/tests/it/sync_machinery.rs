@@ -491,7 +491,7 @@ async fn hundred_pod_churn_leaves_nothing_behind() {
 #[tokio::test(start_paused = true)]
 async fn pods_beyond_max_pods_are_rejected_out_of_pods() {
     let h = Harness::new();
-    let agent = h.start_with(|c| c.max_pods = 2).await;
+    let agent = h.start_with(|c| c.node_status.max_pods = 2).await;
     let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("m{i}"), "Always", 1)).collect();
     set(&agent, pods.clone()).await;
     wait_until("two running", Duration::from_secs(30), || {
