@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # dev/run.sh: run rkubelet standalone against the dev containerd with the example static pods.
 #
-# Owns:     $RKUBELET_DEV_DIR/{kubelet,pod-logs,rkubelet.log,rkubelet.pid,kubelet-config.yaml}.
+# Owns:     $RKUBELET_DEV_DIR/{kubelet,pod-logs,pki,rkubelet.log,rkubelet.pid,kubelet-config.yaml}
+#           (pki: the dev CA and certificates from dev/pki.sh; the HTTPS port 10250 admits only
+#           their holder, see the curl line printed at the end).
 # Receives: [--detach] [--no-build] [--timeout SECONDS] [-- extra rkubelet flags...].
 # Emits:    rkubelet's log (stderr in the foreground, $DIR/rkubelet.log with --detach) and, once
 #           every pod from examples/manifests is Running, a table NAME / PHASE / CONTAINERS READY /
@@ -13,7 +15,7 @@
 set -euo pipefail
 
 usage() {
-	sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
@@ -95,6 +97,8 @@ if [[ $DIR != /tmp/rkubelet-dev ]]; then
 	CONFIG=$DIR/kubelet-config.yaml
 fi
 mkdir -p "$DIR/pod-logs"
+# The HTTPS port admits only the dev CA's client certificate (examples/kubelet-config.yaml).
+"$ROOT/dev/pki.sh" "$DIR/pki" || die "dev/pki.sh $DIR/pki failed"
 mkdir -p -m 0750 "$DIR/kubelet" # the root dir mode the kubelet gives a root dir it creates
 
 ARGS=(--config "$CONFIG"
@@ -197,6 +201,7 @@ else
 fi
 
 log "try: curl -s $PODS_URL | python3 -m json.tool;  pod logs: $DIR/pod-logs"
+log "HTTPS port (client certificate only): curl --cacert $DIR/pki/ca.crt --cert $DIR/pki/admin.crt --key $DIR/pki/admin.key https://127.0.0.1:10250/pods"
 if ((DETACH)); then
 	log "rkubelet keeps running (pid $PID); stop everything with: dev/runtime.sh down"
 	exit 0

@@ -1,15 +1,17 @@
 //! Registry credentials for image pulls (upstream `pkg/credentialprovider`): owns the keyring
 //! that matches an image to the credentials configured for its registry (`keyring`), the docker
 //! config formats those credentials come in (`config`), the pod's `imagePullSecrets`
-//! (`secrets`) and the kubelet credential provider plugins (`plugin`). Receives pull secrets and
-//! plugin answers; emits, for one image, the ordered list of [`AuthConfig`]s the image manager
-//! tries in turn.
+//! (`secrets`), the node-wide docker config files (`node_config`) and the kubelet credential
+//! provider plugins (`plugin`). Receives pull secrets, node files and plugin answers; emits,
+//! for one image, the ordered list of [`AuthConfig`]s the image manager tries in turn (secrets,
+//! then the node's files, then plugins: upstream's keyring union).
 //!
 //! Credentials never reach a log line: [`AuthConfig`]'s `Debug` prints only which fields are
 //! set, and errors name the secret and the field, never a value.
 
 pub mod config;
 pub mod keyring;
+pub mod node_config;
 pub mod plugin;
 pub mod secrets;
 

@@ -10,7 +10,10 @@
 //! `CredentialProviderRequest` (`{"apiVersion","kind","image"}`) on stdin and writes a
 //! `CredentialProviderResponse` on stdout (`cacheKeyType` Image|Registry|Global, optional
 //! `cacheDuration`, `auth` = location → username/password). A response of another apiVersion,
-//! kind or with unknown fields is refused; a plugin running longer than one minute is killed.
+//! kind or with unknown fields is refused; a plugin running longer than one minute, or writing
+//! more than [`MAX_STDOUT`] on stdout, is killed (stderr: the first [`MAX_STDERR`] bytes are kept
+//! for the message, the rest discarded). Concurrent lookups of one image share one plugin run
+//! (upstream's singleflight keyed by image).
 //! Any failure is logged (never the response body) and yields no credentials: the pull goes on
 //! without them, as upstream. Responses are cached for `cacheDuration`, else the provider's
 //! `defaultCacheDuration` (0: not cached), keyed by image, registry or globally.
@@ -24,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tracing::{debug, error};
 
@@ -48,7 +51,10 @@ pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often expired cache entries are dropped (upstream `cachePurgeInterval`).
 const CACHE_PURGE_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// Bound on what is kept of a plugin's stderr for the error message.
-const MAX_STDERR: usize = 1024;
+pub const MAX_STDERR: usize = 1024;
+/// Bound on a plugin's stdout (a response is a few KiB; upstream reads it unbounded). More is a
+/// broken or hostile plugin: it is killed and gives no credentials.
+pub const MAX_STDOUT: usize = 1 << 20;
 
 /// Failures loading the plugin configuration (the kubelet refuses to start on any).
 #[derive(Debug, thiserror::Error)]
@@ -154,7 +160,7 @@ pub fn read_config(path: &Path) -> Result<Vec<CredentialProvider>, PluginConfigE
         };
         // YAML is a superset of JSON: one decoder for both.
         let cfg: CredentialProviderConfigFile =
-            serde_yaml::from_slice(&data).map_err(|e| decode(e.to_string()))?;
+            crate::yaml::from_slice(&data).map_err(|e| decode(e.to_string()))?;
         if cfg.kind != "CredentialProviderConfig" {
             return Err(decode(format!(
                 "failed to decode {:?} (wrong Kind)",
@@ -259,6 +265,14 @@ pub enum ExecError {
         reason: String,
         stderr: String,
     },
+    #[error(
+        "error execing credential provider plugin {name} for image {image}: stdout exceeded {limit} bytes, plugin killed"
+    )]
+    TooMuchOutput {
+        name: String,
+        image: String,
+        limit: usize,
+    },
     #[error("error reading GVK from response: {0}")]
     Gvk(String),
     #[error(
@@ -306,6 +320,7 @@ struct Response {
 }
 
 /// A decoded response: what to cache under which key, for how long.
+#[derive(Clone)]
 struct Answer {
     cache_key: CacheKey,
     cache_duration: Option<Duration>,
@@ -367,7 +382,12 @@ pub struct PluginProvider {
     env: Vec<ExecEnvVar>,
     exec_timeout: Duration,
     cache: Mutex<Cache>,
+    /// Runs in flight by image: concurrent lookups of one image wait for the same run.
+    inflight: Mutex<HashMap<String, Arc<Flight>>>,
 }
+
+/// One shared plugin run; the error is kept as its text (each waiter logs it).
+type Flight = tokio::sync::OnceCell<Result<Answer, String>>;
 
 impl std::fmt::Debug for PluginProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -392,6 +412,7 @@ impl PluginProvider {
             env: provider.env,
             exec_timeout: EXEC_TIMEOUT,
             cache: Mutex::new(Cache::default()),
+            inflight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -421,7 +442,7 @@ impl PluginProvider {
         if let Some(cfg) = self.cached(image) {
             return cfg;
         }
-        let answer = match self.exec(image).await {
+        let answer = match self.exec_shared(image).await {
             Ok(a) => a,
             Err(e) => {
                 error!(provider = %self.name, error = %e, "failed getting credential from external registry credential provider");
@@ -452,6 +473,22 @@ impl PluginProvider {
         answer.config
     }
 
+    /// Runs the plugin, or waits for the run already in flight for `image` (upstream's
+    /// singleflight). A waiter whose leader was dropped mid-run takes over the run.
+    async fn exec_shared(&self, image: &str) -> Result<Answer, String> {
+        let flights = || self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        let flight = Arc::clone(flights().entry(image.to_owned()).or_default());
+        let result = flight
+            .get_or_init(|| async { self.exec(image).await.map_err(|e| e.to_string()) })
+            .await
+            .clone();
+        let mut map = flights();
+        if map.get(image).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+            map.remove(image);
+        }
+        result
+    }
+
     /// Runs the plugin once (upstream `ExecPlugin`).
     async fn exec(&self, image: &str) -> Result<Answer, ExecError> {
         debug!(provider = %self.name, image, "getting image credentials from external exec plugin");
@@ -476,28 +513,51 @@ impl PluginProvider {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| run_err(e.to_string(), b""))?;
-        let stdin = child.stdin.take();
-        let run = async move {
-            if let Some(mut stdin) = stdin {
-                // A plugin that does not read its request still gets to answer.
-                let _ = stdin.write_all(&body).await;
-                drop(stdin);
-            }
-            child.wait_with_output().await
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let run = async {
+            let feed = async {
+                if let Some(mut stdin) = stdin {
+                    // A plugin that does not read its request still gets to answer.
+                    let _ = stdin.write_all(&body).await;
+                }
+                Ok::<_, Outcome>(())
+            };
+            // Stops at the first overflow, dropping the other reads; the plugin is killed below.
+            let ((), out, err) = tokio::try_join!(
+                feed,
+                read_bounded(stdout, MAX_STDOUT),
+                keep_head(stderr, MAX_STDERR)
+            )?;
+            let status = child.wait().await.map_err(Outcome::Io)?;
+            Ok::<_, Outcome>((status, out, err))
         };
-        let output = match tokio::time::timeout(self.exec_timeout, run).await {
+        let result = tokio::time::timeout(self.exec_timeout, run).await;
+        if !matches!(result, Ok(Ok(_))) {
+            // Killed and reaped before the error is returned (kill_on_drop is the backstop).
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+        let (status, stdout, stderr) = match result {
             Err(_) => return Err(run_err("context deadline exceeded".to_owned(), b"")),
-            Ok(Err(e)) => return Err(run_err(e.to_string(), b"")),
+            Ok(Err(Outcome::Io(e))) => return Err(run_err(e.to_string(), b"")),
+            Ok(Err(Outcome::TooLong)) => {
+                return Err(ExecError::TooMuchOutput {
+                    name: self.name.clone(),
+                    image: image.to_owned(),
+                    limit: MAX_STDOUT,
+                });
+            }
             Ok(Ok(o)) => o,
         };
-        if !output.status.success() {
-            let reason = match output.status.code() {
+        if !status.success() {
+            let reason = match status.code() {
                 Some(c) => format!("exit status {c}"),
                 None => "signal: killed".to_owned(),
             };
-            return Err(run_err(reason, &output.stderr));
+            return Err(run_err(reason, &stderr));
         }
-        self.decode(&output.stdout)
+        self.decode(&stdout)
     }
 
     fn decode(&self, data: &[u8]) -> Result<Answer, ExecError> {
@@ -551,6 +611,46 @@ impl PluginProvider {
 }
 
 const GLOBAL_CACHE_KEY: &str = "global";
+
+/// Why reading a plugin's output stopped early.
+enum Outcome {
+    Io(std::io::Error),
+    TooLong,
+}
+
+/// All of `r` if it holds at most `max` bytes; `TooLong` as soon as it holds more.
+async fn read_bounded(r: Option<impl AsyncRead + Unpin>, max: usize) -> Result<Vec<u8>, Outcome> {
+    let mut buf = Vec::new();
+    if let Some(r) = r {
+        let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+        r.take(limit)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(Outcome::Io)?;
+    }
+    if buf.len() > max {
+        return Err(Outcome::TooLong);
+    }
+    Ok(buf)
+}
+
+/// The first `max` bytes of `r`; the rest is read and discarded (so the plugin never blocks
+/// on a full pipe), in constant memory.
+async fn keep_head(r: Option<impl AsyncRead + Unpin>, max: usize) -> Result<Vec<u8>, Outcome> {
+    let mut buf = Vec::new();
+    if let Some(mut r) = r {
+        let limit = u64::try_from(max).unwrap_or(u64::MAX);
+        (&mut r)
+            .take(limit)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(Outcome::Io)?;
+        tokio::io::copy(&mut r, &mut tokio::io::sink())
+            .await
+            .map_err(Outcome::Io)?;
+    }
+    Ok(buf)
+}
 
 fn bounded_text(b: &[u8]) -> String {
     let b = &b[..b.len().min(MAX_STDERR)];

@@ -365,3 +365,112 @@ fn config_files_and_validation() {
         )
     );
 }
+
+impl Fixture {
+    /// Replaces the plugin with `script` (a `sh` body; `$D` is the fixture dir).
+    fn script(&self, script: &str) {
+        let path = self.dir.path().join("bin/fake");
+        let d = self.dir.path().display();
+        std::fs::write(&path, format!("#!/bin/sh\nD={d}\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_lookups_of_one_image_share_one_plugin_run() {
+    // Not cached (0s): only the shared flight can keep the count at one.
+    let f = Fixture::new("0s", &["*.registry.io"]);
+    f.respond(response("Image", None));
+    f.script("cat > /dev/null\necho run >> $D/count\nsleep 1\ncat $D/response.json");
+    let p = Arc::new(f.providers());
+    let lookups: Vec<_> = (0..8)
+        .map(|_| {
+            let p = Arc::clone(&p);
+            tokio::spawn(async move { p.lookup("eu.registry.io/app").await })
+        })
+        .collect();
+    for l in futures::future::join_all(lookups).await {
+        assert_eq!(users(&l.unwrap()), ["plugin-user"]);
+    }
+    assert_eq!(f.runs(), 1);
+    assert!(p.providers[0].inflight.lock().unwrap().is_empty());
+    // Another image is another flight; a later lookup runs the plugin again.
+    p.lookup("us.registry.io/app").await;
+    p.lookup("eu.registry.io/app").await;
+    assert_eq!(f.runs(), 3);
+}
+
+#[tokio::test]
+async fn an_endless_stdout_is_cut_off_and_the_plugin_killed() {
+    let f = Fixture::new("0s", &["*.registry.io"]);
+    f.script("echo $$ > $D/pid\nexec yes");
+    // The timeout stays upstream's minute: the size limit alone must end the run.
+    let p = f.providers();
+    let start = std::time::Instant::now();
+    let err = p.providers[0]
+        .exec("eu.registry.io/app")
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(
+            err,
+            ExecError::TooMuchOutput {
+                limit: MAX_STDOUT,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "error execing credential provider plugin fake for image eu.registry.io/app: stdout exceeded {MAX_STDOUT} bytes, plugin killed"
+        )
+    );
+    // Killed and reaped: no process, not even a zombie.
+    let pid = f.file("pid").trim().to_owned();
+    assert!(!pid.is_empty());
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "plugin {pid} still there"
+    );
+    assert!(p.lookup("eu.registry.io/app").await.is_empty());
+
+    // Exactly at the limit is still read (and refused only as a bad response).
+    f.script(&format!("head -c {MAX_STDOUT} /dev/zero | tr '\\0' ' '"));
+    let err = p.providers[0]
+        .exec("eu.registry.io/app")
+        .await
+        .err()
+        .unwrap();
+    assert!(!matches!(err, ExecError::TooMuchOutput { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_flood_on_stderr_is_drained_and_only_its_head_kept() {
+    let f = Fixture::new("0s", &["*.registry.io"]);
+    f.respond(response("Image", None));
+    // Far more than a pipe holds: the plugin would block forever if stderr were not drained.
+    f.script("cat > /dev/null\nhead -c 4000000 /dev/zero | tr '\\0' e >&2\ncat $D/response.json");
+    let p = f.providers().with_exec_timeout(Duration::from_secs(20));
+    assert_eq!(
+        users(&p.lookup("eu.registry.io/app").await),
+        ["plugin-user"]
+    );
+    // A failing plugin's message carries at most MAX_STDERR bytes of it.
+    f.script("cat > /dev/null\nhead -c 4000000 /dev/zero | tr '\\0' e >&2\nexit 2");
+    let err = p.providers[0]
+        .exec("eu.registry.io/app")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("exit status 2"), "{}", &err[..200]);
+    assert!(err.len() < MAX_STDERR + 200, "{}", err.len());
+}

@@ -266,3 +266,85 @@ fn repository_to_pull_normalizes_as_upstream() {
     }
     assert!(repository_to_pull("Bad").is_err());
 }
+
+/// A node-wide docker config under a temp root dir (working and home dirs left out).
+fn node_config(root: &std::path::Path, auths: serde_json::Value) -> Arc<NodeDockerConfig> {
+    std::fs::write(
+        root.join("config.json"),
+        json!({ "auths": auths }).to_string(),
+    )
+    .unwrap();
+    Arc::new(NodeDockerConfig::new(
+        crate::credentialprovider::node_config::SearchPaths {
+            config_json: vec![root.join("config.json")],
+            dockercfg: vec![root.join(".dockercfg")],
+        },
+    ))
+}
+
+#[tokio::test]
+async fn the_node_docker_config_alone_gives_the_pull_its_credentials() {
+    let root = tempfile::tempdir().unwrap();
+    let (rt, _events, manager) = setup();
+    let manager = manager.with_node_docker_config(node_config(
+        root.path(),
+        json!({"127.0.0.1:5055": {"auth": "YWxpY2U6cmlnaHQtcHc="}}),
+    ));
+    manager
+        .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &[])
+        .await
+        .unwrap();
+    assert_eq!(tried(&rt), [cred("alice", "right-pw")]);
+}
+
+#[tokio::test]
+async fn node_docker_config_comes_after_pull_secrets_and_before_plugins() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("registry-login");
+    let response = json!({
+        "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+        "kind": "CredentialProviderResponse",
+        "cacheKeyType": "Registry",
+        "auth": {"127.0.0.1:5055": {"username": "alice", "password": "right-pw"}},
+    });
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\ncat >/dev/null\necho '{response}'\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.path().join("providers.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: registry-login\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"127.0.0.1:5055\"]\n  defaultCacheDuration: 1m\n",
+    )
+    .unwrap();
+    let providers = Arc::new(CredentialProviders::load(&config, &bin).unwrap());
+
+    let (rt, _events, manager) = setup();
+    let manager = manager
+        .with_credential_providers(providers)
+        .with_node_docker_config(node_config(
+            dir.path(),
+            json!({"127.0.0.1:5055": {"username": "alice", "password": "node-pw"}}),
+        ));
+    let secrets = [pull_secret(
+        "stale",
+        json!({"127.0.0.1:5055": {"username": "alice", "password": "stale-pw"}}),
+    )];
+    manager
+        .ensure_image_exists(&pod(), &container(IMAGE, "Always"), None, &secrets)
+        .await
+        .unwrap();
+    // Upstream: MakeDockerKeyring(secrets, Union{nodeKeyring, plugins}).
+    assert_eq!(
+        tried(&rt),
+        [
+            cred("alice", "stale-pw"),
+            cred("alice", "node-pw"),
+            cred("alice", "right-pw")
+        ]
+    );
+}

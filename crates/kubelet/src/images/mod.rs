@@ -7,10 +7,11 @@
 //! garbage collection) and `pull_limits` (`registryPullQPS`/`registryBurst`).
 //!
 //! Credentials (upstream `EnsureImageExists` + `PullImage`): the pod's pull secrets, then the
-//! credential provider plugins, give every credential whose registry location matches the
-//! image (`crate::credentialprovider`); the pull tries them in that order and stops at the
-//! first success; with none it pulls anonymously. When all fail, the error is the runtime's
-//! message (several: `[first, second]`, as Go's error aggregate).
+//! node-wide docker config files, then the credential provider plugins, give every credential
+//! whose registry location matches the image (`crate::credentialprovider`); the pull tries
+//! them in that order and stops at the first success; with none it pulls anonymously. When
+//! all fail, the error is the runtime's message (several: `[first, second]`, as Go's error
+//! aggregate).
 
 pub mod gc;
 pub mod pull_limits;
@@ -29,6 +30,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::credentialprovider::AuthConfig;
+use crate::credentialprovider::node_config::NodeDockerConfig;
 use crate::credentialprovider::plugin::CredentialProviders;
 use crate::credentialprovider::secrets::make_docker_keyring;
 use crate::events::{EventRecorder, EventType};
@@ -354,6 +356,9 @@ pub struct ImageManager {
     pull_limiter: Option<pull_limits::PullLimiter>,
     /// `--image-credential-provider-config` plugins; `None`: none configured.
     credential_providers: Option<Arc<CredentialProviders>>,
+    /// The node-wide docker config files (`<root-dir>/config.json`, `~/.docker`, …); `None`:
+    /// not read.
+    node_docker_config: Option<Arc<NodeDockerConfig>>,
     state: Mutex<PullState>,
 }
 
@@ -403,6 +408,7 @@ impl ImageManager {
             pull_slots,
             pull_limiter: None,
             credential_providers: None,
+            node_docker_config: None,
             state: Mutex::new(PullState {
                 backoff: Backoff::for_image_pulls(),
                 prev_errors: HashMap::new(),
@@ -421,6 +427,13 @@ impl ImageManager {
     /// Asks these credential provider plugins for credentials on every pull.
     pub fn with_credential_providers(mut self, providers: Arc<CredentialProviders>) -> Self {
         self.credential_providers = Some(providers);
+        self
+    }
+
+    /// Reads the node-wide docker config files on pulls, after the pull secrets and before
+    /// the plugins (upstream `nodeKeyring`).
+    pub fn with_node_docker_config(mut self, node: Arc<NodeDockerConfig>) -> Self {
+        self.node_docker_config = Some(node);
         self
     }
 
@@ -544,6 +557,9 @@ impl ImageManager {
         );
         let started = Instant::now();
         let mut credentials = keyring.lookup(&repository);
+        if let Some(node) = &self.node_docker_config {
+            credentials.extend(node.lookup(&repository));
+        }
         if let Some(providers) = &self.credential_providers {
             credentials.extend(providers.lookup(&repository).await);
         }

@@ -326,8 +326,13 @@ fn log_options(q: &HashMap<String, String>) -> Result<LogOptions, (StatusCode, S
             "sinceSeconds: Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
         );
     }
-    let since = since_time
-        .or_else(|| since_secs.map(|s| chrono::Utc::now() - chrono::Duration::seconds(s)));
+    // A `sinceSeconds` reaching before the representable past means "from the beginning"
+    // (no lower bound): the subtraction never overflows.
+    let since = since_time.or_else(|| {
+        since_secs.and_then(|s| {
+            chrono::Duration::try_seconds(s).and_then(|d| chrono::Utc::now().checked_sub_signed(d))
+        })
+    });
     Ok(LogOptions {
         since,
         tail: tail.and_then(|t| usize::try_from(t).ok()),

@@ -932,3 +932,37 @@ async fn metrics_encoding_attacks_fall_back_to_identity() {
     assert_eq!(c, StatusCode::OK);
     assert_eq!(enc, None);
 }
+
+#[test]
+fn a_huge_since_seconds_means_from_the_beginning_not_a_panic() {
+    let q = |v: &str| HashMap::from([("sinceSeconds".to_owned(), v.to_owned())]);
+    // Past chrono's `Duration` range (i64::MAX ms) and past its date range: no lower bound.
+    for v in [
+        i64::MAX.to_string(),
+        (i64::MAX / 1000 + 1).to_string(),
+        "10000000000000".to_owned(),
+    ] {
+        let opts = log_options(&q(&v)).unwrap_or_else(|e| panic!("sinceSeconds={v}: {e:?}"));
+        assert_eq!(opts.since, None, "sinceSeconds={v}");
+    }
+    // Beyond int64, as upstream's query decoding: a 400, never a panic.
+    for v in [u64::MAX.to_string(), "99999999999999999999999".to_owned()] {
+        assert_eq!(
+            log_options(&q(&v)).map(|_| ()).unwrap_err().0,
+            StatusCode::BAD_REQUEST,
+            "sinceSeconds={v}"
+        );
+    }
+    // At or below zero is invalid, as the API validates (>= 1).
+    for v in ["0", "-1", &i64::MIN.to_string()] {
+        assert_eq!(
+            log_options(&q(v)).map(|_| ()).unwrap_err().0,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "sinceSeconds={v}"
+        );
+    }
+    // An ordinary value still bounds the log.
+    let since = log_options(&q("60")).unwrap().since.unwrap();
+    let ago = chrono::Utc::now() - since;
+    assert!((59..=61).contains(&ago.num_seconds()), "{ago}");
+}
