@@ -49,3 +49,4 @@ pub mod sync_loop;
 pub mod types;
 pub mod version;
 pub mod volumes;
+pub mod yaml;

@@ -6,6 +6,7 @@
 mod cli;
 mod ctl;
 mod flagvalues;
+mod lockfile;
 mod logging;
 mod malloc;
 mod sdnotify;
@@ -30,6 +31,7 @@ use kubelet::config::KubeletConfiguration;
 use kubelet::events::LoggingRecorder;
 use kubelet::images::gc::{IMAGE_GC_PERIOD, ImageGcConfig, ImageGcPolicy};
 use kubelet::logs::LogManagerConfig;
+use kubelet::nodestatus::addresses;
 use kubelet::nodestatus::{NodeStatusSettings, Reservations};
 use kubelet::sync_loop::LoopTimings;
 use rkubelet_cri::RemoteRuntime;
@@ -152,12 +154,29 @@ async fn connect_cri(
 }
 
 async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()> {
+    // Upstream takes `--lock-file` first, waiting while another kubelet holds it.
+    let mut lock = match &node.lock_file {
+        Some(path) => {
+            info!(path = %path.display(), "Acquiring file lock");
+            Some(lockfile::Lock::acquire(path, node.exit_on_lock_contention).await?)
+        }
+        None => None,
+    };
     kubelet::security::sysctl::validate_patterns(&config.allowed_unsafe_sysctls)
         .context("allowedUnsafeSysctls")?;
     setup_node(&config)?;
     let endpoint = config.container_runtime_endpoint.clone();
     info!(%endpoint, node = %node.node_name, root_dir = %node.root_dir.display(), "starting rkubelet");
     let (remote, images) = connect_cri(&config).await?;
+    // Upstream asks the runtime for its cgroup driver before building the container manager.
+    let mut config = config;
+    if config
+        .gates()
+        .enabled(kubelet::config::Feature::KubeletCgroupDriverFromCri)
+    {
+        config.cgroup_driver =
+            kubelet::agent::cgroup_driver::from_cri(remote.as_ref(), &config.cgroup_driver).await?;
+    }
 
     let (api, client_certificates) = match api_client(&config, &node).await? {
         Some(built) => (Some(built.client), built.certificates),
@@ -184,6 +203,13 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         Ok(false) => {}
         Err(e) => warn!(error = %e, "cannot notify systemd of readiness"),
     }
+    // `SystemdWatchdog`: WATCHDOG=1 while the /healthz checks pass (unit `WatchdogSec=`).
+    if config
+        .gates()
+        .enabled(kubelet::config::Feature::SystemdWatchdog)
+    {
+        sdnotify::start_watchdog(agent.health.clone(), cancel.clone())?;
+    }
 
     let trimmer = tokio::spawn(malloc::run(cancel.clone()));
 
@@ -193,6 +219,10 @@ async fn run(config: KubeletConfiguration, node: cli::NodeOptions) -> Result<()>
         _ = term.recv() => { info!("received SIGTERM, shutting down (pods keep running)"); None }
         _ = int.recv() => { info!("received SIGINT, shutting down (pods keep running)"); None }
         panic = agent.fatal() => Some(panic),
+        why = async { match lock.as_mut() { Some(l) => l.contended().await, None => std::future::pending().await } } => {
+            info!(%why, "lock file contention, shutting down (pods keep running)");
+            None
+        }
     };
     let stopped = match fatal {
         None => {
@@ -303,17 +333,35 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
                 None
             }
         });
-    let host_ips: Vec<String> = match &node.node_ip {
-        Some(ip) => ip.split(',').map(|s| s.trim().to_owned()).collect(),
-        None => vec![default_host_ip()],
+    // `--node-ip` (`0.0.0.0`/`::` or none: chosen as upstream, never loopback).
+    let given = addresses::parse_node_ip_argument(node.node_ip.as_deref().unwrap_or_default())?;
+    let choose = |external| {
+        let name = &node.node_name;
+        addresses::choose_node_ips(&given, name, name, external, &addresses::SystemNetwork)
+            .unwrap_or_else(|e| {
+                warn!(error = %e, "the Node gets no InternalIP");
+                Vec::new()
+            })
     };
-    let node_ips = host_ips
-        .iter()
-        .map(|ip| {
-            ip.parse::<IpAddr>()
-                .with_context(|| format!("--node-ip: {ip:?} is not an IP address"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let node_ips = choose(node.external_cloud_provider);
+    // Pods' host IPs: ours, also while the cloud controller manager has set none.
+    let host_ips: Vec<String> = if node_ips.is_empty() && node.external_cloud_provider {
+        choose(false)
+    } else {
+        node_ips.clone()
+    }
+    .iter()
+    .map(IpAddr::to_string)
+    .collect();
+    let provided_node_ip = (node.external_cloud_provider
+        && given.first().is_some_and(|ip| !ip.is_unspecified()))
+    .then(|| {
+        given
+            .iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    });
     let update_frequency = c.node_status_update_frequency.as_std();
     let lease_secs = u64::try_from(c.node_lease_duration_seconds.max(1)).unwrap_or(40);
     let node_status = NodeStatusSettings {
@@ -324,10 +372,7 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         register_node: c.register_node,
         provider_id: non_empty(&c.provider_id),
         external_cloud_provider: node.external_cloud_provider,
-        provided_node_ip: node
-            .node_ip
-            .clone()
-            .filter(|_| node.external_cloud_provider),
+        provided_node_ip,
         kubelet_version: node.kubelet_version.clone(),
         max_pods: i64::from(c.max_pods),
         pods_per_core: i64::from(c.pods_per_core),
@@ -421,7 +466,6 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
             ..LoopTimings::default()
         },
         runtime_name: "containerd".to_owned(),
-        max_pods: usize::try_from(c.max_pods).unwrap_or(0),
         allowed_unsafe_sysctls: c.allowed_unsafe_sysctls.clone(),
         seccomp_default: c.seccomp_default,
         node_status,
@@ -565,6 +609,9 @@ fn cgroup_settings(c: &KubeletConfiguration) -> CgroupSettings {
             kube_reserved: nanos(&c.kube_reserved),
             system_reserved_cgroup: c.system_reserved_cgroup.clone(),
             kube_reserved_cgroup: c.kube_reserved_cgroup.clone(),
+            disable_cpu_quota_with_exclusive_cpus: c
+                .gates()
+                .enabled(kubelet::config::Feature::DisableCpuQuotaWithExclusiveCpus),
             ..CmConfig::default()
         },
         single_process_oom_kill: c.single_process_oom_kill,
@@ -608,7 +655,8 @@ fn secure_config(
         .as_deref()
         .unwrap_or_default()
         .split(',')
-        .filter_map(|ip| ip.trim().parse().ok())
+        .filter_map(|ip| ip.trim().parse::<IpAddr>().ok())
+        .filter(|ip| !ip.is_unspecified())
         .collect();
     Ok(Some(SecureConfig {
         addr,
@@ -638,18 +686,6 @@ fn secure_config(
     }))
 }
 
-/// The node's primary IP when `--node-ip` is not given: the source address of the default
-/// route (no packet is sent), else loopback.
-fn default_host_ip() -> String {
-    std::net::UdpSocket::bind("0.0.0.0:0")
-        .and_then(|s| {
-            s.connect("192.0.2.1:9")?;
-            s.local_addr()
-        })
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|_| "127.0.0.1".to_owned())
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -676,6 +712,8 @@ mod tests {
             external_cloud_provider: false,
             kubelet_version: kubelet::version::KUBERNETES_VERSION.to_owned(),
             bootstrap_kubeconfig: None,
+            lock_file: None,
+            exit_on_lock_contention: false,
         }
     }
 

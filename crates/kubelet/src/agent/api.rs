@@ -88,6 +88,8 @@ pub(super) struct ApiInputs {
     pub node_health: Vec<(String, HealthCheck)>,
     /// Where the API source sends its pod updates (the config merger's input).
     pub source_tx: mpsc::Sender<PodUpdate>,
+    /// Where the API source records pods' unknown fields (admission reads it).
+    pub unknown_fields: crate::sources::unknown_fields::UnknownFields,
     /// The Node the admission predicates check against.
     pub admission_node: watch::Sender<Arc<Node>>,
     pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
@@ -122,6 +124,7 @@ pub(super) fn start(
         host,
         node_health,
         source_tx,
+        unknown_fields,
         admission_node,
         pods,
         mirrors,
@@ -133,6 +136,8 @@ pub(super) fn start(
     } = inputs;
     let node_name = node_settings.node_name.clone();
     let request_timeout = node_settings.request_timeout;
+    // Node status and the lease never wait behind kubeAPIQPS (upstream's heartbeat client).
+    let heartbeat = crate::apiclient::heartbeat_client(&client);
 
     let (node_status, node_rx) = NodeStatusManager::new(
         client.clone(),
@@ -143,7 +148,10 @@ pub(super) fn start(
         node_health,
     );
     let pressure_fn: crate::nodestatus::manager::PressureFn = Arc::new(move || *pressure.borrow());
-    let mut node_status = node_status.with_events(events).with_pressure(pressure_fn);
+    let mut node_status = node_status
+        .with_heartbeat_client(heartbeat.clone())
+        .with_events(events)
+        .with_pressure(pressure_fn);
     if let Some((not_ready, sync_now)) = shutdown {
         node_status = node_status
             .with_not_ready(not_ready)
@@ -156,7 +164,7 @@ pub(super) fn start(
     );
 
     let lease = NodeLease::new(
-        client.clone(),
+        heartbeat,
         &node_name,
         cfg.node_lease_duration_secs,
         node_rx.clone(),
@@ -165,7 +173,8 @@ pub(super) fn start(
     sup.spawn_critical("node lease", lease.run(cancel.child_token()));
 
     let source = ApiSource::new(client.clone(), node_name.clone(), source_tx)
-        .with_node_gate(node_rx.clone());
+        .with_node_gate(node_rx.clone())
+        .with_unknown_fields(unknown_fields);
     sup.spawn_critical("api pod source", source.run(cancel.child_token()));
 
     let static_workers = workers.clone();

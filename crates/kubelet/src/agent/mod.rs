@@ -5,6 +5,7 @@
 //! waits for every task. Shutting down never stops pods: a restarted kubelet adopts them.
 
 pub mod api;
+pub mod cgroup_driver;
 pub mod data_dirs;
 pub mod gc;
 
@@ -25,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
+use crate::admission::Admission;
 use crate::admission::predicate::NodePredicates;
-use crate::admission::{Admission, MaxPods};
 use crate::clock::Clock;
 use crate::cm::cpumanager::{
     CpuManager, CpuManagerConfig, CpuManagerError, CpuManagerPolicy, ReconcileInputs,
@@ -97,8 +98,6 @@ pub struct AgentConfig {
     pub relist_threshold: Duration,
     pub loop_timings: LoopTimings,
     pub runtime_name: String,
-    /// `maxPods`: admission refuses pods beyond this many (`OutOfpods`).
-    pub max_pods: usize,
     /// `allowedUnsafeSysctls` (may contain `*` wildcards).
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `seccompDefault`: containers without a seccomp profile get RuntimeDefault.
@@ -195,7 +194,6 @@ impl AgentConfig {
             relist_threshold: crate::pleg::RELIST_THRESHOLD,
             loop_timings: LoopTimings::default(),
             runtime_name: "containerd".to_owned(),
-            max_pods: 110,
             allowed_unsafe_sysctls: Vec::new(),
             seccomp_default: false,
             node_status: NodeStatusSettings {
@@ -297,6 +295,8 @@ impl Agent {
     ) -> Result<Self, AgentError> {
         data_dirs::setup_data_dirs(&cfg.root_dir, &cfg.pod_logs_dir)
             .map_err(|(path, source)| AgentError::Dir { path, source })?;
+        // Pod directories an older rkubelet made 0755 get upstream's 0750 before any pod runs.
+        data_dirs::tighten_pod_dirs(&cfg.root_dir);
         let cpu_manager = CpuManager::new(&CpuManagerConfig {
             state_dir: cfg.root_dir.clone(),
             ..cfg.cpu_manager.clone()
@@ -424,12 +424,24 @@ impl Agent {
         };
         let cgroup_v2 = cgroup_fs.version() == crate::cm::cgroups::CgroupVersion::V2;
         let hugepage_sizes: Vec<u64> = host.huge_pages.iter().map(|h| h.page_size).collect();
+        // The memory limit node allocatable puts on the pods cgroup (eviction's
+        // `allocatableMemory.available`).
+        let mut pods_memory_limit = None;
         let cm = if cfg.cgroups.per_qos {
             let cm_cfg = crate::cm::CmConfig {
                 capacity: crate::cm::node_capacity(&host, crate::cm::read_pid_max()),
                 hugepage_sizes: hugepage_sizes.clone(),
                 ..cfg.cgroups.cm.clone()
             };
+            pods_memory_limit = crate::cm::allocatable::enforcement(
+                &cm_cfg.enforce_node_allocatable,
+                &cm_cfg.capacity,
+                &cm_cfg.system_reserved,
+                &cm_cfg.kube_reserved,
+            )
+            .pods
+            .memory
+            .and_then(|m| u64::try_from(m).ok());
             let cm = crate::cm::ContainerManager::new(cm_cfg, cgroup_fs.clone());
             // Blocking (cgroupfs writes, systemd jobs): off the async workers.
             let starting = cm.clone();
@@ -451,7 +463,10 @@ impl Agent {
             images,
             cfg.credential_providers.clone(),
             ImageManager::with_credential_providers,
-        );
+        )
+        .with_node_docker_config(Arc::new(
+            crate::credentialprovider::node_config::NodeDockerConfig::for_root_dir(&cfg.root_dir),
+        ));
         let syncer = Syncer::new(
             deps.runtime.clone(),
             images,
@@ -483,6 +498,10 @@ impl Agent {
                         cgroup_v2,
                     ),
                     swap_capacity: i64::try_from(host.swap_capacity).unwrap_or(0),
+                    disable_cpu_quota_with_exclusive_cpus: cfg
+                        .cgroups
+                        .cm
+                        .disable_cpu_quota_with_exclusive_cpus,
                 },
                 sandbox: SandboxContext {
                     node_name: cfg.node_name.clone(),
@@ -578,6 +597,7 @@ impl Agent {
         let shutdown_state = crate::nodeshutdown::ShutdownState::default();
 
         // Sync loop.
+        let unknown_fields = crate::sources::unknown_fields::UnknownFields::default();
         let loop_health = SyncLoopHealth::new(cfg.sync_frequency);
         let sync_loop = SyncLoop::new(
             workers.clone(),
@@ -595,7 +615,6 @@ impl Agent {
                 }),
                 // Upstream allocates resources (topology/CPU manager) before the predicates.
                 Box::new(cpu_manager.admit_handler()),
-                Box::new(MaxPods(cfg.max_pods)),
                 Box::new(NodePredicates::new(admission_node)),
                 // Upstream adds the node shutdown manager's handler after the predicates.
                 Box::new(shutdown_state.admit_handler()),
@@ -603,8 +622,17 @@ impl Agent {
                     &cfg.allowed_unsafe_sysctls,
                 )),
                 Box::new(crate::security::apparmor::AppArmorAdmit::detect()),
+                // Pod-level resources are not implemented: validation refuses turning the
+                // PodLevelResources gate on, so pods that set them are refused here.
+                Box::new(crate::admission::pod_features::PodFeaturesAdmit {
+                    pod_level_resources: false,
+                }),
                 Box::new(crate::security::groups::SupplementalGroupsPolicyAdmit {
                     runtime_supports_strict: false,
+                }),
+                // API pods with a field this kubelet does not know where it changes what runs.
+                Box::new(crate::sources::unknown_fields::UnknownFieldsAdmit {
+                    fields: unknown_fields.clone(),
                 }),
             ]),
             events.clone(),
@@ -661,8 +689,22 @@ impl Agent {
             &cancel,
         )?;
 
+        // Upstream adds the allocatable thresholds only with cgroups per QoS (validation
+        // refuses `enforceNodeAllocatable` without them).
+        let eviction_wiring = EvictionWiring {
+            settings: cfg.eviction.settings.clone().with_node_allocatable(
+                pods_memory_limit
+                    .is_some()
+                    .then_some(&cfg.cgroups.cm.enforce_node_allocatable)
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str),
+                pods_memory_limit,
+            ),
+            ..cfg.eviction.clone()
+        };
         let stats = start_eviction(
-            &cfg.eviction,
+            &eviction_wiring,
             &deps,
             gc::reclaimers(image_gc.as_ref(), container_gc.as_ref()),
             EvictionInputs {
@@ -715,6 +757,7 @@ impl Agent {
                         Arc::new(move || node_pleg_health.healthy()) as HealthCheck,
                     )],
                     source_tx: source_tx.clone(),
+                    unknown_fields,
                     admission_node: admission_node_tx,
                     pods: pods.clone(),
                     mirrors,

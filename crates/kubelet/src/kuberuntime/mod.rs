@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod container_config;
+pub mod dra;
 pub mod env;
 pub mod env_objects;
 pub mod ephemeral;
@@ -12,6 +13,7 @@ pub mod hash;
 pub mod hooks;
 pub mod kill;
 pub mod labels;
+pub mod recursive_read_only;
 pub mod resize;
 pub mod runtime_status;
 pub mod sandbox_config;

@@ -145,6 +145,26 @@ impl<'a> Starter<'a> {
         }
     }
 
+    /// Upstream `makeMounts`' recursive read-only step, against the pod's runtime handler.
+    async fn resolve_recursive_read_only(
+        &self,
+        container: &Container,
+        mounts: &mut [Mount],
+    ) -> Result<(), String> {
+        use crate::kuberuntime::recursive_read_only as rro;
+        // An unknown runtime class already failed the sandbox; here it supports nothing.
+        let supports = match self.syncer.runtime_classes.lookup_runtime_handler(
+            self.pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.runtime_class_name.as_deref()),
+        ) {
+            Ok(handler) => rro::runtime_supports(&*self.syncer.runtime, &handler).await,
+            Err(_) => false,
+        };
+        rro::apply(container, mounts, supports)
+    }
+
     /// Upstream `makeMounts`: volumeMounts (subPathExpr expanded with `env`, the container's
     /// environment), the managed `/etc/hosts` and the termination log.
     async fn container_mounts(
@@ -448,10 +468,10 @@ impl<'a> Starter<'a> {
             ),
             None => (None, Default::default()),
         };
-        let cpuset = syncer
-            .cpu_manager
-            .as_ref()
-            .and_then(|m| m.container_cpuset(pod.uid(), &container.name));
+        let cpuset = syncer.cpu_manager.as_ref().and_then(|m| {
+            let cpus = m.container_cpuset(pod.uid(), &container.name)?;
+            Some((cpus, m.container_has_exclusive_cpus(pod, &container.name)))
+        });
         // Scoped: the env context borrows trait objects that must not live across awaits.
         let env_context = || {
             let mut env = EnvContext::new(
@@ -474,10 +494,15 @@ impl<'a> Starter<'a> {
         } else {
             Vec::new()
         };
-        let mounts = self
+        let mut mounts = self
             .container_mounts(sandbox, container, &envs)
             .await
             .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
+        if crate::kuberuntime::recursive_read_only::requested(container) {
+            self.resolve_recursive_read_only(container, &mut mounts)
+                .await
+                .map_err(|e| StartError::CreateContainerConfig(failed(e)))?;
+        }
         let config = {
             let env = env_context();
             for warning in invalid_env_from_keys(pod, container, &env) {
@@ -499,7 +524,12 @@ impl<'a> Starter<'a> {
                     image_user: &image_user,
                     mounts: &mounts,
                     options: &syncer.config.runtime_options,
-                    cpuset_cpus: cpuset.as_deref(),
+                    cpuset_cpus: cpuset.as_ref().map(|(cpus, exclusive)| {
+                        crate::kuberuntime::container_config::CpuAssignment {
+                            cpus,
+                            exclusive: *exclusive,
+                        }
+                    }),
                     pid_namespace_target,
                 },
             )

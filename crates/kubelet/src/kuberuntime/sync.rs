@@ -398,7 +398,14 @@ impl PodSyncer for Syncer {
         }
         self.make_pod_dirs(pod).await?;
         if let Some(cm) = &self.cgroups
-            && let Err(e) = ensure_pod_cgroup(cm, pod).await
+            && let Err(e) = ensure_pod_cgroup(
+                cm,
+                pod,
+                self.cpu_manager
+                    .as_ref()
+                    .is_some_and(|m| m.pod_has_exclusive_cpus(pod)),
+            )
+            .await
         {
             self.events.event(
                 pod,
@@ -492,6 +499,21 @@ impl PodSyncer for Syncer {
             && actions.ephemeral_containers_to_start.is_empty()
         {
             return Ok(false);
+        }
+        // Upstream `PrepareDynamicResources` before a sandbox is made: no DRA driver is ever
+        // registered here, so a pod with resource claims stays pending, retried with backoff.
+        if actions.create_sandbox
+            && let Some(e) = crate::kuberuntime::dra::unpreparable_claims(pod)
+        {
+            self.events.event(
+                pod,
+                EventType::Warning,
+                crate::kuberuntime::dra::FAILED_PREPARE_DYNAMIC_RESOURCES,
+                &crate::kuberuntime::dra::event_message(&e),
+            );
+            return Err(SyncError(format!(
+                "failed to prepare dynamic resources: {e}"
+            )));
         }
         let starter = Starter::new(self, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
@@ -734,9 +756,14 @@ impl Syncer {
 
 /// `ContainerManager::ensure_pod_cgroup` off the async worker threads: it writes cgroupfs
 /// files (a memory limit write can wait on reclaim) under the QoS lock.
-async fn ensure_pod_cgroup(cm: &ContainerManager, pod: &Pod) -> Result<(), String> {
+async fn ensure_pod_cgroup(
+    cm: &ContainerManager,
+    pod: &Pod,
+    exclusive_cpus: bool,
+) -> Result<(), String> {
     let (cm, pod) = (cm.clone(), pod.clone());
-    match tokio::task::spawn_blocking(move || cm.ensure_pod_cgroup(&pod)).await {
+    match tokio::task::spawn_blocking(move || cm.ensure_pod_cgroup_with(&pod, exclusive_cpus)).await
+    {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(e) => Err(format!("pod cgroup task failed: {e}")),
     }
