@@ -374,6 +374,9 @@ fn agent_config(c: &KubeletConfiguration, node: &cli::NodeOptions) -> Result<Age
         external_cloud_provider: node.external_cloud_provider,
         provided_node_ip,
         kubelet_version: node.kubelet_version.clone(),
+        report_kube_proxy_version: !c
+            .gates()
+            .enabled(kubelet::config::Feature::DisableNodeKubeProxyVersion),
         max_pods: i64::from(c.max_pods),
         pods_per_core: i64::from(c.pods_per_core),
         port: c.port,

@@ -269,6 +269,7 @@ pub const ALL_BETA: &str = "AllBeta";
 pub enum Feature {
     CustomCpuCfsQuotaPeriod,
     DisableCpuQuotaWithExclusiveCpus,
+    DisableNodeKubeProxyVersion,
     EventedPleg,
     GracefulNodeShutdown,
     GracefulNodeShutdownBasedOnPodPriority,
@@ -294,6 +295,7 @@ impl Feature {
     pub const ALL: &[Feature] = &[
         Feature::CustomCpuCfsQuotaPeriod,
         Feature::DisableCpuQuotaWithExclusiveCpus,
+        Feature::DisableNodeKubeProxyVersion,
         Feature::EventedPleg,
         Feature::GracefulNodeShutdown,
         Feature::GracefulNodeShutdownBasedOnPodPriority,
@@ -319,6 +321,7 @@ impl Feature {
         match self {
             Feature::CustomCpuCfsQuotaPeriod => "CustomCPUCFSQuotaPeriod",
             Feature::DisableCpuQuotaWithExclusiveCpus => "DisableCPUQuotaWithExclusiveCPUs",
+            Feature::DisableNodeKubeProxyVersion => "DisableNodeKubeProxyVersion",
             Feature::EventedPleg => "EventedPLEG",
             Feature::GracefulNodeShutdown => "GracefulNodeShutdown",
             Feature::GracefulNodeShutdownBasedOnPodPriority => {
@@ -422,10 +425,7 @@ pub const SUPPORT: &[(&str, GateSupport)] = &[
         NoEffect("rkubelet has no device plugin manager"),
     ),
     ("DisableCPUQuotaWithExclusiveCPUs", Honoured),
-    (
-        "DisableNodeKubeProxyVersion",
-        Warned("status.nodeInfo.kubeProxyVersion is still filled in"),
-    ),
+    ("DisableNodeKubeProxyVersion", Honoured),
     ("DRAResourceClaimDeviceStatus", NotKubelet),
     ("ElasticIndexedJob", NotKubelet),
     ("EventedPLEG", Honoured),
@@ -802,6 +802,7 @@ mod tests {
             (Feature::NodeSwap, true),
             (Feature::CustomCpuCfsQuotaPeriod, false),
             (Feature::DisableCpuQuotaWithExclusiveCpus, true),
+            (Feature::DisableNodeKubeProxyVersion, true),
             (Feature::KubeletCgroupDriverFromCri, true),
             (Feature::RecursiveReadOnlyMounts, true),
             (Feature::SystemdWatchdog, true),
@@ -903,7 +904,7 @@ mod tests {
             .filter(|(n, s)| matches!(s, Warned(_)) && lookup(n).unwrap().default)
             .map(|(n, _)| *n)
             .collect();
-        assert!(want.contains(&"DisableNodeKubeProxyVersion"), "{want:?}");
+        assert!(want.contains(&"KubeletSeparateDiskGC"), "{want:?}");
         assert_eq!(w.len(), want.len(), "{w:?}");
         for name in want {
             let prefix = format!("feature gate {name}=true (by default) is not implemented");

@@ -84,8 +84,12 @@ pub struct NodeStatusSettings {
     pub update_frequency: Duration,
     /// `nodeStatusReportFrequency` (default 5 min): the longest time between two patches.
     pub report_frequency: Duration,
-    /// `kubeletVersion` (and `kubeProxyVersion`, as upstream 1.33 still fills it).
+    /// `kubeletVersion` (and `kubeProxyVersion` while [`Self::report_kube_proxy_version`]).
     pub kubelet_version: String,
+    /// Fill the deprecated `status.nodeInfo.kubeProxyVersion` with the kubelet's version: only
+    /// with the `DisableNodeKubeProxyVersion` gate off (on by default in 1.33, which leaves the
+    /// field empty and clears a value an older kubelet wrote).
+    pub report_kube_proxy_version: bool,
     /// Bound on each API call (upstream's heartbeat client timeout:
     /// min(`nodeStatusUpdateFrequency`, `nodeLeaseDurationSeconds`), default 10 s). Also stops
     /// a call from sitting in the client's own retries of 503s during an outage.
@@ -115,6 +119,7 @@ impl NodeStatusSettings {
             update_frequency: Duration::from_secs(10),
             report_frequency: Duration::from_secs(300),
             kubelet_version: DEFAULT_KUBELET_VERSION.to_owned(),
+            report_kube_proxy_version: false,
             request_timeout: Duration::from_secs(10),
         }
     }

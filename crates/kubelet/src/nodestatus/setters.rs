@@ -112,13 +112,14 @@ pub fn set_addresses(
 }
 
 /// Upstream `VersionInfo`: kernel, OS image, `<runtime>://<version>` (`Unknown` when the
-/// runtime did not answer), kubelet version and (deprecated, still filled in 1.33)
-/// kube-proxy version.
+/// runtime did not answer), kubelet version and the deprecated kube-proxy version: the kubelet's
+/// own with the `DisableNodeKubeProxyVersion` gate off, else cleared (`report_kube_proxy_version`).
 pub fn set_version_info(
     node: &mut Node,
     host: &HostInfo,
     inputs: &StatusInputs,
     kubelet_version: &str,
+    report_kube_proxy_version: bool,
 ) {
     let info = node_info_mut(node);
     info.kernel_version = host.kernel_version.clone();
@@ -129,7 +130,11 @@ pub fn set_version_info(
         inputs.runtime_version.as_deref().unwrap_or("Unknown")
     );
     info.kubelet_version = kubelet_version.to_owned();
-    info.kube_proxy_version = kubelet_version.to_owned();
+    info.kube_proxy_version = if report_kube_proxy_version {
+        kubelet_version.to_owned()
+    } else {
+        String::new()
+    };
 }
 
 /// Upstream `GoRuntime`: operating system and architecture in Go naming.
@@ -409,7 +414,13 @@ pub fn set_node_status(
         warn!(node = %settings.node_name, error = %e, "node addresses not updated");
     }
     events.extend(resources::set_machine_info(node, settings, host));
-    set_version_info(node, host, inputs, &settings.kubelet_version);
+    set_version_info(
+        node,
+        host,
+        inputs,
+        &settings.kubelet_version,
+        settings.report_kube_proxy_version,
+    );
     set_daemon_endpoints(node, settings.port);
     set_images(node, settings.node_status_max_images, &inputs.images);
     set_go_runtime(node, host);

@@ -292,7 +292,8 @@ fn node_info_versions_machine_ids_and_reboot_event() {
     assert_eq!(info.os_image, "Debian GNU/Linux 12 (bookworm)");
     assert_eq!(info.container_runtime_version, "containerd://1.6.20");
     assert_eq!(info.kubelet_version, DEFAULT_KUBELET_VERSION);
-    assert_eq!(info.kube_proxy_version, DEFAULT_KUBELET_VERSION);
+    // DisableNodeKubeProxyVersion is on by default in 1.33: the field stays empty.
+    assert_eq!(info.kube_proxy_version, "");
     assert_eq!(info.operating_system, "linux");
     assert_eq!(info.architecture, "amd64");
     assert_eq!(info.swap.unwrap().capacity, Some(0));
@@ -821,4 +822,19 @@ fn runtime_handlers_and_features_reach_the_status() {
     set_node_status(&mut bare, &settings(), &host(), &inputs(), &t(0));
     assert_eq!(status(&bare).runtime_handlers, None);
     assert_eq!(status(&bare).features, None);
+}
+
+/// With `DisableNodeKubeProxyVersion` off the deprecated field carries the kubelet's version;
+/// turned on (1.33's default) it is cleared, also where an older kubelet had filled it.
+#[test]
+fn kube_proxy_version_follows_disable_node_kube_proxy_version() {
+    let mut s = settings();
+    s.report_kube_proxy_version = true;
+    let mut n = Node::default();
+    set_node_status(&mut n, &s, &host(), &inputs(), &t(0));
+    let filled = status(&n).node_info.clone().unwrap().kube_proxy_version;
+    assert_eq!(filled, DEFAULT_KUBELET_VERSION);
+    s.report_kube_proxy_version = false;
+    set_node_status(&mut n, &s, &host(), &inputs(), &t(1));
+    assert_eq!(status(&n).node_info.clone().unwrap().kube_proxy_version, "");
 }
