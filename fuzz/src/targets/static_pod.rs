@@ -299,18 +299,23 @@ mod tests {
     #[test]
     fn generated_inputs_reach_defaulting_and_validation() {
         use kubelet::sources::ManifestError;
-        let (mut accepted, mut invalid, mut unparsable) = (0, 0, 0);
-        for i in 0..2000 {
+        let (mut accepted, mut invalid, mut unknown, mut unparsable) = (0, 0, 0, 0);
+        // 4,000 inputs: a mutation that adds a key under a container now stops at the
+        // unknown-field refusal, before validation, so half as many reach validation per input.
+        for i in 0..4000 {
             let data = generate(&mut Rng::for_input(1, i));
             let origin = ManifestOrigin::Url("http://x");
             match static_pods_from_manifest(&data, "n", &origin, true) {
                 Ok(_) => accepted += 1,
                 Err(ManifestError::Invalid(_)) => invalid += 1,
+                Err(ManifestError::UnknownField(_)) => unknown += 1,
                 Err(ManifestError::Parse(_)) => unparsable += 1,
                 Err(_) => {}
             }
         }
-        eprintln!("accepted {accepted}, invalid {invalid}, unparsable {unparsable} of 2000");
+        eprintln!(
+            "accepted {accepted}, invalid {invalid}, unknown field {unknown}, unparsable {unparsable} of 4000"
+        );
         assert!(
             accepted >= 100,
             "too few generated manifests are accepted: {accepted}"
@@ -318,6 +323,10 @@ mod tests {
         assert!(
             invalid >= 100,
             "too few generated manifests reach validation errors: {invalid}"
+        );
+        assert!(
+            unknown >= 100,
+            "too few generated manifests reach the unknown-field refusal: {unknown}"
         );
     }
 }

@@ -126,7 +126,7 @@ fn decode_pod(value: Value, at: &str) -> Result<Pod, ManifestError> {
         format!("{at}.")
     };
     if let Some(refusal) = checked.unknown.refusal(&prefix) {
-        return Err(ManifestError::Parse(refusal));
+        return Err(ManifestError::UnknownField(refusal));
     }
     let name = checked.pod.metadata.name.as_deref().unwrap_or_default();
     checked.unknown.log_ignored(name);

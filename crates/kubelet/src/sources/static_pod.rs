@@ -22,6 +22,10 @@ pub enum ManifestError {
     TooLarge(usize),
     #[error("couldn't parse as pod: {0}")]
     Parse(String),
+    /// A field this kubelet does not know where it would change what runs
+    /// ([`super::unknown_fields`]); the message names each field's path.
+    #[error("{0}")]
+    UnknownField(String),
     #[error("invalid pod: name is needed for the pod")]
     MissingName,
     #[error("invalid pod: [{}]", join_errors(.0))]
