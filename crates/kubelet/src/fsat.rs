@@ -48,6 +48,50 @@ pub(crate) fn open_regular_at<P: rustix::path::Arg>(
     Ok((FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then_some((fd, st)))
 }
 
+/// What [`open_regular_by_reference`] found at a path.
+#[derive(Debug)]
+pub(crate) enum ByReference {
+    /// The regular file, opened for reading.
+    Opened(OwnedFd),
+    /// Something else (a link, FIFO, device, socket, directory): nothing of it was opened.
+    NotRegular(FileType),
+    /// The inode reopened is not the one checked.
+    Changed,
+}
+
+/// Opens the file at `path` for reading only if it is a regular file, without ever opening
+/// anything else, not even non-blocking: the name is opened as a bare reference
+/// (`O_PATH|O_NOFOLLOW`, which neither follows a link in its place, nor blocks on a FIFO, nor
+/// runs a device's `open`), its type read from that reference, and the very inode checked then
+/// opened for reading (`O_NONBLOCK|O_NOCTTY`) through `/proc/self/fd`, never through the name
+/// again. (`O_NOFOLLOW` cannot be used there: `/proc/self/fd/N` is itself a link.)
+pub(crate) fn open_regular_by_reference(path: &Path) -> Result<ByReference, Errno> {
+    use std::os::fd::AsRawFd;
+    let reference = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&reference)?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind != FileType::RegularFile {
+        return Ok(ByReference::NotRegular(kind));
+    }
+    let proc_path = format!("/proc/self/fd/{}", reference.as_raw_fd());
+    let fd = rustix::fs::open(
+        proc_path.as_str(),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let reopened = rustix::fs::fstat(&fd)?;
+    if (reopened.st_dev, reopened.st_ino) != (st.st_dev, st.st_ino)
+        || FileType::from_raw_mode(reopened.st_mode) != FileType::RegularFile
+    {
+        return Ok(ByReference::Changed);
+    }
+    Ok(ByReference::Opened(fd))
+}
+
 /// Entry names of `dir` (without `.` and `..`), listed before anything is changed.
 pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     let mut names = Vec::new();

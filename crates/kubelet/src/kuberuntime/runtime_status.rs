@@ -20,9 +20,8 @@ mod termination_message;
 use termination_message::termination_message;
 pub use termination_message::{
     MAX_POD_TERMINATION_MESSAGE_LENGTH, MAX_TERMINATION_MESSAGE_LENGTH,
-    MAX_TERMINATION_MESSAGE_LOG_LENGTH, MAX_TERMINATION_MESSAGE_LOG_LINES, PodFileError,
-    TERMINATION_MESSAGE_READ_TIMEOUT, bound_pod_termination_messages, log_tail_text, open_pod_file,
-    read_pod_file_tail, read_with_deadline,
+    MAX_TERMINATION_MESSAGE_LOG_LENGTH, MAX_TERMINATION_MESSAGE_LOG_LINES,
+    bound_pod_termination_messages, log_tail_text,
 };
 
 use crate::container::{

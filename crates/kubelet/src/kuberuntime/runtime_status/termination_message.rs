@@ -17,17 +17,17 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerState, Pod, PodStatus as ApiPodStatus};
 use rkubelet_cri::api;
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::FileType;
 use tracing::{debug, warn};
 
 use crate::container::ContainerStatus;
+use crate::fsat::{self, ByReference};
 use crate::kuberuntime::labels::ContainerAnnotationInfo;
 
 /// Upper bound of a termination message read from the file (upstream
@@ -97,43 +97,21 @@ fn file_type_name(kind: FileType) -> &'static str {
     }
 }
 
-/// Opens `path` for reading if, and only if, it is a regular file: the name is opened as a
-/// bare reference without following a link in its place (`O_PATH|O_NOFOLLOW`, which neither
-/// blocks on a FIFO nor runs a device's open), its type checked on that reference, and the
-/// very inode checked is then opened for reading (`O_NONBLOCK|O_NOCTTY`) through
-/// `/proc/self/fd`, never through the name, which the pod may have swapped meanwhile.
+/// Opens `path` for reading if, and only if, it is a regular file, never opening anything
+/// else ([`fsat::open_regular_by_reference`]): the pod may have put any file type there, or
+/// swap it meanwhile.
 pub fn open_pod_file(path: &Path) -> Result<File, PodFileError> {
-    let reference = rustix::fs::open(
-        path,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| PodFileError::io(path, e))?;
-    let st = rustix::fs::fstat(&reference).map_err(|e| PodFileError::io(path, e))?;
-    let kind = FileType::from_raw_mode(st.st_mode);
-    if kind != FileType::RegularFile {
-        return Err(PodFileError::NotRegular {
+    match fsat::open_regular_by_reference(path).map_err(|e| PodFileError::io(path, e))? {
+        ByReference::Opened(fd) => Ok(File::from(fd)),
+        ByReference::NotRegular(kind) => Err(PodFileError::NotRegular {
             path: path.display().to_string(),
             kind: file_type_name(kind),
-        });
-    }
-    let proc_path = format!("/proc/self/fd/{}", reference.as_raw_fd());
-    let fd = rustix::fs::open(
-        proc_path.as_str(),
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| PodFileError::io(path, e))?;
-    let reopened = rustix::fs::fstat(&fd).map_err(|e| PodFileError::io(path, e))?;
-    if (reopened.st_dev, reopened.st_ino) != (st.st_dev, st.st_ino)
-        || FileType::from_raw_mode(reopened.st_mode) != FileType::RegularFile
-    {
-        return Err(PodFileError::Lost {
+        }),
+        ByReference::Changed => Err(PodFileError::Lost {
             path: path.display().to_string(),
             reason: "the file changed while it was opened".into(),
-        });
+        }),
     }
-    Ok(File::from(fd))
 }
 
 /// The last `max` bytes of the regular file at `path` (see [`open_pod_file`]), and whether
