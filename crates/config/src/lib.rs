@@ -12,6 +12,7 @@ mod quantity;
 pub mod support;
 mod types;
 mod validate;
+pub mod yaml;
 
 pub use defaults::{
     DEFAULT_CONTAINER_RUNTIME_ENDPOINT, DEFAULT_EVICTION_HARD, DEFAULT_POD_LOGS_DIR,

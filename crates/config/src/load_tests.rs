@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::config::{Duration, Quantity, ThresholdValue, validate};
+use crate::{Duration, Quantity, ThresholdValue, validate};
 
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
@@ -862,7 +862,7 @@ fn duplicate_fields_fail_strict_and_the_last_wins_leniently() {
 
 #[test]
 fn billion_laughs_config_is_refused_naming_the_file() {
-    use crate::yaml::tests::{deep_block_nesting, large_anchor, nested_anchors};
+    use crate::yaml::testdata::{deep_block_nesting, large_anchor, nested_anchors};
     let dir = tempfile::tempdir().unwrap();
     for (i, bomb) in [nested_anchors(), large_anchor(), deep_block_nesting()]
         .into_iter()

@@ -64,17 +64,16 @@ use Support::{RejectedUnlessDefault as REJECTED, Warned as WARNED, WarnedWhenTru
 
 // Tests that prove the wiring or behaviour of many fields.
 const WIRING: &str = "crates/rkubelet/src/main.rs::agent_config_carries_the_configuration";
-const LOAD: &str = "crates/kubelet/src/config/load_tests.rs::minimal_file_gets_upstream_defaults";
+const LOAD: &str = "crates/config/src/load_tests.rs::minimal_file_gets_upstream_defaults";
 const NO_OP: &str =
-    "crates/kubelet/src/config/support_tests.rs::upstream_no_op_fields_are_accepted_silently";
+    "crates/config/src/support_tests.rs::upstream_no_op_fields_are_accepted_silently";
 const EVICTION: &str = "crates/kubelet/src/eviction/thresholds_tests.rs::parses_upstream_defaults_soft_with_grace_and_min_reclaim";
 const AUTHN: &str = "crates/kubelet/src/server/authn.rs::credential_matrix";
 const AUTHZ: &str = "crates/kubelet/src/server/authz.rs::webhook_decisions_are_cached_per_ttl";
 const TLS: &str = "crates/kubelet/src/server/tls.rs::cipher_suite_names_map_or_name_the_field";
 const LOG_ROTATION: &str =
     "crates/kubelet/src/logs/tests.rs::rotates_compresses_and_keeps_at_most_max_files";
-const RESOURCE_MANAGERS: &str =
-    "crates/kubelet/src/config/validate_tests.rs::each_bad_field_is_named";
+const RESOURCE_MANAGERS: &str = "crates/config/src/validate_tests.rs::each_bad_field_is_named";
 const HOST: &str = "crates/kubelet/src/cm/node_setup.rs::swap_on_fails_start_unless_allowed";
 const SHUTDOWN: &str = "crates/kubelet/tests/it/node_shutdown.rs::shutdown_stops_pods_by_priority_and_posts_their_status_in_time";
 const SHUTDOWN_GROUPS: &str =
@@ -83,8 +82,8 @@ const SHUTDOWN_GROUPS: &str =
 /// Every field of `KubeletConfiguration`.
 #[rustfmt::skip]
 pub const FIELDS: &[FieldSupport] = &[
-    f("apiVersion", honoured("crates/kubelet/src/config/load_tests.rs::type_meta_is_checked"), "must be kubelet.config.k8s.io/v1beta1"),
-    f("kind", honoured("crates/kubelet/src/config/load_tests.rs::type_meta_is_checked"), "must be KubeletConfiguration"),
+    f("apiVersion", honoured("crates/config/src/load_tests.rs::type_meta_is_checked"), "must be kubelet.config.k8s.io/v1beta1"),
+    f("kind", honoured("crates/config/src/load_tests.rs::type_meta_is_checked"), "must be KubeletConfiguration"),
     f("enableServer", honoured(WIRING), ""),
     f("staticPodPath", honoured("crates/kubelet/src/sources/file_tests.rs::periodic_reread_without_inotify"), ""),
     f("podLogsDir", honoured(WIRING), ""),
@@ -169,7 +168,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("evictionPressureTransitionPeriod", honoured("crates/kubelet/src/eviction/thresholds_tests.rs::soft_grace_period_and_pressure_transition_period"), ""),
     f("evictionMaxPodGracePeriod", honoured("crates/kubelet/src/eviction/manager_tests.rs::soft_threshold_waits_for_its_grace_period_and_caps_the_pod_grace"), ""),
     f("evictionMinimumReclaim", honoured(EVICTION), ""),
-    f("mergeDefaultEvictionSettings", honoured("crates/kubelet/src/config/load_tests.rs::every_upstream_field_is_accepted"), ""),
+    f("mergeDefaultEvictionSettings", honoured("crates/config/src/load_tests.rs::every_upstream_field_is_accepted"), ""),
     f("evictionMonitoringInterval", honoured(WIRING), "rkubelet extension (upstream: fixed 10s)"),
     f("podsPerCore", honoured("crates/kubelet/src/admission/predicate.rs::pods_per_core_limits_admission_through_the_node_status"), ""),
     f("enableControllerAttachDetach", REJECTED, "the kubelet attaches no volumes itself"),
@@ -177,7 +176,7 @@ pub const FIELDS: &[FieldSupport] = &[
     f("makeIPTablesUtilChains", WARNED_TRUE, "the KUBE-IPTABLES-HINT and KUBE-FIREWALL chains are not created"),
     f("iptablesMasqueradeBit", honoured(NO_OP), "deprecated upstream: no longer has any effect"),
     f("iptablesDropBit", honoured(NO_OP), "deprecated upstream: no longer has any effect"),
-    f("featureGates", honoured("crates/kubelet/src/config/features.rs::overrides_apply_and_unknown_names_fail_as_upstream"), "upstream 1.33 names, defaults and locks; every gate on (by default or set) that rkubelet does not implement warns by name (features::SUPPORT); PodLevelResources=true is refused"),
+    f("featureGates", honoured("crates/config/src/features.rs::overrides_apply_and_unknown_names_fail_as_upstream"), "upstream 1.33 names, defaults and locks; every gate on (by default or set) that rkubelet does not implement warns by name (features::SUPPORT); PodLevelResources=true is refused"),
     f("failSwapOn", honoured(HOST), ""),
     f("memorySwap.swapBehavior", honoured("crates/kubelet/src/kuberuntime/container_config.rs::hugepages_and_swap"), ""),
     f("containerLogMaxSize", honoured(LOG_ROTATION), ""),
@@ -251,7 +250,7 @@ const LOCK: &str =
 #[rustfmt::skip]
 pub const FLAGS: &[(&str, FlagTarget)] = &[
     ("config", own(honoured(LOAD), "")),
-    ("config-dir", own(honoured("crates/kubelet/src/config/load_tests.rs::drop_ins_merge_in_lexical_order"), "")),
+    ("config-dir", own(honoured("crates/config/src/load_tests.rs::drop_ins_merge_in_lexical_order"), "")),
     ("kubeconfig", own(honoured("crates/kubelet/src/apiclient/mod.rs::client_from_fixture_kubeconfig_talks_https_with_client_cert"), "")),
     ("hostname-override", own(honoured("crates/rkubelet/src/cli/tests.rs::node_name_and_identity_flags"), "")),
     ("node-ip", own(honoured("crates/kubelet/src/nodestatus/addresses.rs::otherwise_the_default_route_address_of_the_preferred_family"), "unset, `0.0.0.0` or `::`: chosen once at start-up as upstream (host name, name lookup, default route); a given IP is not checked against the host's interfaces")),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::*;
-use crate::config::{ConfigError, load_config, validate};
+use crate::{ConfigError, load_config, validate};
 
 const PROBE: &str = "\u{1}probe";
 

@@ -1,7 +1,7 @@
 //! Tests for configuration validation.
 
 use super::*;
-use crate::config::{ThresholdValue, load_config};
+use crate::{ThresholdValue, load_config};
 
 fn base() -> KubeletConfiguration {
     load_config(None, None).unwrap()

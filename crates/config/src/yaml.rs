@@ -85,6 +85,10 @@ pub fn to_string<T: Serialize>(value: &T) -> Result<String, serde_saphyr::Serial
     serde_saphyr::to_string(value)
 }
 
+#[cfg(any(test, feature = "test-util"))]
+#[path = "yaml_testdata.rs"]
+pub mod testdata;
+
 #[cfg(test)]
 #[path = "yaml_tests.rs"]
-pub(crate) mod tests;
+mod tests;

@@ -6,40 +6,7 @@ use serde_json::Value;
 
 use super::*;
 
-/// Ten levels of ten references each: 10^10 nodes if expanded.
-pub(crate) fn nested_anchors() -> String {
-    let mut s = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-    for i in 1..10 {
-        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
-        s.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
-    }
-    s.push_str("top: *a9\n");
-    s
-}
-
-/// One 1 MiB scalar referenced 2,000 times: ~2 GiB if expanded, ~8 KiB of references.
-pub(crate) fn large_anchor() -> String {
-    let mut s = format!("big: &big \"{}\"\nrefs:\n", "x".repeat(1 << 20));
-    for _ in 0..2_000 {
-        s.push_str("- *big\n");
-    }
-    s
-}
-
-/// 10,000 nested flow sequences.
-pub(crate) fn deep_nesting() -> String {
-    format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))
-}
-
-/// 1,000 nested block mappings (500 KB of indentation).
-pub(crate) fn deep_block_nesting() -> String {
-    let mut s = String::new();
-    for i in 0..1_000 {
-        s.push_str(&" ".repeat(i));
-        s.push_str("k:\n");
-    }
-    s
-}
+use super::testdata::{deep_block_nesting, deep_nesting, large_anchor, nested_anchors};
 
 #[test]
 fn the_billion_laughs_family_is_refused_quickly() {

@@ -248,7 +248,9 @@ mod tests {
 
     #[test]
     fn the_billion_laughs_family_is_refused() {
-        use crate::yaml::tests::{deep_block_nesting, deep_nesting, large_anchor, nested_anchors};
+        use crate::yaml::testdata::{
+            deep_block_nesting, deep_nesting, large_anchor, nested_anchors,
+        };
         for bomb in [
             nested_anchors(),
             large_anchor(),

@@ -228,8 +228,8 @@ async fn a_billion_laughs_body_is_refused_quickly() {
     let mut run = start(addr, &BTreeMap::new());
     assert_eq!(run.next().await.pods.len(), 1);
     for bomb in [
-        crate::yaml::tests::nested_anchors(),
-        crate::yaml::tests::large_anchor(),
+        crate::yaml::testdata::nested_anchors(),
+        crate::yaml::testdata::large_anchor(),
     ] {
         state.lock().unwrap().body = format!("{POD}  bomb:\n    {}", bomb.replace('\n', "\n    "));
         let start = std::time::Instant::now();

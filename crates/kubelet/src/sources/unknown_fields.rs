@@ -9,7 +9,7 @@
 //! missing (a projected `podCertificate`, an env `fileKeyRef`, `restartPolicyRules`). Such a pod
 //! is refused with the field named: a static pod at decode ([`super::decode`]); an API pod at
 //! admission ([`UnknownFieldsAdmit`], status `Failed`, reason [`REASON`]), through the registry
-//! the API source fills ([`UnknownFields`]). Deliberate divergence from upstream (README).
+//! the API source fills ([`UnknownFields`]). Deliberate divergence from upstream (docs/refused.md).
 //!
 //! Detection rides on the one decode the pod goes through anyway: `serde_ignored` reports each
 //! key the typed visitor skips, so no second parse and no comparison of trees.

@@ -6,7 +6,7 @@
 //! `/var/log/pods` the same way, and leaves the checkpoint files a 1.33 kubelet leaves. Then
 //! rkubelet starts on that root dir and must adopt everything: same sandbox and container IDs,
 //! restart counts and start times carried into the status, a completed init container not run
-//! again. Static pods are the documented exception (README "Swapping the Go kubelet"): their
+//! again. Static pods are the documented exception (docs/kubeadm.md, "Swapping the Go kubelet"): their
 //! UID is upstream's hash of a Go struct dump, which rkubelet does not reproduce, so they are
 //! replaced exactly once.
 
