@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert!(std::fs::symlink_metadata(&kubeconfig).unwrap().is_file());
         // A full disk keeps the old file and names it.
-        let fs = crate::fsat::tests::Tmpfs::new("128k");
+        let fs = crate::fsat::testutil::Tmpfs::new("128k");
         let pem = fs.path().join("kubelet-client-current.pem");
         write_private(&pem, b"old pair").unwrap();
         fs.fill();

@@ -1,29 +1,22 @@
-//! Prometheus metrics of the kubelet: the registry and text exposition (`registry`), the
-//! `kubelet_*` families (`kubelet`), `process_*` (`process`), and decorators that instrument
-//! the CRI services (`instrumented_cri`) and the pod syncer (`InstrumentedSyncer`, for
-//! `kubelet_pod_worker_duration_seconds` and the pod start durations). One `KubeletMetrics` is
-//! created by the agent and handed to the components it instruments; `render()` on it is
-//! `/metrics`, `render()` on the prober's `ProbeMetrics` is `/metrics/probes`; `resource` and
-//! `cadvisor` render `/metrics/resource` and `/metrics/cadvisor` from the latest stats snapshot
-//! (`rows` sorts such scrape-time families).
+//! The kubelet facade's metrics: the decorators that instrument the CRI services
+//! (`instrumented_cri`) and the pod syncer (`InstrumentedSyncer`, for
+//! `kubelet_pod_worker_duration_seconds` and the pod start durations), and the scrape-time
+//! renderers of `/metrics/resource` and `/metrics/cadvisor` from the latest stats snapshot. The
+//! registry and the `kubelet_*` and `process_*` families are shared vocabulary in
+//! `rkubelet_core::metrics`, re-exported here: one `KubeletMetrics` is created by the agent and
+//! handed to the components it instruments; `render()` on it is `/metrics`, `render()` on the
+//! prober's `ProbeMetrics` is `/metrics/probes`.
 
 pub mod cadvisor;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod cadvisor_tests;
 pub mod instrumented_cri;
-pub mod kubelet;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod kubelet_tests;
-pub mod process;
-pub mod registry;
+pub use rkubelet_core::metrics::{kubelet, process, registry, rows, timeline};
 pub mod resource;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod resource_tests;
-pub mod rows;
-pub mod timeline;
 
 pub use instrumented_cri::{InstrumentedImages, InstrumentedRuntime};
 pub use kubelet::{KubeletMetrics, METRIC_NAMES};

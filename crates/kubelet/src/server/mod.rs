@@ -56,7 +56,7 @@ use self::authn::{Authenticator, AuthnError, UserInfo};
 use self::authz::Authorizer;
 
 /// A named health check (`ping`, `syncloop`, `pleg`…).
-pub type HealthCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+pub use rkubelet_core::health::HealthCheck;
 
 /// Response type of every handler.
 pub type Resp = Response<BoxBody<Bytes, Infallible>>;

@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_full_disk_keeps_the_old_checkpoint() {
-        let fs = crate::fsat::tests::Tmpfs::new("128k");
+        let fs = crate::fsat::testutil::Tmpfs::new("128k");
         let cp = Checkpoint::new(fs.path(), "static");
         let mut state = State {
             default_cpu_set: set("0,3"),

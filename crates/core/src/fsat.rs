@@ -15,14 +15,14 @@ use rustix::fs::{Dir, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 /// How a directory is opened: read-only, never through a link in its place.
-pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
+pub const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
 /// How a file is opened for reading: never through a link in its place, never blocking on a
 /// FIFO or device, never becoming a controlling terminal.
-pub(crate) const FILE_FLAGS: OFlags = OFlags::RDONLY
+pub const FILE_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::NONBLOCK)
     .union(OFlags::NOCTTY)
@@ -30,16 +30,13 @@ pub(crate) const FILE_FLAGS: OFlags = OFlags::RDONLY
 
 /// Opens the directory `name` under `parent` (a path under `CWD`) without following a link
 /// in its place.
-pub(crate) fn open_dir_at<P: rustix::path::Arg>(
-    parent: impl AsFd,
-    name: P,
-) -> Result<OwnedFd, Errno> {
+pub fn open_dir_at<P: rustix::path::Arg>(parent: impl AsFd, name: P) -> Result<OwnedFd, Errno> {
     rustix::fs::openat(parent, name, DIR_FLAGS, Mode::empty())
 }
 
 /// Opens `name` under `dir` for reading with [`FILE_FLAGS`] and checks what was opened (it may
 /// have been swapped since a stat): `Ok(None)` when it is not a regular file.
-pub(crate) fn open_regular_at<P: rustix::path::Arg>(
+pub fn open_regular_at<P: rustix::path::Arg>(
     dir: impl AsFd,
     name: P,
 ) -> Result<Option<(OwnedFd, Stat)>, Errno> {
@@ -50,7 +47,7 @@ pub(crate) fn open_regular_at<P: rustix::path::Arg>(
 
 /// What [`open_regular_by_reference`] found at a path.
 #[derive(Debug)]
-pub(crate) enum ByReference {
+pub enum ByReference {
     /// The regular file, opened for reading.
     Opened(OwnedFd),
     /// Something else (a link, FIFO, device, socket, directory): nothing of it was opened.
@@ -65,7 +62,7 @@ pub(crate) enum ByReference {
 /// runs a device's `open`), its type read from that reference, and the very inode checked then
 /// opened for reading (`O_NONBLOCK|O_NOCTTY`) through `/proc/self/fd`, never through the name
 /// again. (`O_NOFOLLOW` cannot be used there: `/proc/self/fd/N` is itself a link.)
-pub(crate) fn open_regular_by_reference(path: &Path) -> Result<ByReference, Errno> {
+pub fn open_regular_by_reference(path: &Path) -> Result<ByReference, Errno> {
     use std::os::fd::AsRawFd;
     let reference = rustix::fs::open(
         path,
@@ -93,7 +90,7 @@ pub(crate) fn open_regular_by_reference(path: &Path) -> Result<ByReference, Errn
 }
 
 /// Entry names of `dir` (without `.` and `..`), listed before anything is changed.
-pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+pub fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     let mut names = Vec::new();
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
@@ -107,7 +104,7 @@ pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
 
 /// How [`atomic_write`] leaves the file.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct WriteOptions {
+pub struct WriteOptions {
     /// Permission bits of the new file (set exactly, whatever the umask).
     pub mode: u32,
     /// Flush the file and the directory entry to the disk before returning (state the kubelet
@@ -118,7 +115,7 @@ pub(crate) struct WriteOptions {
 
 impl WriteOptions {
     /// A state file the kubelet reads back: flushed to disk.
-    pub(crate) const fn durable(mode: u32) -> Self {
+    pub const fn durable(mode: u32) -> Self {
         Self {
             mode,
             durable: true,
@@ -128,7 +125,7 @@ impl WriteOptions {
 
 /// The steps of [`atomic_write`], named in its errors (and the points a test can fail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     OpenDir,
     CreateTemp,
     Write,
@@ -158,12 +155,12 @@ impl Step {
 /// temporary file is removed (a full disk gets its space back) and `path` is untouched; the
 /// error keeps the `io::ErrorKind` (`StorageFull` on ENOSPC) and names the step that failed.
 /// The directory's own path is followed: it is the operator's (a root dir may be a symlink).
-pub(crate) fn atomic_write(path: &Path, data: &[u8], opts: WriteOptions) -> std::io::Result<()> {
+pub fn atomic_write(path: &Path, data: &[u8], opts: WriteOptions) -> std::io::Result<()> {
     atomic_write_with(path, data, opts, &mut |_| Ok(()))
 }
 
 /// [`atomic_write`] with `before` called ahead of each step (a test fails or inspects there).
-pub(crate) fn atomic_write_with(
+pub fn atomic_write_with(
     path: &Path,
     data: &[u8],
     opts: WriteOptions,
@@ -236,7 +233,12 @@ pub(crate) fn atomic_write_with(
     Ok(())
 }
 
+#[cfg(any(test, feature = "test-util"))]
+#[path = "fsat_testutil.rs"]
+#[allow(clippy::unwrap_used)]
+pub mod testutil;
+
 #[cfg(test)]
 #[path = "fsat_tests.rs"]
 #[allow(clippy::unwrap_used)]
-pub(crate) mod tests;
+mod tests;

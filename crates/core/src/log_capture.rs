@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A `MakeWriter` appending every log line to one shared buffer (clones share it).
 #[derive(Clone, Default)]
-pub(crate) struct LogCapture(Arc<Mutex<Vec<u8>>>);
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 
 impl LogCapture {
     fn buf(&self) -> MutexGuard<'_, Vec<u8>> {
@@ -13,7 +13,7 @@ impl LogCapture {
     }
 
     /// Everything logged so far (invalid UTF-8 replaced).
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.buf()).into_owned()
     }
 }

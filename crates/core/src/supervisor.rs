@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::error;
 
-use crate::server::HealthCheck;
+use crate::health::HealthCheck;
 
 /// `task` label of `rkubelet_task_panics_total` for a pod worker.
 pub const POD_WORKER: &str = "pod_worker";
