@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
 /// A wall clock that advances with `tokio::time::Instant`.
@@ -52,4 +53,12 @@ impl Clock {
             now.checked_sub(behind).unwrap_or(self.base)
         }
     }
+}
+
+/// Second-precision API time.
+pub fn k8s_time(t: Option<DateTime<Utc>>) -> Option<Time> {
+    let t = t?;
+    k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+        .ok()
+        .map(Time)
 }

@@ -6,9 +6,12 @@
 //! of kubelet state uses. It depends on `rkubelet-config` only; every other kubelet crate
 //! depends on it (docs/architecture.md).
 
+pub mod admit;
 pub mod backoff;
 pub mod clock;
 pub mod container;
+pub mod data_dirs;
+pub mod env;
 pub mod events;
 pub mod fsat;
 pub mod gostr;
@@ -17,6 +20,8 @@ pub mod health;
 pub mod log_capture;
 pub mod maps;
 pub mod metrics;
+pub mod qos;
+pub mod resources;
 pub mod supervisor;
 pub mod types;
 pub mod version;

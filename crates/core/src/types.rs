@@ -90,6 +90,10 @@ impl PodUpdate {
     }
 }
 
+/// Upstream eviction `Reason`: the pod status reason of a pod the kubelet evicted (set by the
+/// eviction manager, kept by the status manager).
+pub const EVICTED_REASON: &str = "Evicted";
+
 /// Annotation: which source a pod came from.
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation: the content hash of a static pod (equals the UID for file/http pods).
@@ -134,4 +138,13 @@ impl PodExt for Pod {
             .and_then(|a| a.get(key))
             .map(String::as_str)
     }
+}
+
+/// The regular desired pods, sorted by full name, as published to readers; each pod is the
+/// pod manager's own (shared, not copied).
+pub type PodsSnapshot = Arc<Vec<Arc<Pod>>>;
+
+/// A [`PodsSnapshot`] of `pods` (readers' tests and fixtures).
+pub fn pods_snapshot(pods: impl IntoIterator<Item = Pod>) -> PodsSnapshot {
+    Arc::new(pods.into_iter().map(Arc::new).collect())
 }

@@ -185,7 +185,7 @@ pub fn plan_mirror_actions(
 pub struct MirrorPodReconciler {
     client: kube::Client,
     node_name: String,
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
     mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
     node: watch::Receiver<Option<Arc<Node>>>,
     period: Duration,
@@ -208,7 +208,7 @@ impl MirrorPodReconciler {
     pub fn new(
         client: kube::Client,
         node_name: impl Into<String>,
-        pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+        pods: watch::Receiver<crate::types::PodsSnapshot>,
         mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
         node: watch::Receiver<Option<Arc<Node>>>,
         period: Duration,
@@ -580,9 +580,8 @@ mod tests {
         // A client that is never used: sources are not ready, so nothing is written.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let (pods_tx, pods_rx) = watch::channel(crate::pod_manager::pods_snapshot([static_pod(
-            "a-node-a", "ha",
-        )]));
+        let (pods_tx, pods_rx) =
+            watch::channel(crate::types::pods_snapshot([static_pod("a-node-a", "ha")]));
         let (mirrors_tx, mirrors_rx) = watch::channel(Arc::new(HashMap::new()));
         let (node_tx, node_rx) = watch::channel(None);
         drop((pods_tx, mirrors_tx, node_tx));

@@ -12,14 +12,7 @@ use tokio::sync::watch;
 use crate::mirror::is_mirror_pod;
 use crate::types::{PodExt, PodUid};
 
-/// The regular desired pods, sorted by full name, as published to readers; each pod is the
-/// pod manager's own (shared, not copied).
-pub type PodsSnapshot = Arc<Vec<Arc<Pod>>>;
-
-/// A [`PodsSnapshot`] of `pods` (readers' tests and fixtures).
-pub fn pods_snapshot(pods: impl IntoIterator<Item = Pod>) -> PodsSnapshot {
-    Arc::new(pods.into_iter().map(Arc::new).collect())
-}
+pub use rkubelet_core::types::{PodsSnapshot, pods_snapshot};
 
 /// Mirror pods by full name (`namespace/name`), as published to readers.
 pub type MirrorSnapshot = Arc<HashMap<String, Pod>>;

@@ -259,7 +259,7 @@ impl SyncLoop {
     }
 
     /// Desired pods, for readers.
-    pub fn pods(&self) -> watch::Receiver<crate::pod_manager::PodsSnapshot> {
+    pub fn pods(&self) -> watch::Receiver<crate::types::PodsSnapshot> {
         self.pod_manager.subscribe()
     }
 

@@ -13,7 +13,7 @@ pub mod node_affinity;
 pub mod pod_features;
 pub mod ports;
 pub mod predicate;
-pub mod resources;
+pub use rkubelet_core::resources;
 pub mod taints;
 
 pub use predicate::{NodePredicates, PredicateOptions};
@@ -21,23 +21,11 @@ pub use predicate::{NodePredicates, PredicateOptions};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
+use crate::clock::k8s_time;
 use crate::pod_workers::WorkerPhase;
-use crate::status::generate::k8s_time;
 use crate::status::qos::pod_qos_class;
 
-/// Why a pod may not run here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    /// Upstream reason, e.g. `OutOfpods`, `SysctlForbidden`.
-    pub reason: String,
-    pub message: String,
-}
-
-/// One admission rule.
-pub trait AdmitHandler: Send + Sync {
-    /// `active` are the pods already admitted and not terminal.
-    fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), Rejection>;
-}
+pub use rkubelet_core::admit::{AdmitHandler, Rejection};
 
 /// The ordered list of admission rules.
 #[derive(Default)]

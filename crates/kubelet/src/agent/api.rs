@@ -92,7 +92,7 @@ pub(super) struct ApiInputs {
     pub unknown_fields: crate::sources::unknown_fields::UnknownFields,
     /// The Node the admission predicates check against.
     pub admission_node: watch::Sender<Arc<Node>>,
-    pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pub pods: watch::Receiver<crate::types::PodsSnapshot>,
     pub mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
     /// Ready once the pod manager has every pod of every source (the mirror reconciler
     /// deletes mirror pods whose static pod it does not see).

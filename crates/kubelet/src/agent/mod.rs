@@ -6,7 +6,7 @@
 
 pub mod api;
 pub mod cgroup_driver;
-pub mod data_dirs;
+pub use rkubelet_core::data_dirs;
 pub mod gc;
 
 pub use crate::cm::CmConfig;
@@ -257,7 +257,7 @@ pub enum AgentError {
 
 /// A running kubelet.
 pub struct Agent {
-    pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pub pods: watch::Receiver<crate::types::PodsSnapshot>,
     /// The prober (results, `prober_probe_total`, worker counts); `prober.metrics().render()`
     /// is `/metrics/probes`.
     pub prober: ProbeManager,
@@ -972,7 +972,7 @@ fn start_serving_certificates(
         std::slice::from_ref(&cfg.node_status.hostname),
         &cfg.node_status.node_ips,
         &sc.tls.cert_dir,
-        tls,
+        Arc::new(move || tls.reload().map_err(|e| e.to_string())),
         crate::certificate::manager::Timings::default(),
     )?;
     match manager {
@@ -992,7 +992,7 @@ fn start_serving_certificates(
 
 /// What the eviction manager reads and writes.
 struct EvictionInputs {
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
     status: StatusManager,
     workers: PodWorkers,
     events: Arc<dyn EventRecorder>,
@@ -1005,7 +1005,7 @@ struct EvictionInputs {
 /// The desired pods whose status is not terminal (admitted and still to run), for the
 /// allocation and CPU managers.
 fn non_terminal_pods(
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
     status: StatusManager,
 ) -> Box<dyn Fn() -> Vec<Pod> + Send + Sync> {
     Box::new(move || {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::admission::resources::{Allocatable, RequestOptions, Resource, fits, pod_requests};
+use crate::resources::{Allocatable, RequestOptions, Resource, fits, pod_requests};
 use crate::types::PodExt;
 
 /// The outcome of a resize request.
@@ -78,7 +78,7 @@ pub fn can_resize_pod(
 /// (its exclusive cpuset would no longer match). `allocated` is the pod with its current
 /// allocation.
 pub fn static_cpu_manager_forbids(desired: &Pod, allocated: &Pod) -> Option<String> {
-    if crate::status::qos::pod_qos_class(desired) != crate::status::qos::GUARANTEED {
+    if crate::qos::pod_qos_class(desired) != crate::qos::GUARANTEED {
         return None;
     }
     let cpu = |p: &Pod| -> Vec<Option<i128>> {
@@ -94,7 +94,7 @@ pub fn static_cpu_manager_forbids(desired: &Pod, allocated: &Pod) -> Option<Stri
                     .as_ref()
                     .and_then(|r| r.requests.as_ref())
                     .and_then(|r| r.get("cpu"))
-                    .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
+                    .and_then(|q| crate::qos::parse_quantity_nanos(&q.0))
             })
             .collect()
     };

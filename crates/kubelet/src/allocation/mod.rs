@@ -177,8 +177,7 @@ pub fn resources_equal(a: Option<&ResourceRequirements>, b: Option<&ResourceRequ
         x.len() == y.len()
             && x.iter().all(|(k, v)| {
                 y.get(k).is_some_and(|w| {
-                    crate::status::qos::parse_quantity_nanos(&v.0)
-                        == crate::status::qos::parse_quantity_nanos(&w.0)
+                    crate::qos::parse_quantity_nanos(&v.0) == crate::qos::parse_quantity_nanos(&w.0)
                 })
             })
     };

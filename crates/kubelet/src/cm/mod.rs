@@ -106,7 +106,7 @@ pub fn node_capacity(
     c.insert("memory".to_owned(), i128::from(host.memory_capacity) * G);
     for hp in &host.huge_pages {
         c.insert(
-            crate::nodestatus::resources::huge_page_resource_name(hp.page_size),
+            crate::resources::huge_page_resource_name(hp.page_size),
             i128::from(hp.page_size) * i128::from(hp.num_pages) * G,
         );
     }
@@ -142,7 +142,7 @@ struct Inner {
     kubepods: CgroupName,
     qos: QosCgroups,
     /// The active pods (set once the sync loop exists).
-    pods: OnceLock<watch::Receiver<crate::pod_manager::PodsSnapshot>>,
+    pods: OnceLock<watch::Receiver<crate::types::PodsSnapshot>>,
     /// Serialises QoS updates (pod syncs and the periodic task race otherwise).
     qos_lock: Mutex<()>,
 }
@@ -189,7 +189,7 @@ impl ContainerManager {
     }
 
     /// Gives the manager the desired pods (the QoS cgroups follow them).
-    pub fn set_active_pods(&self, pods: watch::Receiver<crate::pod_manager::PodsSnapshot>) {
+    pub fn set_active_pods(&self, pods: watch::Receiver<crate::types::PodsSnapshot>) {
         let _ = self.inner.pods.set(pods);
     }
 
@@ -440,7 +440,7 @@ impl ContainerManager {
     }
 }
 
-async fn changed(rx: &mut Option<watch::Receiver<crate::pod_manager::PodsSnapshot>>) -> bool {
+async fn changed(rx: &mut Option<watch::Receiver<crate::types::PodsSnapshot>>) -> bool {
     match rx {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,

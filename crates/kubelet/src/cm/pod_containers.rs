@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::cgroups::{CgroupFs, CgroupName};
 use super::qos_containers::{BEST_EFFORT, BURSTABLE, QosCgroups};
-use crate::status::qos;
+use crate::qos;
 
 pub const POD_PREFIX: &str = "pod";
 

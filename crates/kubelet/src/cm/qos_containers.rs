@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::cgroups::{CgroupName, ResourceConfig};
 use super::resources::{MIN_SHARES, milli, milli_cpu_to_shares, pod_requests};
-use crate::status::qos;
+use crate::qos;
 
 pub const BURSTABLE: &str = "burstable";
 pub const BEST_EFFORT: &str = "besteffort";

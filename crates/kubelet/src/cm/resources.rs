@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::cgroups::ResourceConfig;
-use crate::status::qos::{self, nanos_to_milli, nanos_to_units, parse_quantity_nanos};
+use crate::qos::{self, nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 
 /// A resource list in nano-units (value × 10⁹), as exact as Go's `resource.Quantity`.
 pub type ResourceList = BTreeMap<String, i128>;

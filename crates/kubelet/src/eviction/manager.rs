@@ -23,13 +23,13 @@ use super::{
     DISRUPTION_REASON, EvictionSettings, IMMEDIATE_GRACE_PERIOD, POD_CLEANUP_TIMEOUT, REASON,
 };
 use crate::admission::taints::tolerates;
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 use crate::events::{EventRecorder, EventType};
 use crate::nodestatus::setters::NodePressure;
 use crate::pod_workers::{KillOptions, PodWork, PodWorkers, WorkerPhase};
+use crate::qos::{BEST_EFFORT, pod_qos_class};
 use crate::stats::StatsHandle;
 use crate::status::manager::{DISRUPTION_TARGET, StatusManager};
-use crate::status::qos::{BEST_EFFORT, pod_qos_class};
 use crate::types::PodExt;
 
 /// Frees node-level resources before pods are evicted (upstream `ContainerGC` /

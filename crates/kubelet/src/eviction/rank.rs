@@ -7,9 +7,9 @@ use std::cmp::Ordering;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::thresholds::{Observations, Resource, Signal, Threshold, format_binary, format_decimal};
-use crate::admission::resources::{RequestOptions, pod_requests};
 use crate::config::Quantity;
 use crate::mirror::is_mirror_pod;
+use crate::resources::{RequestOptions, pod_requests};
 use crate::stats::{FsStats, PodStats, Summary};
 use crate::types::PodExt;
 

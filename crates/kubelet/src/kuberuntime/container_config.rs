@@ -25,8 +25,8 @@ use super::sandbox_config::{
     supplemental_groups_policy,
 };
 use crate::cm::cgroups::hugepage_size_name;
+use crate::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 use crate::security::{apparmor, capabilities};
-use crate::status::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt};
 
 /// Upstream `quotaPeriod`: 100ms in microseconds.
@@ -599,10 +599,7 @@ fn configure_swap(
     }
     let request = quantity(container, false, "memory").unwrap_or(0);
     let limit = quantity(container, true, "memory").unwrap_or(0);
-    if qos_class != crate::status::qos::BURSTABLE
-        || (request == 0 && limit == 0)
-        || request == limit
-    {
+    if qos_class != crate::qos::BURSTABLE || (request == 0 && limit == 0) || request == limit {
         return no_swap(r);
     }
     let request = units(request);

@@ -5,7 +5,7 @@
 pub mod actions;
 pub mod container_config;
 pub mod dra;
-pub mod env;
+pub use rkubelet_core::env;
 pub mod env_objects;
 pub mod ephemeral;
 pub mod gc;

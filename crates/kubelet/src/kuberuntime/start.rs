@@ -16,6 +16,7 @@ use rkubelet_cri::error::go_duration;
 use tracing::{debug, info, warn};
 
 use crate::container::{ContainerState, PodStatus};
+use crate::env::{EnvContext, EnvObjects, invalid_env_from_keys, make_environment};
 use crate::events::EventType;
 use crate::images::ImageError;
 use crate::kuberuntime::actions::{KillReason, is_host_network};
@@ -23,7 +24,6 @@ use crate::kuberuntime::container_config::sandbox_resources;
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
-use crate::kuberuntime::env::{EnvContext, EnvObjects, invalid_env_from_keys, make_environment};
 use crate::kuberuntime::env_objects::EnvObjectsSnapshot;
 use crate::kuberuntime::ephemeral::{as_container, target_container_name};
 use crate::kuberuntime::hash::hash_container;
@@ -36,7 +36,7 @@ use crate::kuberuntime::sandbox_config::{
 use crate::kuberuntime::sync::Syncer;
 use crate::metrics::timeline;
 use crate::pod_workers::SyncError;
-use crate::status::qos::pod_qos_class;
+use crate::qos::pod_qos_class;
 use crate::types::PodExt;
 use crate::volumes::{HostsInfo, MountedVolume};
 

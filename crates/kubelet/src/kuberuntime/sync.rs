@@ -349,11 +349,10 @@ impl Syncer {
         tokio::task::spawn_blocking(move || {
             for sub in ["", "volumes", "plugins", "containers"] {
                 let dir = made.join(sub);
-                crate::agent::data_dirs::create_dir_with_mode(
-                    &dir,
-                    crate::agent::data_dirs::DATA_DIR_MODE,
-                )
-                .map_err(|e| SyncError(format!("creating pod directory {}: {e}", dir.display())))?;
+                crate::data_dirs::create_dir_with_mode(&dir, crate::data_dirs::DATA_DIR_MODE)
+                    .map_err(|e| {
+                        SyncError(format!("creating pod directory {}: {e}", dir.display()))
+                    })?;
             }
             Ok(())
         })

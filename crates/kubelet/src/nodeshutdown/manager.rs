@@ -29,7 +29,7 @@ use super::{
     NodeShutdownSettings, REASON, STATE_FILE, UNPROTECTED_REASON, group_by_priority,
     kill_grace_period,
 };
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 use crate::events::{EventRecorder, EventType};
 use crate::eviction::DISRUPTION_REASON;
 use crate::metrics::KubeletMetrics;
@@ -168,7 +168,7 @@ pub type ActivePodsFn = Arc<dyn Fn() -> Vec<Pod> + Send + Sync>;
 /// Upstream `GetActivePods` as the shutdown needs it: the pods whose worker may still run
 /// containers (syncing or terminating).
 pub fn active_pods(
-    pods: tokio::sync::watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: tokio::sync::watch::Receiver<crate::types::PodsSnapshot>,
     workers: PodWorkers,
 ) -> ActivePodsFn {
     Arc::new(move || {

@@ -21,7 +21,7 @@ use super::manager::{
     ActivePodsFn, GO_ZERO_TIME, StoredState, go_duration, shutdown_status, unix_seconds,
 };
 use super::*;
-use crate::admission::AdmitHandler;
+use crate::admit::AdmitHandler;
 use crate::events::CollectingRecorder;
 use crate::metrics::KubeletMetrics;
 

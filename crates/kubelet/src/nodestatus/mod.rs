@@ -125,28 +125,4 @@ impl NodeStatusSettings {
     }
 }
 
-/// An API call that did not finish within its time bound.
-#[derive(Debug, thiserror::Error)]
-#[error("request timed out after {0:?}")]
-pub struct RequestTimeout(pub Duration);
-
-/// Runs one API call with a time bound; running out of time is a `kube::Error::Service`
-/// carrying [`RequestTimeout`].
-pub(crate) async fn bounded<T>(
-    timeout: Duration,
-    call: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, kube::Error> {
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or_else(|_| Err(kube::Error::Service(Box::new(RequestTimeout(timeout)))))
-}
-
-/// Second-precision API time, as the API server stores `metav1.Time`.
-pub(crate) fn api_time(
-    t: chrono::DateTime<chrono::Utc>,
-) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    )
-}
+pub use crate::apiclient::{RequestTimeout, api_time, bounded};

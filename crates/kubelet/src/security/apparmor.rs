@@ -8,7 +8,7 @@
 use k8s_cri::v1::{SecurityProfile, security_profile::ProfileType};
 use k8s_openapi::api::core::v1::{AppArmorProfile, Container, Pod};
 
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 
 /// Prefix of the legacy per-container annotation.
 pub const ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";

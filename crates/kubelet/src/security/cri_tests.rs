@@ -13,10 +13,10 @@ use k8s_cri::v1::{
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
+use crate::env::EnvContext;
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, RuntimeOptions, generate_container_config,
 };
-use crate::kuberuntime::env::EnvContext;
 use crate::kuberuntime::sandbox_config::{SandboxContext, generate_pod_sandbox_config};
 
 const MASKED: &[&str] = &[

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 
 /// Admission reason for a Strict policy the node cannot honour.
 pub const NOT_SUPPORTED_REASON: &str = "SupplementalGroupsPolicyNotSupported";

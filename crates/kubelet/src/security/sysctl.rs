@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 
 /// Admission reason for a pod asking for a sysctl this node does not allow.
 pub const FORBIDDEN_REASON: &str = "SysctlForbidden";

@@ -64,7 +64,7 @@ pub type Resp = Response<BoxBody<Bytes, Infallible>>;
 /// What the handlers read.
 #[derive(Clone)]
 pub struct ServerState {
-    pub pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pub pods: watch::Receiver<crate::types::PodsSnapshot>,
     pub status: StatusManager,
     pub checks: Vec<(String, HealthCheck)>,
     /// The node name (authorization attributes).
@@ -111,7 +111,7 @@ pub struct ServerState {
 impl ServerState {
     /// A state with only pods, statuses and health checks (everything else off).
     pub fn basic(
-        pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+        pods: watch::Receiver<crate::types::PodsSnapshot>,
         status: StatusManager,
         checks: Vec<(String, HealthCheck)>,
     ) -> Self {
@@ -571,7 +571,7 @@ pub fn pod_list(state: &ServerState) -> PodList {
 
 /// What `/pods` serves (see [`pod_list`]).
 pub struct PodList {
-    pods: crate::pod_manager::PodsSnapshot,
+    pods: crate::types::PodsSnapshot,
     /// The status manager's status of each pod of `pods`, in order.
     statuses: Vec<Option<k8s_openapi::api::core::v1::PodStatus>>,
 }
@@ -629,7 +629,7 @@ mod tests {
     use http_body_util::BodyExt;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn state(failing: bool) -> (ServerState, watch::Sender<crate::pod_manager::PodsSnapshot>) {
+    fn state(failing: bool) -> (ServerState, watch::Sender<crate::types::PodsSnapshot>) {
         let (tx, rx) = watch::channel(Arc::new(Vec::new()));
         let check: HealthCheck = Arc::new(move || {
             if failing {

@@ -648,10 +648,9 @@ async fn checkpoint(
         return failed(format!("container {container} is not running"));
     };
     let dir = state.root_dir.join("checkpoints");
-    if let Err(e) = crate::agent::data_dirs::create_dir_with_mode(
-        &dir,
-        crate::agent::data_dirs::CHECKPOINTS_DIR_MODE,
-    ) {
+    if let Err(e) =
+        crate::data_dirs::create_dir_with_mode(&dir, crate::data_dirs::CHECKPOINTS_DIR_MODE)
+    {
         return failed(format!("creating {}: {e}", dir.display()));
     }
     let stamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");

@@ -34,8 +34,8 @@ fn pod(ns: &str, name: &str, uid: &str, containers: &[&str]) -> Pod {
     }
 }
 
-fn state(pods: Vec<Pod>) -> (ServerState, watch::Sender<crate::pod_manager::PodsSnapshot>) {
-    let (tx, rx) = watch::channel(crate::pod_manager::pods_snapshot(pods));
+fn state(pods: Vec<Pod>) -> (ServerState, watch::Sender<crate::types::PodsSnapshot>) {
+    let (tx, rx) = watch::channel(crate::types::pods_snapshot(pods));
     (ServerState::basic(rx, StatusManager::new(), Vec::new()), tx)
 }
 
@@ -548,7 +548,7 @@ async fn resource_and_cadvisor_metrics_from_the_latest_snapshot() {
 /// `/run/ns/p/c` reaches the runtime's ExecSync.
 fn exec_fixture() -> (
     ServerState,
-    watch::Sender<crate::pod_manager::PodsSnapshot>,
+    watch::Sender<crate::types::PodsSnapshot>,
     Arc<rkubelet_cri::fake::FakeRuntime>,
 ) {
     let p = pod("ns", "p", "u1", &["c"]);

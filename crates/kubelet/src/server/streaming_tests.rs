@@ -129,7 +129,7 @@ fn upgrade_detection() {
 struct Fixture {
     state: ServerState,
     rt: FakeRuntime,
-    _pods: watch::Sender<crate::pod_manager::PodsSnapshot>,
+    _pods: watch::Sender<crate::types::PodsSnapshot>,
 }
 
 async fn fixture(stream_base: &str) -> Fixture {
@@ -255,7 +255,7 @@ async fn fixture(stream_base: &str) -> Fixture {
         }),
         status: None,
     };
-    let (tx, rx) = watch::channel(crate::pod_manager::pods_snapshot([pod]));
+    let (tx, rx) = watch::channel(crate::types::pods_snapshot([pod]));
     let mut state = ServerState::basic(rx, StatusManager::new(), Vec::new());
     state.runtime = Some(Arc::new(rt.clone()));
     state.pod_cache = Some(cache);

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 use tracing::warn;
 
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 use crate::types::PodExt;
 
 /// The rejection reason of an API pod refused for an unknown field (rkubelet's own).

@@ -155,7 +155,7 @@ pub struct StatsProvider {
     images: Arc<dyn ImageService>,
     settings: StatsSettings,
     layout: CgroupLayout,
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
     tx: watch::Sender<Arc<Summary>>,
     refresh_rx: mpsc::Receiver<RefreshRequest>,
     /// Previous cumulative CPU readings by key, for `usageNanoCores`.
@@ -174,7 +174,7 @@ impl StatsProvider {
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,
         settings: StatsSettings,
-        pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+        pods: watch::Receiver<crate::types::PodsSnapshot>,
     ) -> (Self, StatsHandle) {
         let (tx, rx) = watch::channel(Arc::new(Summary::default()));
         let (refresh_tx, refresh_rx) = mpsc::channel(8);
@@ -393,7 +393,7 @@ pub struct CollectInput {
     pub fs: Arc<dyn StatsFs>,
     pub settings: StatsSettings,
     pub layout: CgroupLayout,
-    pub pods: crate::pod_manager::PodsSnapshot,
+    pub pods: crate::types::PodsSnapshot,
     pub cri_stats: Vec<cri::ContainerStats>,
     pub image_fs: Option<cri::FilesystemUsage>,
     /// Sandbox and container creation times (start times).

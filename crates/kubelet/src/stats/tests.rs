@@ -138,7 +138,7 @@ fn summary_from_fake_host_cri_stats_and_pod_cgroups() {
             layout,
             created,
             system,
-            pods: crate::pod_manager::pods_snapshot([guaranteed, best]),
+            pods: crate::types::pods_snapshot([guaranteed, best]),
             cri_stats: vec![
                 cri_stat("b1", "a", 10, 5, 1000),
                 cri_stat("b1", "b", 20, 6, 2000),
@@ -303,7 +303,7 @@ fn pod_cgroup_paths_follow_the_qos_layout() {
 fn spawn_provider(
     fs: FakeFs,
     rt: rkubelet_cri::fake::FakeRuntime,
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
 ) -> (StatsHandle, CancellationToken, tokio::task::JoinHandle<()>) {
     spawn_provider_with(fs, rt, pods, None)
 }
@@ -312,7 +312,7 @@ fn spawn_provider(
 fn spawn_provider_with(
     fs: FakeFs,
     rt: rkubelet_cri::fake::FakeRuntime,
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
     latest: Option<crate::pleg::LatestListing>,
 ) -> (StatsHandle, CancellationToken, tokio::task::JoinHandle<()>) {
     let settings = StatsSettings {
@@ -343,7 +343,7 @@ fn spawn_provider_with(
 #[tokio::test]
 async fn provider_collects_soon_after_the_desired_pods_change() {
     let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
-    let (pods_tx, pods) = watch::channel(crate::pod_manager::pods_snapshot([]));
+    let (pods_tx, pods) = watch::channel(crate::types::pods_snapshot([]));
     let (handle, cancel, task) = spawn_provider(FakeFs::default(), rt, pods);
     let mut snapshots = handle.subscribe();
     snapshots.changed().await.unwrap();
@@ -357,7 +357,7 @@ async fn provider_collects_soon_after_the_desired_pods_change() {
         serde_json::json!({"containers": [{"name": "c"}]}),
     );
     let changed_at = tokio::time::Instant::now();
-    pods_tx.send_replace(crate::pod_manager::pods_snapshot([pod]));
+    pods_tx.send_replace(crate::types::pods_snapshot([pod]));
     tokio::time::timeout(Duration::from_secs(5), snapshots.changed())
         .await
         .expect("a collection follows the pod change, not the 1 h period")
@@ -387,7 +387,7 @@ async fn provider_task_publishes_and_answers_refresh_requests() {
         },
     );
     let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
-    let (_pods_tx, pods) = watch::channel(crate::pod_manager::pods_snapshot([]));
+    let (_pods_tx, pods) = watch::channel(crate::types::pods_snapshot([]));
     let (handle, cancel, task) = spawn_provider(fake_fs.clone(), rt, pods);
     let first = handle.refresh().await;
     assert_eq!(first.node.node_name, "n1");
@@ -485,7 +485,7 @@ async fn provider_takes_start_times_from_the_ready_sandbox_and_the_container() {
     let ready_created = rt.sandbox(&ready).unwrap().created_at;
     let container_created = rt.container(&cid).unwrap().created_at;
 
-    let (_pods_tx, pods) = watch::channel(crate::pod_manager::pods_snapshot([pod(
+    let (_pods_tx, pods) = watch::channel(crate::types::pods_snapshot([pod(
         "u1",
         "p",
         serde_json::json!({"containers": [{"name": "c"}]}),
@@ -563,11 +563,10 @@ fn pod_cpu(s: &Summary) -> CpuStats {
 async fn a_pod_cgroup_is_read_when_due_and_a_cached_reading_keeps_its_time_and_rate() {
     let fake = FakeFs::default();
     let rt = rkubelet_cri::fake::FakeRuntime::with_images(&["docker.io/library/busybox:latest"]);
-    let (_pods_tx, pods) =
-        watch::channel(crate::pod_manager::pods_snapshot([guaranteed_pod_cgroup(
-            &fake,
-            1_000_000_000,
-        )]));
+    let (_pods_tx, pods) = watch::channel(crate::types::pods_snapshot([guaranteed_pod_cgroup(
+        &fake,
+        1_000_000_000,
+    )]));
     // The provider's interval is an hour: a pod is due one to two hours after it was read.
     let (handle, cancel, task) = spawn_provider(fake.clone(), rt, pods);
     let first = handle.refresh().await;

@@ -147,7 +147,7 @@ impl StatusManager {
             // An eviction's verdict is final (upstream applies the evictor's status on every
             // later generation): a pod killed for eviction never turns Succeeded.
             if old.status.phase.as_deref() == Some("Failed")
-                && old.status.reason.as_deref() == Some(crate::eviction::REASON)
+                && old.status.reason.as_deref() == Some(crate::types::EVICTED_REASON)
             {
                 status.phase.clone_from(&old.status.phase);
                 status.reason.clone_from(&old.status.reason);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::PodCondition;
 
-use crate::status::generate::k8s_time;
+use crate::clock::k8s_time;
 
 /// `PodResizePending`: the kubelet cannot allocate the desired resources (yet).
 pub const POD_RESIZE_PENDING: &str = "PodResizePending";

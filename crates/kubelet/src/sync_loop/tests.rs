@@ -126,7 +126,7 @@ fn orphans_killed(recorder: &Recorder) -> Vec<String> {
 struct Fixture {
     recorder: Arc<Recorder>,
     applied: SourcesApplied,
-    pods: watch::Receiver<crate::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<crate::types::PodsSnapshot>,
     cancel: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }

@@ -342,8 +342,8 @@ impl VolumeManager {
                 let size = ed
                     .size_limit
                     .as_ref()
-                    .and_then(|q| crate::status::qos::parse_quantity_nanos(&q.0))
-                    .map(crate::status::qos::nanos_to_units)
+                    .and_then(|q| crate::qos::parse_quantity_nanos(&q.0))
+                    .map(crate::qos::nanos_to_units)
                     .and_then(|b| i64::try_from(b).ok())
                     .unwrap_or(self.cfg.node_memory_bytes);
                 self.ensure_tmpfs(&dir, (size > 0).then_some(size)).await?;

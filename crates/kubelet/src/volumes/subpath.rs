@@ -119,7 +119,7 @@ pub enum SubPathError {
     Task(String),
     /// A subPathExpr that could not be expanded (upstream's wording).
     #[error(transparent)]
-    Expand(#[from] crate::kuberuntime::env::EnvError),
+    Expand(#[from] crate::env::EnvError),
 }
 
 impl SubPathError {
@@ -188,7 +188,7 @@ pub fn expand_expr(
         v[..end].to_owned()
     };
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), cut(v))).collect();
-    let sub = crate::kuberuntime::env::expand_sub_path_expr(expr, &env)?;
+    let sub = crate::env::expand_sub_path_expr(expr, &env)?;
     validate_mount(&sub, "subPathExpr", volume, container)?;
     Ok(sub)
 }

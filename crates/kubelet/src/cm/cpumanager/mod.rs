@@ -29,7 +29,7 @@ use rkubelet_cri::api::{LinuxContainerResources, UpdateContainerResourcesRequest
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::admission::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 use crate::container::cache::PodCache;
 use crate::types::PodExt;
 

@@ -12,9 +12,7 @@ use super::assignment::take_by_topology;
 use super::cpuset::CpuSet;
 use super::state::State;
 use super::topology::CpuTopology;
-use crate::status::qos::{
-    GUARANTEED, nanos_to_milli, nanos_to_units, parse_quantity_nanos, pod_qos_class,
-};
+use crate::qos::{GUARANTEED, nanos_to_milli, nanos_to_units, parse_quantity_nanos, pod_qos_class};
 use crate::types::PodExt;
 
 /// The static policy with its reserved CPUs and the pod whose init CPUs may be reused.

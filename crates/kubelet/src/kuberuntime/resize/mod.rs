@@ -17,7 +17,7 @@ use crate::container::PodStatus;
 use crate::kuberuntime::actions::{ContainerToKill, KillReason, PodActions};
 use crate::kuberuntime::container_config::calculate_linux_resources;
 use crate::kuberuntime::sync::Syncer;
-use crate::status::qos::parse_quantity_nanos;
+use crate::qos::parse_quantity_nanos;
 use crate::status::resize_conditions::REASON_ERROR;
 use crate::types::PodExt;
 

@@ -19,17 +19,15 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::container::{
-    ContainerState, ContainerStatus, ContainerUser as RuntimeUser, PodStatus, Timestamp,
-};
+use crate::container::{ContainerState, ContainerStatus, ContainerUser as RuntimeUser, PodStatus};
+use crate::env::sort_pod_ips;
 use crate::kuberuntime::actions::{
     NoProber, ProbeResult, ProbeResults, has_any_regular_container_created,
     is_restartable_init_container, restart_policy, should_container_be_restarted,
 };
-use crate::kuberuntime::env::sort_pod_ips;
 use crate::kuberuntime::ephemeral::ephemeral_specs;
-use crate::nodestatus::resources::{CPU, MEMORY, QuantityFormat, format_quantity, parse_milli};
-use crate::status::qos::pod_qos_class;
+use crate::qos::pod_qos_class;
+use crate::resources::{CPU, MEMORY, QuantityFormat, format_quantity, parse_milli};
 use crate::types::PodExt;
 
 mod conditions;
@@ -522,13 +520,7 @@ fn is_v6(ip: &str) -> bool {
     ip.contains(':')
 }
 
-/// Second-precision API time.
-pub fn k8s_time(t: Option<Timestamp>) -> Option<Time> {
-    let t = t?;
-    k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
-        .ok()
-        .map(Time)
-}
+pub use crate::clock::k8s_time;
 
 fn waiting(reason: Option<&str>, message: Option<&str>) -> ApiState {
     ApiState {

@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::apiclient::bounded;
 use crate::clock::Clock;
-use crate::nodestatus::bounded;
 
 /// Namespace of node leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";

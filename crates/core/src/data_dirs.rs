@@ -66,7 +66,7 @@ pub fn create_dir_with_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
 }
 
 /// The subdirectories of `<root>/pods/<uid>` upstream's `makePodDataDirs` makes 0750 (ours
-/// adds `containers`, as [`crate::kuberuntime::sync`] creates it).
+/// adds `containers`, as the kubelet's `kuberuntime::sync` creates it).
 pub const POD_SUBDIRS: [&str; 3] = ["volumes", "plugins", "containers"];
 
 /// Takes every bit [`DATA_DIR_MODE`] does not have off `<root>/pods/<uid>` and its

@@ -35,8 +35,8 @@ use self::watch_cache::{BoxTask, Cached, ObjectCache, Watched};
 use super::services::{self, ServiceLink};
 use super::tokens::{GC_PERIOD, TokenManager};
 use super::{ObjectError, PodObjects, TokenGrant, TokenRequest};
+use crate::apiclient::bounded;
 use crate::clock::Clock;
-use crate::nodestatus::bounded;
 
 /// Timing of [`ApiObjects`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

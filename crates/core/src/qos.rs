@@ -129,12 +129,12 @@ pub fn parse_quantity_nanos(s: &str) -> Option<i128> {
 }
 
 /// Upstream `Quantity.MilliValue()` (rounded up).
-pub(crate) fn nanos_to_milli(nanos: i128) -> i128 {
+pub fn nanos_to_milli(nanos: i128) -> i128 {
     div_ceil(nanos, 1_000_000)
 }
 
 /// Upstream `Quantity.Value()` (rounded up).
-pub(crate) fn nanos_to_units(nanos: i128) -> i128 {
+pub fn nanos_to_units(nanos: i128) -> i128 {
     div_ceil(nanos, NANOS)
 }
 

@@ -329,8 +329,8 @@ pub(crate) fn random_fraction() -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-#[cfg(test)]
-pub(crate) mod testutil;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testutil;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -20,8 +20,8 @@ use kube::api::PostParams;
 use tracing::{debug, warn};
 
 use super::{ObjectError, TokenGrant, TokenRequest};
+use crate::apiclient::bounded;
 use crate::clock::Clock;
-use crate::nodestatus::bounded;
 
 /// A token is renewed at the latest this long after it was issued (upstream `maxTTL`).
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);

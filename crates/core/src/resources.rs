@@ -1,7 +1,7 @@
-//! admission::resources — pod resource requests (upstream `resourcehelper.PodRequests`, the
-//! KEP-753 sidecar rules) and the resource fit (upstream `noderesources.fitsRequest`) that the
-//! predicate admit handler applies. Receives pods and the Node's `status.allocatable`; emits
-//! request totals and the resources that do not fit. Pure.
+//! Pod resources: requests (upstream `resourcehelper.PodRequests`, the KEP-753 sidecar rules),
+//! the resource fit (upstream `noderesources.fitsRequest`) the predicate admit handler applies,
+//! resource names and the canonical quantity strings Go prints. Receives pods and a Node's
+//! `status.allocatable`; emits request totals and the resources that do not fit. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,11 +13,9 @@ use crate::config::Quantity;
 /// Requests by resource name, exact, in nano-units (value × 10⁹).
 pub type ResourceNanos = BTreeMap<String, i128>;
 
-pub const CPU: &str = "cpu";
-pub const MEMORY: &str = "memory";
 pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub const PODS: &str = "pods";
-const HUGEPAGES_PREFIX: &str = "hugepages-";
+pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 const ATTACHABLE_VOLUMES_PREFIX: &str = "attachable-volumes-";
 const NATIVE_DOMAIN: &str = "kubernetes.io/";
 const REQUESTS_PREFIX: &str = "requests.";
@@ -353,6 +351,73 @@ pub fn fits(
         check(name, requested, capacity, used);
     }
     out
+}
+
+// Resource names and the canonical quantity strings Go's `resource.Quantity` prints (node
+// status, pod status, the CPU manager and huge pages share them).
+
+pub const CPU: &str = "cpu";
+pub const MEMORY: &str = "memory";
+
+/// How Go prints a quantity: decimal (`100m`, `4`, `2k`) or binary (`16Gi`, `1500`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantityFormat {
+    DecimalSI,
+    BinarySI,
+}
+
+/// The canonical string Go's `resource.Quantity` gives a value of `milli`/1000 in `format`.
+pub fn format_quantity(milli: i128, format: QuantityFormat) -> String {
+    if milli % 1000 != 0 {
+        return format!("{milli}m");
+    }
+    let n = milli / 1000;
+    if format == QuantityFormat::BinarySI && n.abs() >= 1024 {
+        let (mut n, mut exp) = (n, 0);
+        while n % 1024 == 0 && exp < 6 {
+            n /= 1024;
+            exp += 1;
+        }
+        return format!("{n}{}", ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][exp]);
+    }
+    let (mut n, mut exp) = (n, 0);
+    while n != 0 && n % 1000 == 0 && exp < 6 {
+        n /= 1000;
+        exp += 1;
+    }
+    format!("{n}{}", ["", "k", "M", "G", "T", "P", "E"][exp])
+}
+
+/// A quantity string's value × 1000 (rounded up), as Go's `MilliValue`.
+pub fn parse_milli(q: &str) -> Option<i128> {
+    Quantity::parse(q).ok().map(|q| i128::from(q.milli_value()))
+}
+
+/// The format Go's kubelet uses for a resource: bytes are binary, the rest decimal.
+pub fn format_of(resource: &str) -> QuantityFormat {
+    if resource == MEMORY || resource == EPHEMERAL_STORAGE || is_huge_page_resource(resource) {
+        QuantityFormat::BinarySI
+    } else {
+        QuantityFormat::DecimalSI
+    }
+}
+
+pub fn is_huge_page_resource(name: &str) -> bool {
+    name.starts_with(HUGEPAGES_PREFIX)
+}
+
+/// Upstream `IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io` that is
+/// not a quota `requests.` name.
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// `hugepages-2Mi` for a 2 MiB page size.
+pub fn huge_page_resource_name(page_size: u64) -> String {
+    format!(
+        "{HUGEPAGES_PREFIX}{}",
+        format_quantity(i128::from(page_size) * 1000, QuantityFormat::BinarySI)
+    )
 }
 
 #[cfg(test)]

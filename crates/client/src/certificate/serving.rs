@@ -13,10 +13,12 @@ use super::csr::{ApiSigner, Template};
 use super::manager::{CertificateManager, Kind, ManagerConfig, OnUpdate, Timings};
 use super::store::FileStore;
 use crate::clock::Clock;
-use crate::server::tls::ServingTls;
 
 /// The prefix of the serving certificate files in `--cert-dir`.
 pub const SERVER_PREFIX: &str = "kubelet-server";
+
+/// Makes the HTTPS server take up a newly stored serving certificate; the reason on failure.
+pub type Reload = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// The serving certificate manager; `Ok(None)` when the node has no IP address to ask for
 /// (upstream requests nothing then).
@@ -26,7 +28,7 @@ pub fn serving_manager(
     hostnames: &[String],
     ips: &[IpAddr],
     cert_dir: &Path,
-    tls: Arc<ServingTls>,
+    reload_tls: Reload,
     timings: Timings,
 ) -> Result<Option<Arc<CertificateManager>>, CertError> {
     let Some(template) = Template::node_serving(node_name, hostnames, ips) else {
@@ -41,8 +43,7 @@ pub fn serving_manager(
         }
     };
     let on_update: OnUpdate = Arc::new(move |_pair| {
-        tls.reload()
-            .map_err(|e| CertError::invalid("serving certificate", e.to_string()))
+        reload_tls().map_err(|e| CertError::invalid("serving certificate", e))
     });
     Ok(Some(CertificateManager::new(
         ManagerConfig {

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Container, ObjectFieldSelector, Pod, ResourceFieldSelector};
 
-use crate::status::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
+use crate::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 
 /// Errors while building a container's environment. Messages follow upstream's wording, which
 /// users see in the container's `CreateContainerConfigError` waiting message.
