@@ -19,3 +19,7 @@ pub mod runtime_status;
 pub mod sandbox_config;
 pub mod start;
 pub mod sync;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod security_tests;

@@ -8,7 +8,7 @@
 //! labels/taints/allocatable for admission). [`initial_node`] alone serves standalone mode.
 
 pub mod addresses;
-pub mod host;
+pub use crate::host;
 pub mod manager;
 pub mod register;
 pub mod resources;

@@ -25,6 +25,9 @@ pub mod setup;
 pub mod streaming;
 pub mod tls;
 
+#[cfg(test)]
+mod pod_dir_logs_tests;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;

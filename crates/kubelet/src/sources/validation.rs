@@ -2,6 +2,7 @@
 //! Receives a defaulted `Pod`, emits upstream-style field errors
 //! (`spec.containers[0].image: Required value`). Pure.
 
+use crate::volumes::git_repo_disabled_message;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -214,15 +215,6 @@ fn uid_problems(uid: &str) -> Vec<String> {
         out.push("must not be '.' or contain '..'".to_owned());
     }
     out
-}
-
-/// Upstream's message for the gitRepo plugin, disabled (and locked off) since 1.33
-/// (CVE-2024-10220, CVE-2025-1767: hooks run from a cloned repository, other pods' repositories
-/// read). `volume` is the volume's name.
-pub fn git_repo_disabled_message(volume: &str) -> String {
-    format!(
-        "volume {volume:?}: git-repo volume plugin has been disabled; use an emptyDir volume and an init container that clones the repository instead"
-    )
 }
 
 fn validate_spec(spec: &PodSpec, errs: &mut Vec<FieldError>) {

@@ -16,7 +16,7 @@
 //! watch channel; file reads go through [`StatsFs`].
 
 pub mod cgroup;
-pub mod fs;
+pub use crate::hostfs as fs;
 pub mod housekeeping;
 pub mod net;
 pub mod system;

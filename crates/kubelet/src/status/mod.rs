@@ -5,6 +5,6 @@
 pub mod api_sync;
 pub mod generate;
 pub mod manager;
+pub use crate::allocation::resize_conditions;
 pub use rkubelet_core::qos;
-pub mod resize_conditions;
 pub mod terminate;

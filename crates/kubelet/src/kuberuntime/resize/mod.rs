@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use tracing::{info, warn};
 
+use crate::allocation::resize_conditions::REASON_ERROR;
 use crate::allocation::{AllocationManager, resources_equal};
 use crate::cm::cgroups::ResourceConfig;
 use crate::container::PodStatus;
@@ -18,7 +19,6 @@ use crate::kuberuntime::actions::{ContainerToKill, KillReason, PodActions};
 use crate::kuberuntime::container_config::calculate_linux_resources;
 use crate::kuberuntime::sync::Syncer;
 use crate::qos::parse_quantity_nanos;
-use crate::status::resize_conditions::REASON_ERROR;
 use crate::types::PodExt;
 
 /// A resource whose resize is ordered on its own.

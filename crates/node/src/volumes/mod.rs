@@ -423,9 +423,7 @@ impl VolumeManager {
         }
         // API pods are not validated by us: refuse gitRepo here too (CVE-2024-10220/CVE-2025-1767).
         if vol.git_repo.is_some() {
-            return Err(crate::sources::validation::git_repo_disabled_message(
-                &vol.name,
-            ));
+            return Err(git_repo_disabled_message(&vol.name));
         }
         Err(format!(
             "volume type of {:?} is not supported by this rkubelet yet (supported: emptyDir, hostPath, downwardAPI, configMap, secret, projected)",
@@ -823,6 +821,15 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
         durable: false,
     };
     crate::fsat::atomic_write(path, data, opts).map_err(io)
+}
+
+/// Upstream's message for the gitRepo plugin, disabled (and locked off) since 1.33
+/// (CVE-2024-10220, CVE-2025-1767: hooks run from a cloned repository, other pods' repositories
+/// read). `volume` is the volume's name.
+pub fn git_repo_disabled_message(volume: &str) -> String {
+    format!(
+        "volume {volume:?}: git-repo volume plugin has been disabled; use an emptyDir volume and an init container that clones the repository instead"
+    )
 }
 
 #[cfg(test)]

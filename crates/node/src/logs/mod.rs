@@ -255,7 +255,7 @@ impl std::fmt::Debug for ContainerLogManager {
 }
 
 fn statvfs_available(path: &Path) -> std::io::Result<u64> {
-    crate::stats::fs::statvfs(path).map(|u| u.available_bytes)
+    crate::hostfs::statvfs(path).map(|u| u.available_bytes)
 }
 
 impl ContainerLogManager {

@@ -211,7 +211,7 @@ pub fn filesystem_capacity(path: &Path) -> Option<u64> {
 
 /// The filesystem's size (`statvfs(2)`: blocks × fragment size).
 fn statvfs_capacity(path: &Path) -> Option<u64> {
-    crate::stats::fs::statvfs(path)
+    crate::hostfs::statvfs(path)
         .ok()
         .map(|usage| usage.capacity_bytes)
 }

@@ -195,7 +195,7 @@ pub type FsStatsFn = Arc<dyn Fn(&Path) -> std::io::Result<FsUsage> + Send + Sync
 /// `statvfs(2)` of `path`: capacity = blocks × fragment size, available = blocks free to
 /// unprivileged users × fragment size.
 pub fn statvfs_usage(path: &Path) -> std::io::Result<FsUsage> {
-    let usage = crate::stats::fs::statvfs(path)?;
+    let usage = crate::hostfs::statvfs(path)?;
     Ok(FsUsage {
         capacity: usage.capacity_bytes,
         available: usage.available_bytes,

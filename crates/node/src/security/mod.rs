@@ -3,13 +3,9 @@
 //! capability-name normalisation and the `supplementalGroupsPolicy: Strict` admission rule.
 //! Receives pods (and host facts probed once at start-up); emits admission rejections and CRI
 //! security profiles. The CRI security contexts themselves are built in
-//! `kuberuntime::{container_config, sandbox_config}`; `cri_tests` checks them field by field.
+//! `kuberuntime::{container_config, sandbox_config}`; `kuberuntime::security_tests` checks them field by field.
 
 pub mod apparmor;
 pub mod capabilities;
 pub mod groups;
 pub mod sysctl;
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod cri_tests;

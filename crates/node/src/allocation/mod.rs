@@ -14,6 +14,7 @@
 
 pub mod checkpoint;
 pub mod feasibility;
+pub mod resize_conditions;
 pub mod status;
 
 use std::collections::HashSet;
@@ -28,7 +29,7 @@ use self::checkpoint::{
     ACTUATED_FILE, ALLOCATED_FILE, Allocations, Checkpoint, CheckpointError, PodResources,
 };
 pub use self::feasibility::{ResizeVerdict, can_resize_pod, static_cpu_manager_forbids};
-use crate::status::resize_conditions::{REASON_INFEASIBLE, ResizeConditions};
+use crate::allocation::resize_conditions::{REASON_INFEASIBLE, ResizeConditions};
 use crate::types::PodExt;
 
 /// Failures of the allocation manager.
@@ -429,7 +430,7 @@ impl AllocationManager {
             ResizeVerdict::Deferred(message) => {
                 if self.conditions.set_pending(
                     &uid,
-                    crate::status::resize_conditions::REASON_DEFERRED,
+                    crate::allocation::resize_conditions::REASON_DEFERRED,
                     &message,
                     now,
                 ) {

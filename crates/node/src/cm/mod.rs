@@ -96,10 +96,7 @@ impl Default for CmConfig {
 
 /// The node's capacity for the container manager: cpu (cores), memory and huge pages from the
 /// host facts, and `pid` from `/proc/sys/kernel/pid_max` (upstream `pidlimit.PIDs`).
-pub fn node_capacity(
-    host: &crate::nodestatus::host::HostInfo,
-    pid_max: Option<i64>,
-) -> ResourceList {
+pub fn node_capacity(host: &crate::host::HostInfo, pid_max: Option<i64>) -> ResourceList {
     const G: i128 = 1_000_000_000;
     let mut c = ResourceList::new();
     c.insert("cpu".to_owned(), i128::from(host.num_cores) * G);

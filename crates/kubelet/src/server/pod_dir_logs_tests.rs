@@ -1,9 +1,12 @@
+//! Tests of `logs::pod_dir` (finding a pod's log files without following links) read through
+//! the server's bounded log reader, as `/containerLogs` and `rkubelet logs` do.
+
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use super::*;
+use crate::logs::pod_dir::*;
 use crate::server::logs::{LogOptions, read_logs_blocking};
 
 fn write(path: &Path, text: &str) {
@@ -227,14 +230,4 @@ fn attack_renaming_the_directory_after_the_lookup_does_not_redirect_the_read() {
     std::fs::rename(pods.join("default_web_uid1"), dir.path().join("moved")).unwrap();
     symlink(dir.path().join("secret"), pods.join("default_web_uid1")).unwrap();
     assert_eq!(read(&log), "real\n");
-}
-
-#[test]
-fn restart_numbers_come_from_log_file_names_only() {
-    assert_eq!(restart_of(b"3.log"), Some(3));
-    assert_eq!(restart_of(b"12.log.20240101-000000"), Some(12));
-    assert_eq!(restart_of(b"12.log.20240101-000000.gz"), Some(12));
-    assert_eq!(restart_of(b"x.log"), None);
-    assert_eq!(restart_of(b"3.logx"), None);
-    assert_eq!(restart_of(b".log"), None);
 }

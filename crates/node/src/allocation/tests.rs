@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::NodeStatus;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
-use crate::status::resize_conditions::{POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING};
+use crate::allocation::resize_conditions::{POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING};
 
 fn pod(uid: &str, cpu: &str, mem: &str) -> Pod {
     serde_json::from_value(json!({

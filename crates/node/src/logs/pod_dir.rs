@@ -330,5 +330,16 @@ pub fn find_pod_log(pods_dir: &Path, q: &PodLogQuery) -> Result<PodLog, PodLogEr
 }
 
 #[cfg(test)]
-#[path = "pod_dir_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_numbers_come_from_log_file_names_only() {
+        assert_eq!(restart_of(b"3.log"), Some(3));
+        assert_eq!(restart_of(b"12.log.20240101-000000"), Some(12));
+        assert_eq!(restart_of(b"12.log.20240101-000000.gz"), Some(12));
+        assert_eq!(restart_of(b"x.log"), None);
+        assert_eq!(restart_of(b"3.logx"), None);
+        assert_eq!(restart_of(b".log"), None);
+    }
+}

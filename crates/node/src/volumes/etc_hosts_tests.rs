@@ -49,7 +49,7 @@ fn a_second_write_keeps_the_inode_a_running_container_holds_and_its_writes_count
     held.seek(SeekFrom::End(0)).unwrap();
     held.write_all(&vec![b'#'; 4 << 20]).unwrap();
     held.sync_all().unwrap();
-    let usage = crate::stats::fs::du(&path).unwrap();
+    let usage = crate::hostfs::du(&path).unwrap();
     assert!(usage.bytes >= 4 << 20, "counted: {usage:?}");
     assert_eq!(usage.inodes, 1);
 

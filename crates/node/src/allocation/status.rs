@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::AllocationManager;
-use crate::status::resize_conditions::{POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING};
+use crate::allocation::resize_conditions::{POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING};
 use crate::types::PodExt;
 
 impl AllocationManager {
