@@ -385,7 +385,7 @@ mod tests {
                 &t,
                 1234,
                 &Level::INFO,
-                "crates/kubelet/src/status/manager.rs",
+                "crates/pods/src/status/manager.rs",
                 123,
                 &r
             ),
@@ -454,7 +454,7 @@ mod tests {
         let line = json_line(
             nanos,
             &Level::DEBUG,
-            "crates/kubelet/src/status/manager.rs",
+            "crates/pods/src/status/manager.rs",
             42,
             &r,
         );

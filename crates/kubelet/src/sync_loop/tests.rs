@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::container::cache::PodCache;
 use crate::container::{PodStatus, RunningPod};
-use crate::kuberuntime::runtime_status::tests::{container, pod, run_sandbox, spec};
+use crate::kuberuntime::runtime_status::testutil::{container, pod, run_sandbox, spec};
 use crate::pod_workers::{PodSyncer, SyncError, WorkerTimings};
 use crate::types::PodSource;
 

@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::container::ContainerState;
 use crate::container::cache::PodCache;
-use crate::kuberuntime::runtime_status::tests::{container, pod, run_sandbox, spec};
+use crate::kuberuntime::runtime_status::testutil::{container, pod, run_sandbox, spec};
 use crate::pleg::{RELIST_PERIOD, RELIST_THRESHOLD};
 
 use PlegEventKind as K;

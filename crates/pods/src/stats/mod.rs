@@ -16,7 +16,7 @@
 //! watch channel; file reads go through [`StatsFs`].
 
 pub mod cgroup;
-pub use crate::hostfs as fs;
+pub use rkubelet_node::hostfs as fs;
 pub mod housekeeping;
 pub mod net;
 pub mod system;

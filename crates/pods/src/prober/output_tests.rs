@@ -17,7 +17,7 @@ use super::tests::{pod, status};
 use super::*;
 use crate::events::{CollectingRecorder, MAX_EVENT_MESSAGE_LENGTH};
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
-use crate::kuberuntime::runtime_status::tests as rt;
+use crate::kuberuntime::runtime_status::testutil as rt;
 
 const MIB: usize = 1024 * 1024;
 

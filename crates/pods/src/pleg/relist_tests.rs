@@ -13,7 +13,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::kuberuntime::runtime_status::tests::{container, pod, run_sandbox, spec, stop_sandbox};
+use crate::kuberuntime::runtime_status::testutil::{
+    container, pod, run_sandbox, spec, stop_sandbox,
+};
 
 struct Fixture {
     rt: FakeRuntime,

@@ -790,7 +790,7 @@ mod tests {
     use rkubelet_cri::{CriError, RuntimeService};
 
     use super::*;
-    use crate::kuberuntime::runtime_status::tests::{
+    use crate::kuberuntime::runtime_status::testutil::{
         container, pod, run_sandbox, spec, stop_sandbox,
     };
 
