@@ -123,7 +123,7 @@ pub(super) async fn system_log(root: PathBuf, comps: Vec<OsString>, rel: String)
         Ok(Target::Redirect) => redirect(&format!("/logs{rel}/")),
         Ok(Target::Forbidden) => text(StatusCode::FORBIDDEN, "403 Forbidden\n".into()),
         Ok(Target::Error(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-        Ok(Target::NotFound) | Err(_) => super::routes::not_found(),
+        Ok(Target::NotFound) | Err(_) => super::not_found(),
     }
 }
 

@@ -19,6 +19,7 @@ mod log_handlers;
 pub mod logs;
 pub mod operator;
 pub mod path;
+pub mod query;
 pub mod review;
 pub mod routes;
 pub mod setup;
@@ -471,6 +472,11 @@ pub(crate) fn text(status: StatusCode, body: String) -> Resp {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
+}
+
+/// Upstream's 404 body for a path the kubelet does not serve.
+pub(crate) fn not_found() -> Resp {
+    text(StatusCode::NOT_FOUND, "404 page not found\n".into())
 }
 
 /// A Prometheus text exposition (format 0.0.4) in the negotiated content coding; `Vary:

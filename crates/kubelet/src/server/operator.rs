@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::path::OperatorView;
-use super::{HealthCheck, Resp, ServerState, json, routes::not_found};
+use super::{HealthCheck, Resp, ServerState, json, not_found};
 use crate::events_ring::{EventRing, RingEvent};
 use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::host::HostInfo;

@@ -19,7 +19,8 @@ use tracing::warn;
 
 use super::logs::LogOptions;
 use super::path::{MetricsKind, Root, Route, StreamKind, parse};
-use super::{Endpoints, Resp, ServerState, json, text};
+use super::query::{pct_decode, query_pairs};
+use super::{Endpoints, Resp, ServerState, json, not_found, text};
 use crate::types::PodExt;
 
 /// Parses the request path once and dispatches it (the plain-HTTP ports and tests).
@@ -150,53 +151,11 @@ async fn route_request<B>(
     }
 }
 
-pub(super) fn not_found() -> Resp {
-    text(StatusCode::NOT_FOUND, "404 page not found\n".into())
-}
-
 fn method_not_allowed() -> Resp {
     text(
         StatusCode::METHOD_NOT_ALLOWED,
         "405: Method Not Allowed".into(),
     )
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match std::str::from_utf8(&b[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
-                    Some(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Every query parameter in order, percent-decoded (repeated keys kept).
-pub(super) fn query_pairs(q: Option<&str>) -> Vec<(String, String)> {
-    q.unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (pct_decode(k), pct_decode(v))
-        })
-        .collect()
 }
 
 /// Query parameters (the first value of each, percent-decoded).

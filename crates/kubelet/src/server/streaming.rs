@@ -290,7 +290,7 @@ pub async fn stream_url<B>(
     target: &StreamTarget<'_>,
     req: &Request<B>,
 ) -> Result<String, StreamError> {
-    let query = super::routes::query_pairs(req.uri().query());
+    let query = super::query::query_pairs(req.uri().query());
     let opts = match target.kind {
         StreamKind::Exec | StreamKind::Attach => Some(parse_options(&query)?),
         StreamKind::PortForward => None,

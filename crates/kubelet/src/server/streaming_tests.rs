@@ -3,7 +3,7 @@
 use super::*;
 use crate::container::cache::PodCache;
 use crate::container::{ContainerState, ContainerStatus, SandboxStatus};
-use crate::server::routes::query_pairs;
+use crate::server::query::query_pairs;
 use crate::server::{Endpoints, ServerState};
 use crate::status::manager::StatusManager;
 use http::Method;

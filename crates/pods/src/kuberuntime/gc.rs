@@ -594,7 +594,7 @@ impl ContainerGc {
                             let ns = st
                                 .labels
                                 .get(crate::kuberuntime::labels::POD_NAMESPACE_LABEL)?;
-                            Some(dir.join(crate::kuberuntime::start::legacy_log_name(
+                            Some(dir.join(crate::kuberuntime::labels::legacy_log_name(
                                 pod, ns, &c.name, &c.id,
                             )))
                         });

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use rkubelet_cri::RuntimeService;
 use rkubelet_cri::api::ExecSyncRequest;
 
-use crate::kuberuntime::start::format_pod;
+use crate::kuberuntime::labels::format_pod;
 use crate::prober::handlers::{Action, Outcome, Target, run_http_get};
 
 /// Upstream gives an HTTP hook no deadline of its own; this bounds a hung server (the preStop

@@ -21,12 +21,12 @@ use tracing::{debug, info, warn};
 use crate::container::{ContainerStatus, PodStatus};
 use crate::events::EventType;
 use crate::kuberuntime::actions::{KillReason, is_restartable_init_container};
+use crate::kuberuntime::context::RuntimeContext;
 use crate::kuberuntime::gc::remove_container_logs;
 use crate::kuberuntime::hooks::{HookTarget, run_pre_stop};
+use crate::kuberuntime::labels::legacy_log_name;
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::pod_logs_directory;
-use crate::kuberuntime::start::legacy_log_name;
-use crate::kuberuntime::sync::Syncer;
 use crate::pod_workers::SyncError;
 use crate::types::PodExt;
 
@@ -190,7 +190,7 @@ impl TerminationOrdering {
 /// within the grace period (`grace_override` wins over the target's own), the sidecar
 /// ordering's wait, then StopContainer with what is left (at least 2 s).
 pub async fn kill_containers(
-    syncer: &Syncer,
+    ctx: &RuntimeContext,
     pod: Option<&Pod>,
     targets: Vec<KillTarget>,
     grace_override: Option<i64>,
@@ -199,7 +199,7 @@ pub async fn kill_containers(
     let kills = targets.into_iter().map(|t| {
         let ordering = ordering.clone();
         async move {
-            let result = kill_one(syncer, pod, &t, grace_override, ordering.as_ref()).await;
+            let result = kill_one(ctx, pod, &t, grace_override, ordering.as_ref()).await;
             if let Some(o) = &ordering {
                 o.terminated(&t.name);
             }
@@ -219,7 +219,7 @@ pub async fn kill_containers(
 }
 
 async fn kill_one(
-    syncer: &Syncer,
+    ctx: &RuntimeContext,
     pod: Option<&Pod>,
     t: &KillTarget,
     grace_override: Option<i64>,
@@ -231,8 +231,7 @@ async fn kill_one(
             .message
             .clone()
             .unwrap_or_else(|| format!("Stopping container {}", t.name));
-        syncer
-            .events
+        ctx.events
             .event(pod, EventType::Normal, "Killing", &message);
         let pre_stop = t
             .spec
@@ -243,7 +242,7 @@ async fn kill_one(
             && grace > 0
         {
             let target = HookTarget {
-                runtime: syncer.runtime.as_ref(),
+                runtime: ctx.runtime.as_ref(),
                 pod,
                 container: spec,
                 container_id: &t.id,
@@ -252,7 +251,7 @@ async fn kill_one(
             let (took, error) = run_pre_stop(hook, &target, grace).await;
             if let Some(e) = error {
                 warn!(container = %t.name, id = %t.id, error = %e, "preStop hook failed");
-                syncer.events.event(
+                ctx.events.event(
                     pod,
                     EventType::Warning,
                     "FailedPreStopHook",
@@ -269,7 +268,7 @@ async fn kill_one(
     }
     let grace = grace.max(MINIMUM_GRACE_PERIOD_SECONDS);
     info!(container = %t.name, id = %t.id, grace_period = grace, "stopping container");
-    let result = syncer
+    let result = ctx
         .runtime
         .stop_container(StopContainerRequest {
             container_id: t.id.clone(),
@@ -286,12 +285,12 @@ async fn kill_one(
 /// Removes every container and sandbox of a pod and its log directory (used once a pod is gone
 /// from the config, in place of upstream's container GC for deleted pods).
 pub async fn remove_pod_content(
-    syncer: &Syncer,
+    ctx: &RuntimeContext,
     uid: &str,
     name: &str,
     namespace: &str,
 ) -> Result<(), SyncError> {
-    let rt = syncer.runtime.as_ref();
+    let rt = ctx.runtime.as_ref();
     let status = get_pod_status(rt, uid, name, namespace)
         .await
         .map_err(|e| SyncError(e.to_string()))?;
@@ -307,7 +306,7 @@ pub async fn remove_pod_content(
         {
             errors.push(format!("removing container {} ({}): {e}", c.name, c.id));
         }
-        if let Some(dir) = &syncer.config.container_log_symlink_dir {
+        if let Some(dir) = &ctx.config.container_log_symlink_dir {
             links.push(dir.join(legacy_log_name(name, namespace, &c.name, &c.id)));
         }
     }
@@ -341,7 +340,7 @@ pub async fn remove_pod_content(
     if !errors.is_empty() {
         return Err(SyncError(errors.join("; ")));
     }
-    let logs = pod_logs_directory(&syncer.config.pod_logs_dir, namespace, name, uid);
+    let logs = pod_logs_directory(&ctx.config.pod_logs_dir, namespace, name, uid);
     // A pod's logs can be large: removed off the async worker threads.
     let removing = logs.clone();
     let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&removing))
@@ -359,14 +358,14 @@ pub async fn remove_pod_content(
 /// Removes every init container of `status` with its logs and legacy log link, once the pod
 /// was killed to get a new sandbox (upstream `purgeInitContainers`), so that all of them run
 /// again in the new sandbox. Failures are logged and skipped, as upstream.
-pub async fn purge_init_containers(syncer: &Syncer, pod: &Pod, status: &PodStatus) {
+pub async fn purge_init_containers(ctx: &RuntimeContext, pod: &Pod, status: &PodStatus) {
     let init_names: BTreeSet<&str> = pod
         .spec
         .iter()
         .flat_map(|s| s.init_containers.iter().flatten())
         .map(|c| c.name.as_str())
         .collect();
-    let rt = syncer.runtime.as_ref();
+    let rt = ctx.runtime.as_ref();
     let (name, namespace) = (pod.name(), pod.namespace());
     for c in status
         .container_statuses
@@ -387,7 +386,7 @@ pub async fn purge_init_containers(syncer: &Syncer, pod: &Pod, status: &PodStatu
                 continue;
             }
         };
-        let link = syncer
+        let link = ctx
             .config
             .container_log_symlink_dir
             .as_ref()

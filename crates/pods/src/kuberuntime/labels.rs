@@ -10,6 +10,8 @@ use std::hash::BuildHasher;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, LifecycleHandler, Pod};
 use tracing::{debug, warn};
 
+use crate::types::PodExt;
+
 /// Label: the pod's name (sandboxes and containers).
 pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 /// Label: the pod's namespace (sandboxes and containers).
@@ -312,6 +314,18 @@ pub fn container_info_from_annotations(annotations: &impl LabelLookup) -> Contai
         pre_stop_handler,
         ports: ports.unwrap_or_default(),
     }
+}
+
+/// `name_namespace(uid)`, upstream's `format.Pod`.
+pub fn format_pod(pod: &Pod) -> String {
+    format!("{}_{}({})", pod.name(), pod.namespace(), pod.uid())
+}
+
+/// `<pod>_<ns>_<container>-<id>.log` (upstream `logSymlink`), cut to ext4's 255-byte limit.
+pub fn legacy_log_name(pod: &str, namespace: &str, container: &str, id: &str) -> String {
+    let mut base = format!("{pod}_{namespace}_{container}-{id}");
+    base.truncate(255 - ".log".len());
+    format!("{base}.log")
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod container_config;
+pub mod context;
 pub mod dra;
 pub use rkubelet_core::env;
 pub mod env_objects;

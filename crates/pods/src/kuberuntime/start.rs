@@ -24,16 +24,17 @@ use crate::kuberuntime::container_config::sandbox_resources;
 use crate::kuberuntime::container_config::{
     ContainerContext, ImageUser, generate_container_config,
 };
+use crate::kuberuntime::context::RuntimeContext;
 use crate::kuberuntime::env_objects::EnvObjectsSnapshot;
 use crate::kuberuntime::ephemeral::{as_container, target_container_name};
 use crate::kuberuntime::hash::hash_container;
 use crate::kuberuntime::hooks::{HookTarget, run_hook};
 use crate::kuberuntime::kill::{KillTarget, kill_containers, termination_grace_period};
+use crate::kuberuntime::labels::{format_pod, legacy_log_name};
 use crate::kuberuntime::sandbox_config::{
     SandboxContext, WarningObject, generate_pod_sandbox_config, pod_hostname_and_domain,
     pod_logs_directory,
 };
-use crate::kuberuntime::sync::Syncer;
 use crate::metrics::timeline;
 use crate::pod_workers::SyncError;
 use crate::qos::pod_qos_class;
@@ -85,18 +86,13 @@ pub struct SandboxInfo {
 
 /// Starts a pod's sandbox and containers for one sync.
 pub struct Starter<'a> {
-    syncer: &'a Syncer,
+    ctx: &'a RuntimeContext,
     pod: &'a Pod,
     status: &'a PodStatus,
     volumes: &'a BTreeMap<String, MountedVolume>,
     /// The pod's `imagePullSecrets`, read once per sync at the first image pull check
     /// (upstream `getPullSecretsForPod` in `SyncPod`).
     pull_secrets: tokio::sync::OnceCell<Vec<k8s_openapi::api::core::v1::Secret>>,
-}
-
-/// `name_namespace(uid)`, upstream's `format.Pod`.
-pub fn format_pod(pod: &Pod) -> String {
-    format!("{}_{}({})", pod.name(), pod.namespace(), pod.uid())
 }
 
 /// The CrashLoopBackOff key prefix of a container (upstream `getStableKey` without the hash).
@@ -131,13 +127,13 @@ pub fn restart_count_from_log_dir(dir: &Path) -> u32 {
 
 impl<'a> Starter<'a> {
     pub fn new(
-        syncer: &'a Syncer,
+        ctx: &'a RuntimeContext,
         pod: &'a Pod,
         status: &'a PodStatus,
         volumes: &'a BTreeMap<String, MountedVolume>,
     ) -> Self {
         Self {
-            syncer,
+            ctx,
             pod,
             status,
             volumes,
@@ -153,13 +149,13 @@ impl<'a> Starter<'a> {
     ) -> Result<(), String> {
         use crate::kuberuntime::recursive_read_only as rro;
         // An unknown runtime class already failed the sandbox; here it supports nothing.
-        let supports = match self.syncer.runtime_classes.lookup_runtime_handler(
+        let supports = match self.ctx.runtime_classes.lookup_runtime_handler(
             self.pod
                 .spec
                 .as_ref()
                 .and_then(|s| s.runtime_class_name.as_deref()),
         ) {
-            Ok(handler) => rro::runtime_supports(&*self.syncer.runtime, &handler).await,
+            Ok(handler) => rro::runtime_supports(&*self.ctx.runtime, &handler).await,
             Err(_) => false,
         };
         rro::apply(container, mounts, supports)
@@ -173,7 +169,7 @@ impl<'a> Starter<'a> {
         container: &Container,
         env: &[(String, String)],
     ) -> Result<Vec<Mount>, String> {
-        let syncer = self.syncer;
+        let ctx = self.ctx;
         let host_network = self
             .pod
             .spec
@@ -181,15 +177,14 @@ impl<'a> Starter<'a> {
             .and_then(|s| s.host_network)
             .unwrap_or(false);
         let ips = if host_network {
-            &syncer.config.host_ips
+            &ctx.config.host_ips
         } else {
             &sandbox.ips
         };
         let (hostname, domain) =
-            pod_hostname_and_domain(self.pod, &syncer.config.sandbox.cluster_domain)
+            pod_hostname_and_domain(self.pod, &ctx.config.sandbox.cluster_domain)
                 .map_err(|e| e.to_string())?;
-        syncer
-            .volumes
+        ctx.volumes
             .container_mounts(
                 self.pod,
                 container,
@@ -207,33 +202,33 @@ impl<'a> Starter<'a> {
 
     fn sandbox_config(&self, attempt: u32) -> Result<PodSandboxConfig, StartError> {
         let cgroup_ctx;
-        let ctx = match &self.syncer.cgroups {
+        let ctx = match &self.ctx.cgroups {
             Some(cm) => {
                 let parent = cm
                     .pod_cgroup_parent(self.pod)
                     .map_err(|e| StartError::CreatePodSandbox(e.to_string()))?;
                 cgroup_ctx = SandboxContext {
                     cgroup_parent: Some(parent),
-                    ..self.syncer.config.sandbox.clone()
+                    ..self.ctx.config.sandbox.clone()
                 };
                 &cgroup_ctx
             }
-            None => &self.syncer.config.sandbox,
+            None => &self.ctx.config.sandbox,
         };
         let (mut config, warnings) = generate_pod_sandbox_config(self.pod, attempt, ctx)
             .map_err(|e| StartError::CreatePodSandbox(e.to_string()))?;
         if let Some(linux) = config.linux.as_mut() {
             let (resources, overhead) =
-                sandbox_resources(self.pod, &self.syncer.config.runtime_options);
+                sandbox_resources(self.pod, &self.ctx.config.runtime_options);
             linux.resources = Some(resources);
             linux.overhead = Some(overhead);
         }
         for w in warnings {
             // Node-object events need the API event sink; until then they are logged.
             if w.object == WarningObject::Node {
-                warn!(node = %self.syncer.config.node_name, reason = w.reason, "{}", w.message);
+                warn!(node = %self.ctx.config.node_name, reason = w.reason, "{}", w.message);
             } else {
-                self.syncer
+                self.ctx
                     .events
                     .event(self.pod, EventType::Warning, w.reason, &w.message);
             }
@@ -257,7 +252,7 @@ impl<'a> Starter<'a> {
     pub async fn create_sandbox(&self, attempt: u32) -> Result<SandboxInfo, StartError> {
         let pod = self.pod;
         if attempt > 0 {
-            self.syncer.events.event(
+            self.ctx.events.event(
                 pod,
                 EventType::Normal,
                 "SandboxChanged",
@@ -265,7 +260,7 @@ impl<'a> Starter<'a> {
             );
         }
         let fail = |msg: String| {
-            self.syncer.events.event(
+            self.ctx.events.event(
                 pod,
                 EventType::Warning,
                 "FailedCreatePodSandBox",
@@ -290,7 +285,7 @@ impl<'a> Starter<'a> {
         // (or, here, any named class without an API server) fails the sandbox, never falling
         // back to the default handler.
         let runtime_handler = self
-            .syncer
+            .ctx
             .runtime_classes
             .lookup_runtime_handler(
                 pod.spec
@@ -303,7 +298,7 @@ impl<'a> Starter<'a> {
         }
         let started = tokio::time::Instant::now();
         let resp = self
-            .syncer
+            .ctx
             .runtime
             .run_pod_sandbox(RunPodSandboxRequest {
                 config: Some(config.clone()),
@@ -322,7 +317,7 @@ impl<'a> Starter<'a> {
         let mut ips = Vec::new();
         if !host_network {
             let st = self
-                .syncer
+                .ctx
                 .runtime
                 .pod_sandbox_status(PodSandboxStatusRequest {
                     pod_sandbox_id: id.clone(),
@@ -367,7 +362,7 @@ impl<'a> Starter<'a> {
                 Some(t) => Some(t.id.as_str()),
                 None => {
                     let msg = format!("unable to find target container {name}");
-                    self.syncer.events.event(
+                    self.ctx.events.event(
                         self.pod,
                         EventType::Warning,
                         "Failed",
@@ -387,7 +382,7 @@ impl<'a> Starter<'a> {
         is_init: bool,
         pid_namespace_target: Option<&str>,
     ) -> Result<String, StartError> {
-        let (pod, syncer) = (self.pod, self.syncer);
+        let (pod, ctx) = (self.pod, self.ctx);
         self.check_backoff(container)?;
 
         let pull_secrets = self
@@ -395,12 +390,12 @@ impl<'a> Starter<'a> {
             .get_or_init(|| {
                 crate::credentialprovider::secrets::pull_secrets_for_pod(
                     pod,
-                    syncer.objects.as_deref(),
-                    syncer.events.as_ref(),
+                    ctx.objects.as_deref(),
+                    ctx.events.as_ref(),
                 )
             })
             .await;
-        let ensured = syncer
+        let ensured = ctx
             .images
             .ensure_image(pod, container, Some(&sandbox.config), pull_secrets)
             .await
@@ -409,7 +404,7 @@ impl<'a> Starter<'a> {
         let image_ref = ensured.image_ref;
 
         let log_dir = pod_logs_directory(
-            &syncer.config.pod_logs_dir,
+            &ctx.config.pod_logs_dir,
             pod.namespace(),
             pod.name(),
             pod.uid(),
@@ -420,8 +415,7 @@ impl<'a> Starter<'a> {
             .find_container(&container.name)
             .map(|prev| prev.restart_count);
         let failed = |msg: String| {
-            syncer
-                .events
+            ctx.events
                 .event(pod, EventType::Warning, "Failed", &format!("Error: {msg}"));
             msg
         };
@@ -444,7 +438,7 @@ impl<'a> Starter<'a> {
         // runtime again only when it did not (`Always` with a failed size lookup).
         let image = match ensured.image {
             Some(image) => Some(image),
-            None => syncer
+            None => ctx
                 .images
                 .image_status(&image_ref)
                 .await
@@ -453,7 +447,7 @@ impl<'a> Starter<'a> {
         let image_user = ImageUser::from_image(image.as_ref());
         // Upstream order (`GenerateRunContainerOptions`): the environment, then the mounts,
         // whose subPathExprs expand with it.
-        let (env_objects, service_env) = match &syncer.objects {
+        let (env_objects, service_env) = match &ctx.objects {
             Some(objects)
                 if !objects.services_synced() && !pod.source().is_some_and(|s| s.is_static()) =>
             {
@@ -468,17 +462,14 @@ impl<'a> Starter<'a> {
             ),
             None => (None, Default::default()),
         };
-        let cpuset = syncer.cpu_manager.as_ref().and_then(|m| {
+        let cpuset = ctx.cpu_manager.as_ref().and_then(|m| {
             let cpus = m.container_cpuset(pod.uid(), &container.name)?;
             Some((cpus, m.container_has_exclusive_cpus(pod, &container.name)))
         });
         // Scoped: the env context borrows trait objects that must not live across awaits.
         let env_context = || {
-            let mut env = EnvContext::new(
-                &syncer.config.node_name,
-                &sandbox.ips,
-                &syncer.config.host_ips,
-            );
+            let mut env =
+                EnvContext::new(&ctx.config.node_name, &sandbox.ips, &ctx.config.host_ips);
             env.service_env = &service_env;
             env.objects = env_objects.as_ref().map(|o| o as &dyn EnvObjects);
             env
@@ -506,7 +497,7 @@ impl<'a> Starter<'a> {
         let config = {
             let env = env_context();
             for warning in invalid_env_from_keys(pod, container, &env) {
-                syncer.events.event(
+                ctx.events.event(
                     pod,
                     EventType::Warning,
                     "InvalidEnvironmentVariableNames",
@@ -523,7 +514,7 @@ impl<'a> Starter<'a> {
                     qos_class: pod_qos_class(pod),
                     image_user: &image_user,
                     mounts: &mounts,
-                    options: &syncer.config.runtime_options,
+                    options: &ctx.config.runtime_options,
                     cpuset_cpus: cpuset.as_ref().map(|(cpus, exclusive)| {
                         crate::kuberuntime::container_config::CpuAssignment {
                             cpus,
@@ -538,7 +529,7 @@ impl<'a> Starter<'a> {
         let log_path = config.log_path.clone();
         timeline::mark_container(pod.uid(), "container_config", &container.name);
 
-        let created = syncer
+        let created = ctx
             .runtime
             .create_container(CreateContainerRequest {
                 pod_sandbox_id: sandbox.id.clone(),
@@ -549,21 +540,20 @@ impl<'a> Starter<'a> {
             .map_err(|e| StartError::CreateContainer(failed(e.to_string())))?;
         let id = created.container_id;
         timeline::mark_container(pod.uid(), "container_created", &container.name);
-        syncer.events.event(
+        ctx.events.event(
             pod,
             EventType::Normal,
             "Created",
             &format!("Created container: {}", container.name),
         );
-        syncer
-            .runtime
+        ctx.runtime
             .start_container(StartContainerRequest {
                 container_id: id.clone(),
             })
             .await
             .map_err(|e| StartError::RunContainer(failed(e.to_string())))?;
         timeline::mark_container(pod.uid(), "container_started", &container.name);
-        syncer.events.event(
+        ctx.events.event(
             pod,
             EventType::Normal,
             "Started",
@@ -597,19 +587,19 @@ impl<'a> Starter<'a> {
         else {
             return Ok(());
         };
-        let (pod, syncer) = (self.pod, self.syncer);
+        let (pod, ctx) = (self.pod, self.ctx);
         let pod_ip = sandbox
             .ips
             .first()
             .or_else(|| {
                 is_host_network(pod)
-                    .then(|| syncer.config.host_ips.first())
+                    .then(|| ctx.config.host_ips.first())
                     .flatten()
             })
             .cloned()
             .unwrap_or_default();
         let target = HookTarget {
-            runtime: syncer.runtime.as_ref(),
+            runtime: ctx.runtime.as_ref(),
             pod,
             container,
             container_id: id,
@@ -620,7 +610,7 @@ impl<'a> Starter<'a> {
         };
         warn!(pod = %pod.full_name(), uid = %pod.uid(), container = %container.name, error = %msg, "postStart hook failed");
         // The hook's output may hold secrets: the event only says that it failed.
-        syncer.events.event(
+        ctx.events.event(
             pod,
             EventType::Warning,
             "FailedPostStartHook",
@@ -639,7 +629,7 @@ impl<'a> Starter<'a> {
             sidecar: false,
             pod_ip,
         };
-        if let Err(e) = kill_containers(syncer, Some(pod), vec![kill], None).await {
+        if let Err(e) = kill_containers(ctx, Some(pod), vec![kill], None).await {
             warn!(pod = %pod.full_name(), container = %container.name, error = %e, "killing container after failed postStart hook");
         }
         Err(StartError::PostStartHook(msg))
@@ -654,25 +644,25 @@ impl<'a> Starter<'a> {
         else {
             return Ok(());
         };
-        let syncer = self.syncer;
+        let ctx = self.ctx;
         let now = tokio::time::Instant::now();
         let finished = last
             .finished_at
-            .map(|t| syncer.clock.instant_of(t))
+            .map(|t| ctx.clock.instant_of(t))
             .unwrap_or(now);
         let key = format!(
             "{}_{}",
             backoff_key_prefix(self.pod, &container.name),
             hash_container(container)
         );
-        let mut backoff = syncer
+        let mut backoff = ctx
             .crash_backoff
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if backoff.is_in_backoff_since(&key, finished, now) {
             let delay = go_duration(backoff.get(&key));
             drop(backoff);
-            syncer.events.event(
+            ctx.events.event(
                 self.pod,
                 EventType::Warning,
                 "BackOff",
@@ -696,7 +686,7 @@ impl<'a> Starter<'a> {
     /// Upstream keeps `/var/log/containers/<pod>_<ns>_<container>-<id>.log` symlinks for log
     /// shippers; failures only warn.
     async fn link_legacy_log(&self, id: &str, name: &str, log_directory: &str, log_path: &str) {
-        let Some(dir) = self.syncer.config.container_log_symlink_dir.clone() else {
+        let Some(dir) = self.ctx.config.container_log_symlink_dir.clone() else {
             return;
         };
         let link = dir.join(legacy_log_name(
@@ -727,13 +717,6 @@ pub(crate) async fn off_worker<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
-}
-
-/// `<pod>_<ns>_<container>-<id>.log` (upstream `logSymlink`), cut to ext4's 255-byte limit.
-pub fn legacy_log_name(pod: &str, namespace: &str, container: &str, id: &str) -> String {
-    let mut base = format!("{pod}_{namespace}_{container}-{id}");
-    base.truncate(255 - ".log".len());
-    format!("{base}.log")
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 
 use crate::objects::PodObjects;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -26,13 +25,11 @@ use crate::kuberuntime::actions::{
     KillReason, NoProber, PodActions, ProbeResults, compute_pod_actions_with_probes,
     is_host_network,
 };
-use crate::kuberuntime::container_config::RuntimeOptions;
 use crate::kuberuntime::ephemeral::ephemeral_containers;
 use crate::kuberuntime::kill::{
     KillTarget, kill_containers, purge_init_containers, remove_pod_content,
 };
 use crate::kuberuntime::runtime_status::get_pod_status;
-use crate::kuberuntime::sandbox_config::SandboxContext;
 use crate::kuberuntime::start::{SandboxInfo, StartError, Starter};
 use crate::metrics::KubeletMetrics;
 use crate::metrics::kubelet::{CONTAINER, EPHEMERAL_CONTAINER, INIT_CONTAINER};
@@ -48,54 +45,22 @@ use crate::status::manager::StatusManager;
 use crate::types::{PodExt, PodUid};
 use crate::volumes::VolumeManager;
 
-/// Static settings of the syncer.
-#[derive(Debug, Clone)]
-pub struct SyncerConfig {
-    /// `<root-dir>` (pod directories live in `<root-dir>/pods/<uid>`).
-    pub root_dir: PathBuf,
-    /// `podLogsDir` (default `/var/log/pods`).
-    pub pod_logs_dir: PathBuf,
-    /// Where the legacy `/var/log/containers` symlinks go; `None` disables them.
-    pub container_log_symlink_dir: Option<PathBuf>,
-    pub node_name: String,
-    pub host_ips: Vec<String>,
-    /// The runtime's name for container IDs (`containerd://…`).
-    pub runtime_name: String,
-    /// Node-level knobs of container config generation (CFS quota, memory capacity…).
-    pub runtime_options: RuntimeOptions,
-    pub sandbox: SandboxContext,
-}
+pub use crate::kuberuntime::context::{RuntimeContext, SyncerConfig};
 
 /// Per-pod record of the last start failure of each container (upstream `ReasonCache`).
 type Reasons = BTreeMap<String, (String, String)>;
 
 /// Makes pods run on the container runtime.
 pub struct Syncer {
-    pub(crate) runtime: Arc<dyn RuntimeService>,
-    pub(crate) images: ImageManager,
-    pub(crate) status: StatusManager,
-    pub(crate) events: Arc<dyn EventRecorder>,
-    pub(crate) config: SyncerConfig,
-    pub(crate) clock: Clock,
-    pub(crate) crash_backoff: Mutex<Backoff>,
+    /// What the side-effect files (start, kill, resize) act with.
+    pub(crate) ctx: RuntimeContext,
     reasons: Mutex<HashMap<PodUid, Reasons>>,
     relist: Option<RelistTrigger>,
     /// The pods whose runtime state this round changed: UID → (name, namespace). The PLEG is
     /// asked to refresh them when their worker's round is over (`round_finished`).
     changed: Mutex<HashMap<PodUid, (String, String)>>,
     prober: Option<ProbeManager>,
-    pub(crate) volumes: VolumeManager,
-    /// ConfigMaps, Secrets and service links for container environments (API-server mode).
-    pub(crate) objects: Option<Arc<dyn PodObjects>>,
-    /// Cpusets for new containers; releases a terminated pod's CPUs.
-    pub(crate) cpu_manager: Option<CpuManager>,
-    /// Pod cgroups (`cgroupsPerQOS`); `None` leaves the cgroup parent empty.
-    pub(crate) cgroups: Option<ContainerManager>,
     metrics: Option<KubeletMetrics>,
-    /// `runtimeClassName` → CRI runtime handler (standalone by default: named classes fail).
-    pub(crate) runtime_classes: RuntimeClassManager,
-    /// In-place resize: allocated/actuated resources and resize conditions.
-    pub(crate) allocation: Option<crate::allocation::AllocationManager>,
 }
 
 impl Syncer {
@@ -109,37 +74,39 @@ impl Syncer {
         volumes: VolumeManager,
     ) -> Self {
         Self {
-            volumes,
-            runtime,
-            images,
-            status,
-            events,
-            config,
-            clock,
-            crash_backoff: Mutex::new(Backoff::for_containers()),
+            ctx: RuntimeContext {
+                runtime,
+                images,
+                status,
+                events,
+                config,
+                clock,
+                crash_backoff: Mutex::new(Backoff::for_containers()),
+                volumes,
+                objects: None,
+                cpu_manager: None,
+                cgroups: None,
+                runtime_classes: RuntimeClassManager::standalone(),
+                allocation: None,
+            },
             reasons: Mutex::new(HashMap::new()),
             changed: Mutex::new(HashMap::new()),
             relist: None,
             prober: None,
-            objects: None,
-            cpu_manager: None,
-            cgroups: None,
             metrics: None,
-            runtime_classes: RuntimeClassManager::standalone(),
-            allocation: None,
         }
     }
 
     /// Caps the CrashLoopBackOff delay (`crashLoopBackOff.maxContainerRestartPeriod` with the
     /// `KubeletCrashLoopBackOffMax` gate); without it, 10s doubling to 300s.
     pub fn with_crash_loop_max(mut self, max: std::time::Duration) -> Self {
-        self.crash_backoff = Mutex::new(Backoff::for_containers_with_max(max));
+        self.ctx.crash_backoff = Mutex::new(Backoff::for_containers_with_max(max));
         self
     }
 
     /// Resolves pods' `runtimeClassName` to the handler passed to `RunPodSandbox`.
     pub fn with_runtime_classes(mut self, classes: RuntimeClassManager) -> Self {
-        self.runtime_classes = classes;
+        self.ctx.runtime_classes = classes;
         self
     }
 
@@ -164,27 +131,27 @@ impl Syncer {
     /// Creates each pod's cgroup before its sandbox and hands it to the runtime as the cgroup
     /// parent (upstream SyncPod `pcm.EnsureExists`).
     pub fn with_cgroups(mut self, cm: ContainerManager) -> Self {
-        self.cgroups = Some(cm);
+        self.ctx.cgroups = Some(cm);
         self
     }
 
     /// Enables in-place pod resize (upstream `InPlacePodVerticalScaling`): pods run with their
     /// allocated resources, resizes are admitted and actuated through CRI and the pod cgroup.
     pub fn with_allocation(mut self, allocation: crate::allocation::AllocationManager) -> Self {
-        self.allocation = Some(allocation);
+        self.ctx.allocation = Some(allocation);
         self
     }
 
     /// Gives container environments the API server's ConfigMaps, Secrets and service links
     /// (without, references to them fail as upstream's kubelet without a kube client).
     pub fn with_objects(mut self, objects: Arc<dyn PodObjects>) -> Self {
-        self.objects = Some(objects);
+        self.ctx.objects = Some(objects);
         self
     }
 
     /// Gives new containers the CPU manager's cpusets; terminated pods release their CPUs.
     pub fn with_cpu_manager(mut self, cpu_manager: CpuManager) -> Self {
-        self.cpu_manager = Some(cpu_manager);
+        self.ctx.cpu_manager = Some(cpu_manager);
         self
     }
 
@@ -215,7 +182,7 @@ impl Syncer {
             .first()
             .or_else(|| {
                 is_host_network(pod)
-                    .then(|| self.config.host_ips.first())
+                    .then(|| self.ctx.config.host_ips.first())
                     .flatten()
             })
             .cloned()
@@ -269,7 +236,7 @@ impl Syncer {
         status: &PodStatus,
         pod_is_terminal: bool,
     ) -> Option<String> {
-        let old = self.status.get_pod_status(pod.uid());
+        let old = self.ctx.status.get_pod_status(pod.uid());
         let reasons = self.reasons().get(pod.uid()).cloned().unwrap_or_default();
         let api = generate_api_pod_status_with_probes(
             &StatusInputs {
@@ -278,21 +245,21 @@ impl Syncer {
                 old: old.as_ref(),
                 sync_errors: &reasons,
                 pod_is_terminal,
-                host_ips: &self.config.host_ips,
-                now: self.clock.now(),
-                runtime_name: &self.config.runtime_name,
+                host_ips: &self.ctx.config.host_ips,
+                now: self.ctx.clock.now(),
+                runtime_name: &self.ctx.config.runtime_name,
             },
             self.probes(),
         );
         let mut api = api;
-        if let Some(alloc) = &self.allocation {
+        if let Some(alloc) = &self.ctx.allocation {
             alloc.apply_to_status(pod, &mut api);
         }
         let deadline = api.reason.as_deref() == Some(DEADLINE_EXCEEDED_REASON);
         if deadline
             && old.as_ref().and_then(|o| o.reason.as_deref()) != Some(DEADLINE_EXCEEDED_REASON)
         {
-            self.events.event(
+            self.ctx.events.event(
                 pod,
                 EventType::Normal,
                 DEADLINE_EXCEEDED_REASON,
@@ -300,7 +267,7 @@ impl Syncer {
             );
         }
         let phase = api.phase.clone();
-        self.status.set_pod_status(pod, api);
+        self.ctx.status.set_pod_status(pod, api);
         phase
     }
 
@@ -323,7 +290,7 @@ impl Syncer {
 
     fn forget_pod(&self, pod: &Pod) {
         self.reasons().remove(pod.uid());
-        self.status.delete(pod.uid());
+        self.ctx.status.delete(pod.uid());
         if let Some(p) = &self.prober {
             p.remove_pod(pod.uid());
         }
@@ -332,7 +299,7 @@ impl Syncer {
     /// The runtime's freshest view of a pod (after acting on it).
     async fn refetch(&self, pod: &Pod) -> Result<PodStatus, SyncError> {
         get_pod_status(
-            self.runtime.as_ref(),
+            self.ctx.runtime.as_ref(),
             pod.uid(),
             pod.name(),
             pod.namespace(),
@@ -344,7 +311,7 @@ impl Syncer {
     /// Upstream `makePodDataDirs`: the pod directory and its subdirectories 0750, in one trip
     /// off the async workers (this runs on every sync).
     async fn make_pod_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
-        let base = self.config.root_dir.join("pods").join(pod.uid());
+        let base = self.ctx.config.root_dir.join("pods").join(pod.uid());
         let made = base.clone();
         tokio::task::spawn_blocking(move || {
             for sub in ["", "volumes", "plugins", "containers"] {
@@ -383,7 +350,7 @@ impl PodSyncer for Syncer {
         cancel: &CancellationToken,
     ) -> Result<bool, SyncError> {
         // In-place resize: act on the allocated resources, not the desired ones.
-        let allocated = self.allocated_pod(pod, status);
+        let allocated = self.ctx.allocated_pod(pod, status);
         let pod = allocated.as_ref().unwrap_or(pod);
         if let Some(p) = &self.prober {
             p.update_pod(pod, status, &self.pod_ip(pod, status));
@@ -396,17 +363,18 @@ impl PodSyncer for Syncer {
             info!(pod = %pod.full_name(), uid = %pod.uid(), "syncing new pod");
         }
         self.make_pod_dirs(pod).await?;
-        if let Some(cm) = &self.cgroups
+        if let Some(cm) = &self.ctx.cgroups
             && let Err(e) = ensure_pod_cgroup(
                 cm,
                 pod,
-                self.cpu_manager
+                self.ctx
+                    .cpu_manager
                     .as_ref()
                     .is_some_and(|m| m.pod_has_exclusive_cpus(pod)),
             )
             .await
         {
-            self.events.event(
+            self.ctx.events.event(
                 pod,
                 EventType::Warning,
                 "FailedToCreatePodContainer",
@@ -422,7 +390,7 @@ impl PodSyncer for Syncer {
         let resize = if actions.kill_pod || actions.create_sandbox {
             Default::default()
         } else {
-            self.compute_resize(pod, status)
+            self.ctx.compute_resize(pod, status)
         };
         crate::kuberuntime::resize::merge_restarts(&mut actions, &resize);
         debug!(pod = %pod.full_name(), uid = %pod.uid(), ?actions, "computed pod actions");
@@ -447,7 +415,7 @@ impl PodSyncer for Syncer {
                 return Ok(false);
             }
             // Every init container runs again in the new sandbox.
-            purge_init_containers(self, pod, status).await;
+            purge_init_containers(&self.ctx, pod, status).await;
         } else if !actions.containers_to_kill.is_empty() {
             let targets: Vec<KillTarget> = actions
                 .containers_to_kill
@@ -464,16 +432,16 @@ impl PodSyncer for Syncer {
                     ))
                 })
                 .collect();
-            kill_containers(self, Some(pod), targets, None).await?;
+            kill_containers(&self.ctx, Some(pod), targets, None).await?;
             self.runtime_changed(pod);
         }
         if cancel.is_cancelled() {
             return Err(SyncError("sync cancelled: pod is terminating".into()));
         }
         if !resize.is_empty() {
-            let resized = self.do_pod_resize_action(pod, &resize).await;
+            let resized = self.ctx.do_pod_resize_action(pod, &resize).await;
             // Report the new allocation/actuation (and conditions) at once.
-            let fresh = self.allocated_pod(pod, status);
+            let fresh = self.ctx.allocated_pod(pod, status);
             self.update_status(fresh.as_ref().unwrap_or(pod), status, false);
             resized.map_err(SyncError)?;
         }
@@ -481,10 +449,11 @@ impl PodSyncer for Syncer {
         // Upstream `WaitForAttachAndMount`, on every sync: containers start only with their
         // volumes in place, and ConfigMap/Secret/downward API/projected contents of running
         // pods are refreshed (a failure leaves running containers alone).
-        let volumes = match self.volumes.mount_pod_volumes(pod).await {
+        let volumes = match self.ctx.volumes.mount_pod_volumes(pod).await {
             Ok(v) => v,
             Err(e) => {
-                self.events
+                self.ctx
+                    .events
                     .event(pod, EventType::Warning, "FailedMount", &e.to_string());
                 return Err(SyncError(format!(
                     "Unable to attach or mount volumes for pod {}: {e}",
@@ -504,7 +473,7 @@ impl PodSyncer for Syncer {
         if actions.create_sandbox
             && let Some(e) = crate::kuberuntime::dra::unpreparable_claims(pod)
         {
-            self.events.event(
+            self.ctx.events.event(
                 pod,
                 EventType::Warning,
                 crate::kuberuntime::dra::FAILED_PREPARE_DYNAMIC_RESOURCES,
@@ -514,7 +483,7 @@ impl PodSyncer for Syncer {
                 "failed to prepare dynamic resources: {e}"
             )));
         }
-        let starter = Starter::new(self, pod, status, &volumes);
+        let starter = Starter::new(&self.ctx, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
             let created = starter.create_sandbox(actions.attempt).await;
             if let Some(m) = &self.metrics {
@@ -547,7 +516,7 @@ impl PodSyncer for Syncer {
             }
             let result = starter.start_container(&sandbox, c, true).await;
             if result.is_ok() {
-                self.record_actuated(pod, c);
+                self.ctx.record_actuated(pod, c);
             }
             self.count_container_start(true, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
@@ -567,7 +536,7 @@ impl PodSyncer for Syncer {
             }
             let result = starter.start_container(&sandbox, c, false).await;
             if result.is_ok() {
-                self.record_actuated(pod, c);
+                self.ctx.record_actuated(pod, c);
             }
             self.count_container_start(false, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
@@ -620,9 +589,9 @@ impl PodSyncer for Syncer {
             .filter(|c| c.is_running())
             .map(KillTarget::orphan)
             .collect();
-        kill_containers(self, None, targets, Some(1)).await?;
+        kill_containers(&self.ctx, None, targets, Some(1)).await?;
         self.unmount(&running.uid).await?;
-        remove_pod_content(self, &running.uid, &running.name, &running.namespace).await
+        remove_pod_content(&self.ctx, &running.uid, &running.name, &running.namespace).await
     }
 
     async fn sync_terminated_pod(
@@ -638,27 +607,28 @@ impl PodSyncer for Syncer {
         // Volumes go once nothing runs (upstream unmounts in syncTerminatedPod).
         self.unmount(pod.uid()).await?;
         // Nothing runs: the pod's exclusive CPUs go back to the shared pool.
-        if let Some(m) = &self.cpu_manager {
+        if let Some(m) = &self.ctx.cpu_manager {
             m.release_pod(pod.uid());
         }
         if !removed {
             self.update_status(pod, status, true);
             // Upstream `TerminatePod`: the final status (a terminal phase for pods that are
             // not static), which lets the API syncer remove a gracefully deleted pod.
-            self.status.terminate_pod(pod);
+            self.ctx.status.terminate_pod(pod);
             return Ok(());
         }
-        remove_pod_content(self, pod.uid(), pod.name(), pod.namespace()).await?;
-        if let Some(alloc) = &self.allocation {
+        remove_pod_content(&self.ctx, pod.uid(), pod.name(), pod.namespace()).await?;
+        if let Some(alloc) = &self.ctx.allocation {
             alloc.remove_pod(pod.uid());
         }
         // Never through a mount point: anything still mounted stays, named in the warning.
-        if let Err(e) = self.volumes.remove_pod_dir(pod.uid()).await {
-            let base = self.config.root_dir.join("pods").join(pod.uid());
+        if let Err(e) = self.ctx.volumes.remove_pod_dir(pod.uid()).await {
+            let base = self.ctx.config.root_dir.join("pods").join(pod.uid());
             warn!(pod = %pod.full_name(), uid = %pod.uid(), dir = %base.display(), error = %e, "failed to remove pod directory");
         }
         self.forget_pod(pod);
-        self.crash_backoff
+        self.ctx
+            .crash_backoff
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .gc(tokio::time::Instant::now());
@@ -704,7 +674,8 @@ impl Syncer {
     }
 
     async fn unmount(&self, uid: &str) -> Result<(), SyncError> {
-        self.volumes
+        self.ctx
+            .volumes
             .unmount_pod_volumes(uid)
             .await
             .map_err(|e| SyncError(e.to_string()))
@@ -721,7 +692,7 @@ impl Syncer {
         targets: Vec<KillTarget>,
         grace_override: Option<i64>,
     ) -> Result<(), SyncError> {
-        let killed = kill_containers(self, Some(pod), targets, grace_override).await;
+        let killed = kill_containers(&self.ctx, Some(pod), targets, grace_override).await;
         let stopped = self.stop_sandboxes(pod, status).await;
         match (killed, stopped) {
             (Ok(()), Ok(())) => Ok(()),
@@ -737,10 +708,10 @@ impl Syncer {
             let req = rkubelet_cri::api::StopPodSandboxRequest {
                 pod_sandbox_id: sb.id.clone(),
             };
-            if let Err(e) = self.runtime.stop_pod_sandbox(req).await
+            if let Err(e) = self.ctx.runtime.stop_pod_sandbox(req).await
                 && !e.is_not_found()
             {
-                self.events.event(
+                self.ctx.events.event(
                     pod,
                     EventType::Warning,
                     "FailedKillPod",

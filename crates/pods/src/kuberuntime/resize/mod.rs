@@ -17,7 +17,7 @@ use crate::cm::cgroups::ResourceConfig;
 use crate::container::PodStatus;
 use crate::kuberuntime::actions::{ContainerToKill, KillReason, PodActions};
 use crate::kuberuntime::container_config::calculate_linux_resources;
-use crate::kuberuntime::sync::Syncer;
+use crate::kuberuntime::context::RuntimeContext;
 use crate::qos::parse_quantity_nanos;
 use crate::types::PodExt;
 
@@ -375,7 +375,7 @@ fn update_values(
     }
 }
 
-impl Syncer {
+impl RuntimeContext {
     /// The pod to act on for this sync: admits its allocation if new, allocates a pending
     /// resize when it fits, and keeps `PodResizeInProgress` in line with what was actuated.
     /// `None` without an allocation manager (the desired spec is used as is).
