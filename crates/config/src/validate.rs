@@ -60,34 +60,79 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
             FeatureGates::default()
         }
     };
-    let gate = |f: Feature| gates.enabled(f);
-    let mut err = |cond: bool, msg: String| {
-        if cond {
-            errs.push(msg);
-        }
-    };
+    validate_node_lease(kc, &mut errs);
+    validate_cgroups(kc, &mut errs);
+    validate_rates_and_limits(kc, &mut errs);
+    validate_ports(kc, &mut errs);
+    validate_cpu_cfs_quota_period(kc, &gates, &mut errs);
+    validate_image_gc(kc, &gates, &mut errs);
+    validate_int_ranges(kc, &mut errs);
+    validate_image_pulls(kc, &mut errs);
+    validate_server_tls_bootstrap(kc, &gates, &mut errs);
+    validate_register_with_taints(kc, &mut errs);
+    validate_topology_manager(kc, &mut errs);
+    validate_shutdown(kc, &gates, &mut errs);
+    validate_swap(kc, &gates, &mut errs);
+    validate_enforce_node_allocatable(kc, &mut errs);
+    validate_hairpin_mode(kc, &mut errs);
+    validate_reserved_system_cpus(kc, &mut errs);
+    validate_logging_and_tracing(kc, &gates, &mut errs);
+    validate_memory_throttling_factor(kc, &mut errs);
+    validate_runtime_endpoint(kc, &mut errs);
+    validate_system_log_query(kc, &gates, &mut errs);
+    validate_container_logs(kc, &mut errs);
+    validate_eviction(kc, &mut errs);
+    validate_resource_managers(kc, &mut errs);
+    validate_crash_loop_back_off(kc, &mut errs);
+    validate_always_on_gates(kc, &mut errs);
+    validate_loop_periods(kc, &mut errs);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(errs))
+    }
+}
 
-    err(
+/// Pushes `msg` onto `errs` when `cond` holds.
+fn push_if(errs: &mut Vec<String>, cond: bool, msg: String) {
+    if cond {
+        errs.push(msg);
+    }
+}
+
+/// `nodeLeaseDurationSeconds`: the lease must last.
+fn validate_node_lease(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    push_if(
+        errs,
         kc.node_lease_duration_seconds <= 0,
         "nodeLeaseDurationSeconds must be greater than 0".into(),
     );
-    err(
+}
+
+/// Cgroups: node allocatable needs cgroups per QoS, the driver, system cgroups.
+fn validate_cgroups(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    push_if(errs,
         !kc.cgroups_per_qos && !kc.enforce_node_allocatable.is_empty(),
         "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true".into(),
     );
     match kc.cgroup_driver.as_str() {
         "cgroupfs" | "systemd" => {}
-        other => err(
+        other => push_if(
+            errs,
             true,
             format!(
                 "cgroupDriver (--cgroup-driver) {other:?} is invalid: expected \"cgroupfs\" or \"systemd\""
             ),
         ),
     }
-    err(
+    push_if(errs,
         !kc.system_cgroups.is_empty() && kc.cgroup_root.is_empty(),
         "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified".into(),
     );
+}
+
+/// QPS, bursts and counts that must not be negative.
+fn validate_rates_and_limits(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     for (v, name) in [
         (kc.event_burst, "eventBurst (--event-burst)"),
         (kc.event_record_qps, "eventRecordQPS (--event-qps)"),
@@ -98,87 +143,122 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         (kc.registry_burst, "registryBurst (--registry-burst)"),
         (kc.registry_pull_qps, "registryPullQPS (--registry-qps)"),
     ] {
-        err(v < 0, format!("{name} {v} must not be a negative number"));
+        push_if(
+            errs,
+            v < 0,
+            format!("{name} {v} must not be a negative number"),
+        );
     }
-    err(
+    push_if(
+        errs,
         kc.max_open_files < 0,
         format!(
             "maxOpenFiles (--max-open-files) {} must not be a negative number",
             kc.max_open_files
         ),
     );
-    err(
+}
+
+/// Ports: healthz, HTTPS and read-only.
+fn validate_ports(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    push_if(
+        errs,
         kc.healthz_port != 0 && !valid_port(kc.healthz_port),
         format!(
             "healthzPort (--healthz-port) {} must be between 1 and 65535, inclusive",
             kc.healthz_port
         ),
     );
-    err(
+    push_if(
+        errs,
         !valid_port(kc.port),
         format!(
             "port (--port) {} must be between 1 and 65535, inclusive",
             kc.port
         ),
     );
-    err(
+    push_if(
+        errs,
         kc.read_only_port != 0 && !valid_port(kc.read_only_port),
         format!(
             "readOnlyPort (--read-only-port) {} must be between 0 and 65535, inclusive",
             kc.read_only_port
         ),
     );
+}
+
+/// `cpuCFSQuotaPeriod`: only the default without `CustomCPUCFSQuotaPeriod`.
+fn validate_cpu_cfs_quota_period(
+    kc: &KubeletConfiguration,
+    gates: &FeatureGates,
+    errs: &mut Vec<String>,
+) {
     let cfs = kc.cpu_cfs_quota_period;
-    if gate(Feature::CustomCpuCfsQuotaPeriod) {
-        err(
+    if gates.enabled(Feature::CustomCpuCfsQuotaPeriod) {
+        push_if(
+            errs,
             cfs < Duration::from_millis(1) || cfs > Duration::from_secs(1),
             format!(
                 "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {cfs} must be between 1ms and 1sec, inclusive"
             ),
         );
     } else {
-        err(
+        push_if(
+            errs,
             cfs != Duration::from_millis(100),
             format!(
                 "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {cfs} requires feature gate CustomCPUCFSQuotaPeriod"
             ),
         );
     }
+}
+
+/// Image garbage collection: thresholds and ages.
+fn validate_image_gc(kc: &KubeletConfiguration, gates: &FeatureGates, errs: &mut Vec<String>) {
     let (high, low) = (
         kc.image_gc_high_threshold_percent,
         kc.image_gc_low_threshold_percent,
     );
-    err(
+    push_if(
+        errs,
         !(0..=100).contains(&high),
         format!(
             "imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
         ),
     );
-    err(
+    push_if(
+        errs,
         !(0..=100).contains(&low),
         format!(
             "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
         ),
     );
-    err(
+    push_if(
+        errs,
         low >= high,
         format!(
             "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
         ),
     );
     let (max_age, min_age) = (kc.image_maximum_gc_age, kc.image_minimum_gc_age);
-    err(
-        !max_age.is_zero() && !gate(Feature::ImageMaximumGcAge),
+    push_if(errs,
+        !max_age.is_zero() && !gates.enabled(Feature::ImageMaximumGcAge),
         "ImageMaximumGCAge feature gate is required for Kubelet configuration option imageMaximumGCAge".into(),
     );
-    err(
+    push_if(
+        errs,
         max_age.is_negative(),
         format!("imageMaximumGCAge {max_age} must not be negative"),
     );
-    err(
+    push_if(
+        errs,
         max_age > Duration::ZERO && max_age <= min_age,
         format!("imageMaximumGCAge {max_age} must be greater than imageMinimumGCAge {min_age}"),
     );
+}
+
+/// Integer ranges: iptables bits, `nodeStatusMaxImages`, `oomScoreAdj`.
+fn validate_int_ranges(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     for (v, name) in [
         (
             kc.iptables_drop_bit,
@@ -189,45 +269,67 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
             "iptablesMasqueradeBit (--iptables-masquerade-bit)",
         ),
     ] {
-        err(
+        push_if(
+            errs,
             !(0..=31).contains(&v),
             format!("{name} {v} must be between 0 and 31, inclusive"),
         );
     }
-    err(
+    push_if(
+        errs,
         kc.node_status_max_images < -1,
         format!(
             "nodeStatusMaxImages (--node-status-max-images) {} must be -1 or greater",
             kc.node_status_max_images
         ),
     );
-    err(
+    push_if(
+        errs,
         !(-1000..=1000).contains(&kc.oom_score_adj),
         format!(
             "oomScoreAdj (--oom-score-adj) {} must be between -1000 and 1000, inclusive",
             kc.oom_score_adj
         ),
     );
+}
+
+/// `maxParallelImagePulls` and its interplay with serialized pulls.
+fn validate_image_pulls(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     if let Some(n) = kc.max_parallel_image_pulls {
-        err(
+        push_if(
+            errs,
             n < 1,
             format!("maxParallelImagePulls {n} must be a positive number"),
         );
-        err(
+        push_if(errs,
             kc.serialize_image_pulls && n > 1,
             "maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".into(),
         );
     }
-    err(
-        kc.server_tls_bootstrap && !gate(Feature::RotateKubeletServerCertificate),
+}
+
+/// `serverTLSBootstrap` needs `RotateKubeletServerCertificate`.
+fn validate_server_tls_bootstrap(
+    kc: &KubeletConfiguration,
+    gates: &FeatureGates,
+    errs: &mut Vec<String>,
+) {
+    push_if(
+        errs,
+        kc.server_tls_bootstrap && !gates.enabled(Feature::RotateKubeletServerCertificate),
         "serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate".into(),
     );
+}
+
+/// `registerWithTaints`: key, effect and no `timeAdded`.
+fn validate_register_with_taints(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     for taint in &kc.register_with_taints {
         let effect_ok = matches!(
             taint.effect.as_str(),
             "NoSchedule" | "PreferNoSchedule" | "NoExecute"
         );
-        err(
+        push_if(
+            errs,
             taint.key.is_empty() || !effect_ok,
             format!(
                 "registerWithTaints: invalid taint {}={}:{}",
@@ -236,100 +338,129 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
                 taint.effect
             ),
         );
-        err(
+        push_if(
+            errs,
             taint.time_added.is_some(),
             "registerWithTaints: taint.TimeAdded is not nil".into(),
         );
     }
+}
+
+/// Topology manager policy and scope (upstream's values).
+fn validate_topology_manager(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     let policies = ["none", "best-effort", "restricted", "single-numa-node"];
-    err(
+    push_if(
+        errs,
         !policies.contains(&kc.topology_manager_policy.as_str()),
         format!(
             "topologyManagerPolicy (--topology-manager-policy) {:?} must be one of: {policies:?}",
             kc.topology_manager_policy
         ),
     );
-    err(
+    push_if(
+        errs,
         !matches!(kc.topology_manager_scope.as_str(), "container" | "pod"),
         format!(
             "topologyManagerScope (--topology-manager-scope) {:?} must be one of: \"container\", or \"pod\"",
             kc.topology_manager_scope
         ),
     );
+}
+
+/// Graceful node shutdown periods and their feature gates.
+fn validate_shutdown(kc: &KubeletConfiguration, gates: &FeatureGates, errs: &mut Vec<String>) {
     let (grace, critical) = (
         kc.shutdown_grace_period,
         kc.shutdown_grace_period_critical_pods,
     );
     let sub_second =
         |d: Duration| d.is_negative() || (d > Duration::ZERO && d < Duration::from_secs(1));
-    if gate(Feature::GracefulNodeShutdown) {
-        err(
+    if gates.enabled(Feature::GracefulNodeShutdown) {
+        push_if(
+            errs,
             critical > grace,
             format!(
                 "shutdownGracePeriodCriticalPods {critical} must be <= shutdownGracePeriod {grace}"
             ),
         );
-        err(
+        push_if(
+            errs,
             sub_second(grace),
             format!("shutdownGracePeriod {grace} must be either zero or otherwise >= 1 sec"),
         );
-        err(
+        push_if(
+            errs,
             sub_second(critical),
             format!(
                 "shutdownGracePeriodCriticalPods {critical} must be either zero or otherwise >= 1 sec"
             ),
         );
     } else {
-        err(
+        push_if(errs,
             grace > Duration::ZERO || critical > Duration::ZERO,
             "specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown".into(),
         );
     }
     let by_priority = !kc.shutdown_grace_period_by_pod_priority.is_empty();
-    if gate(Feature::GracefulNodeShutdownBasedOnPodPriority) {
-        err(
+    if gates.enabled(Feature::GracefulNodeShutdownBasedOnPodPriority) {
+        push_if(errs,
             by_priority && (grace > Duration::ZERO || critical > Duration::ZERO),
             "Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time".into(),
         );
     } else {
-        err(by_priority, "Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority".into());
+        push_if(errs, by_priority, "Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority".into());
     }
+}
+
+/// `memorySwap.swapBehavior` and the `NodeSwap` gate.
+fn validate_swap(kc: &KubeletConfiguration, gates: &FeatureGates, errs: &mut Vec<String>) {
     let swap = kc.memory_swap.swap_behavior.as_str();
-    if gate(Feature::NodeSwap) {
-        err(
+    if gates.enabled(Feature::NodeSwap) {
+        push_if(
+            errs,
             !matches!(swap, "" | "NoSwap" | "LimitedSwap"),
             format!(
                 "memorySwap.swapBehavior {swap:?} must be one of: \"\", \"LimitedSwap\" or \"NoSwap\""
             ),
         );
     } else {
-        err(
+        push_if(
+            errs,
             !swap.is_empty(),
             "memorySwap.swapBehavior cannot be set when NodeSwap feature flag is disabled".into(),
         );
     }
+}
+
+/// `enforceNodeAllocatable` values and the cgroups they need.
+fn validate_enforce_node_allocatable(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     for val in &kc.enforce_node_allocatable {
         match val.as_str() {
             "pods" => {}
-            "system-reserved" | "system-reserved-compressible" => err(
+            "system-reserved" | "system-reserved-compressible" => push_if(errs,
                 kc.system_reserved_cgroup.is_empty(),
                 format!("systemReservedCgroup (--system-reserved-cgroup) must be specified when {val:?} contained in enforceNodeAllocatable (--enforce-node-allocatable)"),
             ),
-            "kube-reserved" | "kube-reserved-compressible" => err(
+            "kube-reserved" | "kube-reserved-compressible" => push_if(errs,
                 kc.kube_reserved_cgroup.is_empty(),
                 format!("kubeReservedCgroup (--kube-reserved-cgroup) must be specified when {val:?} contained in enforceNodeAllocatable (--enforce-node-allocatable)"),
             ),
-            "none" => err(
+            "none" => push_if(errs,
                 kc.enforce_node_allocatable.len() > 1,
                 "enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified".into(),
             ),
-            other => err(
+            other => push_if(errs,
                 true,
                 format!("option {other:?} specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\""),
             ),
         }
     }
-    err(
+}
+
+/// `hairpinMode`.
+fn validate_hairpin_mode(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    push_if(
+        errs,
         !matches!(
             kc.hairpin_mode.as_str(),
             "none" | "hairpin-veth" | "promiscuous-bridge"
@@ -339,12 +470,17 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
             kc.hairpin_mode
         ),
     );
+}
+
+/// `reservedSystemCPUs`: a cpuset, not with reserved cgroups.
+fn validate_reserved_system_cpus(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     if !kc.reserved_system_cpus.is_empty() {
-        err(
+        push_if(errs,
             !kc.system_reserved_cgroup.is_empty() || !kc.kube_reserved_cgroup.is_empty(),
             "can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)".into(),
         );
-        err(
+        push_if(
+            errs,
             !is_cpuset(&kc.reserved_system_cpus),
             format!(
                 "unable to parse reservedSystemCPUs (--reserved-cpus) {:?}",
@@ -352,82 +488,121 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
             ),
         );
     }
-    err(
+}
+
+/// `logging.format` and `tracing` (behind `KubeletTracing`).
+fn validate_logging_and_tracing(
+    kc: &KubeletConfiguration,
+    gates: &FeatureGates,
+    errs: &mut Vec<String>,
+) {
+    push_if(
+        errs,
         !matches!(kc.logging.format.as_str(), "text" | "json"),
         format!(
             "logging.format: Unsupported value: {:?}: supported values: \"text\", \"json\"",
             kc.logging.format
         ),
     );
-    err(
-        kc.tracing.is_some() && !gate(Feature::KubeletTracing),
+    push_if(
+        errs,
+        kc.tracing.is_some() && !gates.enabled(Feature::KubeletTracing),
         "tracing should not be configured if KubeletTracing feature flag is disabled.".into(),
     );
+}
+
+/// `memoryThrottlingFactor` in (0, 1].
+fn validate_memory_throttling_factor(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     let factor = kc.memory_throttling_factor;
-    err(
+    push_if(
+        errs,
         !(factor > 0.0 && factor <= 1.0),
         format!(
             "memoryThrottlingFactor {factor} must be greater than 0 and less than or equal to 1.0"
         ),
     );
-    err(
+}
+
+/// `containerRuntimeEndpoint` must be set.
+fn validate_runtime_endpoint(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    push_if(
+        errs,
         kc.container_runtime_endpoint.is_empty(),
         "the containerRuntimeEndpoint was not specified or empty".into(),
     );
+}
+
+/// `enableSystemLogQuery`: its gate and the log handler.
+fn validate_system_log_query(
+    kc: &KubeletConfiguration,
+    gates: &FeatureGates,
+    errs: &mut Vec<String>,
+) {
     let log_query = kc.enable_system_log_query.unwrap_or(false);
-    err(
-        log_query && !gate(Feature::NodeLogQuery),
+    push_if(
+        errs,
+        log_query && !gates.enabled(Feature::NodeLogQuery),
         "NodeLogQuery feature gate is required for enableSystemLogHandler".into(),
     );
-    err(
+    push_if(
+        errs,
         log_query && !kc.enable_system_log_handler,
         "enableSystemLogHandler is required for enableSystemLogQuery".into(),
     );
-    err(
+}
+
+/// Container logs: workers, monitor interval, `podLogsDir`, rotation limits.
+fn validate_container_logs(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
+    push_if(
+        errs,
         kc.container_log_max_workers < 1,
         "containerLogMaxWorkers must be greater than or equal to 1".into(),
     );
-    err(
+    push_if(
+        errs,
         kc.container_log_monitor_interval < Duration::from_secs(3),
         "containerLogMonitorInterval must be a positive time duration greater than or equal to 3s"
             .into(),
     );
     let logs = kc.pod_logs_dir.as_str();
-    err(logs.is_empty(), "podLogsDir was not specified".into());
-    err(
+    push_if(errs, logs.is_empty(), "podLogsDir was not specified".into());
+    push_if(
+        errs,
         !logs.starts_with('/'),
         format!("pod logs path {logs:?} must be absolute path"),
     );
-    err(
+    push_if(
+        errs,
         logs.starts_with('/') && !is_clean_abs(logs),
         format!("pod logs path {logs:?} must be normalized"),
     );
-    err(
+    push_if(
+        errs,
         !logs.is_ascii(),
         format!("pod logs path {logs:?} must contain ASCII characters only"),
     );
 
     // Checks upstream makes later, at startup (container log manager, eviction manager).
-    err(
+    push_if(
+        errs,
         kc.container_log_max_files <= 1,
         format!(
             "containerLogMaxFiles (--container-log-max-files) {} must be greater than 1",
             kc.container_log_max_files
         ),
     );
-    err(
+    push_if(
+        errs,
         kc.container_log_max_size.is_negative(),
         format!(
             "containerLogMaxSize (--container-log-max-size) {} must not be negative",
             kc.container_log_max_size
         ),
     );
-    validate_eviction(kc, &mut errs);
-    validate_resource_managers(kc, &mut errs);
-    validate_crash_loop_back_off(kc, &mut errs);
-    validate_always_on_gates(kc, &mut errs);
+}
 
-    // rkubelet: periods that drive loops must be positive (upstream would panic creating a ticker).
+/// rkubelet: periods that drive loops must be positive (upstream would panic creating a ticker).
+fn validate_loop_periods(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
     for (d, name) in [
         (kc.sync_frequency, "syncFrequency (--sync-frequency)"),
         (
@@ -452,11 +627,6 @@ pub fn validate(kc: &KubeletConfiguration) -> Result<(), ConfigError> {
         if d <= Duration::ZERO {
             errs.push(format!("{name} {d} must be greater than 0"));
         }
-    }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid(errs))
     }
 }
 
@@ -607,6 +777,5 @@ fn validate_eviction(kc: &KubeletConfiguration, errs: &mut Vec<String>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "validate_tests.rs"]
 mod tests;

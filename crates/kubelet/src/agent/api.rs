@@ -288,7 +288,6 @@ fn status_target(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::types::CONFIG_SOURCE_ANNOTATION;

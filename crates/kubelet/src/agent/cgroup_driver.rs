@@ -74,7 +74,6 @@ fn chosen(resp: api::RuntimeConfigResponse, configured: &str) -> Result<String, 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rkubelet_cri::fake::FakeRuntime;
