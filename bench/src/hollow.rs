@@ -628,7 +628,6 @@ async fn all(args: &Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     async fn server() -> (FakeApiServer, PathBuf) {

@@ -171,7 +171,6 @@ pub fn reduce(marks: &[Mark]) -> Vec<PodTimeline> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -2,8 +2,6 @@
 //! 2 pods each against the fake API server child; every node registers Ready with a lease,
 //! every pod reaches Running and Ready through the API, and the report carries the measures.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

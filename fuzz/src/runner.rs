@@ -165,7 +165,7 @@ fn spawn_watchdog(
     std::thread::spawn(move || {
         while !done.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
-            let guard = current.lock().unwrap_or_else(|p| p.into_inner());
+            let guard = kubelet::sync::lock(&current);
             if let Some(f) = guard.as_ref()
                 && f.started.elapsed() > hang_abort
             {
@@ -235,13 +235,13 @@ fn fuzz_loop(
             break;
         }
         let input = (target.generate)(&mut Rng::for_input(limits.seed, index));
-        *current.lock().unwrap_or_else(|p| p.into_inner()) = Some(InFlight {
+        *kubelet::sync::lock(current) = Some(InFlight {
             started: Instant::now(),
             index,
             input: input.clone(),
         });
         let (outcome, took, peak) = run_one(target, &input);
-        *current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *kubelet::sync::lock(current) = None;
         let fail = |kind| {
             Box::new(Failure {
                 target: target.name,

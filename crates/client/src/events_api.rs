@@ -857,7 +857,6 @@ fn jitter_fraction() -> f64 {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -14,4 +14,4 @@ pub mod objects;
 pub mod runtimeclass;
 
 pub(crate) use rkubelet_config::yaml;
-pub(crate) use rkubelet_core::{clock, events, fsat, metrics, types};
+pub(crate) use rkubelet_core::{clock, events, metrics, nofollow, sync, types};

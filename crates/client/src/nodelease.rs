@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::apiclient::bounded;
 use crate::clock::Clock;
+use crate::sync;
 
 /// Namespace of node leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -57,11 +58,11 @@ pub struct LeaseHealth(Arc<Mutex<Option<DateTime<Utc>>>>);
 impl LeaseHealth {
     /// The `renewTime` of the last successful create or renew.
     pub fn last_renew(&self) -> Option<DateTime<Utc>> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *sync::lock(&self.0)
     }
 
     fn set(&self, t: DateTime<Utc>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        *sync::lock(&self.0) = Some(t);
     }
 }
 
@@ -296,7 +297,6 @@ fn micro_time(t: DateTime<Utc>) -> MicroTime {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::sync;
 use futures::StreamExt;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::runtime::WatchStreamExt;
@@ -127,7 +128,7 @@ impl RuntimeClassManager {
     pub fn with_classes<'a>(classes: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let cache = Cache::new();
         {
-            let mut set = cache.classes.write().unwrap_or_else(|p| p.into_inner());
+            let mut set = sync::write(&cache.classes);
             set.current = classes
                 .into_iter()
                 .map(|(n, h)| (n.to_owned(), h.to_owned()))
@@ -151,7 +152,7 @@ impl RuntimeClassManager {
                 name: name.to_owned(),
             });
         };
-        let set = cache.classes.read().unwrap_or_else(|p| p.into_inner());
+        let set = sync::read(&cache.classes);
         set.current
             .get(name)
             .cloned()
@@ -201,12 +202,7 @@ impl RuntimeClassTask {
                         info!(failures, "RuntimeClass list/watch recovered");
                         failures = 0;
                     }
-                    let listed = self
-                        .cache
-                        .classes
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .apply(event);
+                    let listed = sync::write(&self.cache.classes).apply(event);
                     if listed {
                         debug!("RuntimeClass cache synced");
                         self.cache.synced.send_replace(true);
@@ -222,7 +218,6 @@ impl RuntimeClassTask {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

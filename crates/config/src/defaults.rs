@@ -370,7 +370,6 @@ pub fn apply_legacy_defaults(doc: &mut Map<String, Value>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -306,7 +306,6 @@ impl<'de> Deserialize<'de> for Duration {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -758,7 +758,6 @@ pub fn parse_feature_gates_flag(s: &str) -> Result<BTreeMap<String, bool>, Featu
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -581,6 +581,5 @@ fn merge_patch(target: &mut Map<String, Value>, patch: Map<String, Value>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "load_tests.rs"]
 mod tests;

@@ -428,7 +428,6 @@ impl<'de> Deserialize<'de> for ThresholdValue {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

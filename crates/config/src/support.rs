@@ -585,6 +585,5 @@ pub fn render_markdown() -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "support_tests.rs"]
 mod tests;

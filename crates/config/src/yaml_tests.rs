@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::time::{Duration, Instant};
 
 use serde_json::Value;

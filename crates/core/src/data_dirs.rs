@@ -58,7 +58,7 @@ pub fn create_dir_with_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
         .recursive(true)
         .mode(mode)
         .create(dir)?;
-    let fd = crate::fsat::open_dir_at(CWD, dir)?;
+    let fd = crate::nofollow::open_dir_at(CWD, dir)?;
     if rustix::fs::fstat(&fd)?.st_mode & 0o7777 != mode {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
     }
@@ -78,7 +78,7 @@ pub const POD_SUBDIRS: [&str; 3] = ["volumes", "plugins", "containers"];
 pub fn tighten_pod_dirs(root_dir: &Path) -> Vec<PathBuf> {
     let pods = root_dir.join("pods");
     let mut changed = Vec::new();
-    let pods_fd = match crate::fsat::open_dir_at(CWD, &pods) {
+    let pods_fd = match crate::nofollow::open_dir_at(CWD, &pods) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return changed,
         Err(e) => {
@@ -86,7 +86,7 @@ pub fn tighten_pod_dirs(root_dir: &Path) -> Vec<PathBuf> {
             return changed;
         }
     };
-    let names = match crate::fsat::list_dir(pods_fd.as_fd()) {
+    let names = match crate::nofollow::list_dir(pods_fd.as_fd()) {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(dir = %pods.display(), error = %e, "cannot list pod directories");
@@ -95,7 +95,7 @@ pub fn tighten_pod_dirs(root_dir: &Path) -> Vec<PathBuf> {
     };
     for name in names {
         let pod_dir = pods.join(&name);
-        let pod_fd = match crate::fsat::open_dir_at(&pods_fd, name.as_os_str()) {
+        let pod_fd = match crate::nofollow::open_dir_at(&pods_fd, name.as_os_str()) {
             Ok(fd) => fd,
             // A link or a file: not a pod directory of ours; never followed.
             Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => continue,
@@ -113,7 +113,7 @@ pub fn tighten_pod_dirs(root_dir: &Path) -> Vec<PathBuf> {
         }
         for sub in POD_SUBDIRS {
             let dir = pod_dir.join(sub);
-            let result = crate::fsat::open_dir_at(&pod_fd, sub).and_then(|fd| tighten(&fd));
+            let result = crate::nofollow::open_dir_at(&pod_fd, sub).and_then(|fd| tighten(&fd));
             match result {
                 Ok(true) => changed.push(dir),
                 Ok(false)
@@ -144,7 +144,6 @@ fn tighten(fd: &rustix::fd::OwnedFd) -> Result<bool, rustix::io::Errno> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 

@@ -1,6 +1,7 @@
 //! Test-only: a tracing `MakeWriter` that keeps everything logged in a shared buffer, so a
 //! unit test can assert on what the kubelet said. Owns the buffer; emits its text on request.
 
+use crate::sync;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A `MakeWriter` appending every log line to one shared buffer (clones share it).
@@ -9,7 +10,7 @@ pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 
 impl LogCapture {
     fn buf(&self) -> MutexGuard<'_, Vec<u8>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.0)
     }
 
     /// Everything logged so far (invalid UTF-8 replaced).

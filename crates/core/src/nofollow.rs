@@ -234,11 +234,10 @@ pub fn atomic_write_with(
 }
 
 #[cfg(any(test, feature = "test-util"))]
-#[path = "fsat_testutil.rs"]
+#[path = "nofollow_testutil.rs"]
 #[allow(clippy::unwrap_used)]
 pub mod testutil;
 
 #[cfg(test)]
-#[path = "fsat_tests.rs"]
-#[allow(clippy::unwrap_used)]
+#[path = "nofollow_tests.rs"]
 mod tests;

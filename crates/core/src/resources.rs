@@ -421,7 +421,6 @@ pub fn huge_page_resource_name(page_size: u64) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};

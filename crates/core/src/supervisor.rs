@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use tracing::error;
 
 use crate::health::HealthCheck;
+use crate::sync;
 
 /// `task` label of `rkubelet_task_panics_total` for a pod worker.
 pub const POD_WORKER: &str = "pod_worker";
@@ -95,7 +96,7 @@ impl Supervisor {
     }
 
     fn dead(&self) -> MutexGuard<'_, Dead> {
-        self.inner.dead.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner.dead)
     }
 
     /// Spawns a singleton that runs until shutdown. A panic is logged as
@@ -177,7 +178,6 @@ impl Supervisor {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::Duration;

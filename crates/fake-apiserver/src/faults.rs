@@ -298,7 +298,6 @@ impl<S: Stream + Unpin> Stream for UntilDropped<S> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

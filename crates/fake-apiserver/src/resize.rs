@@ -282,7 +282,6 @@ pub fn prepare_resize(old: &Value, requested: &Value) -> Result<Value, ApiError>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -300,7 +300,6 @@ async fn splice(client: OnUpgrade, backend: OnUpgrade) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -361,7 +361,6 @@ pub fn format_seen(t: &DateTime<Utc>) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicI64, Ordering};

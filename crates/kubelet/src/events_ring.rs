@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::events::{EventRecorder, EventType, bound_message};
+use crate::sync;
 use crate::types::PodExt;
 
 /// How many events the ring keeps.
@@ -79,7 +80,7 @@ impl EventRing {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ring> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// Records one event (folded into the newest entry when it repeats it).
@@ -190,7 +191,6 @@ impl EventRecorder for TeeRecorder {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::events::CollectingRecorder;

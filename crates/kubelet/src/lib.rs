@@ -1,7 +1,10 @@
-//! rkubelet library: a Kubernetes node agent. Data path (see DESIGN.md):
-//! sources → config_merge → pod_manager → sync_loop → pod_workers → kuberuntime (pure
-//! `compute_pod_actions`, then CRI side effects); PLEG events feed back into the sync loop and
-//! the status manager owns every pod's API status.
+//! rkubelet-kubelet, the facade: pod sources, config merge, the pod manager, mirror pods, the
+//! sync loop, admission, eviction, node shutdown, node status, the HTTP server, the
+//! instrumented syncer and scrapers, and the agent that assembles every layer. The lower crates
+//! (config, core, client, node, pods) are re-exported at the paths they had when this was one
+//! crate. Data path: sources → config_merge → pod_manager → sync_loop → pod_workers →
+//! kuberuntime (pure `compute_pod_actions`, then CRI side effects); PLEG events feed back into
+//! the sync loop and the status manager owns every pod's API status (docs/architecture.md).
 
 pub mod admission;
 pub use rkubelet_core::admit;
@@ -24,11 +27,11 @@ pub use rkubelet_core::env;
 pub use rkubelet_core::events;
 pub mod events_ring;
 pub mod eviction;
-pub use rkubelet_core::fsat;
 pub use rkubelet_core::gostr;
 #[cfg(test)]
 use rkubelet_core::log_capture;
-pub use rkubelet_core::maps;
+pub use rkubelet_core::nofollow;
+pub use rkubelet_core::spare_capacity;
 pub use rkubelet_node::host;
 pub use rkubelet_node::images;
 pub use rkubelet_node::logs;
@@ -50,6 +53,7 @@ pub use rkubelet_pods::prober;
 pub mod server;
 pub mod sources;
 pub use rkubelet_core::supervisor;
+pub use rkubelet_core::sync;
 pub use rkubelet_pods::stats;
 pub use rkubelet_pods::status;
 pub mod sync_loop;

@@ -366,7 +366,6 @@ async fn changed<T>(rx: &mut watch::Receiver<T>, open: &mut bool) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::types::CONFIG_SOURCE_ANNOTATION;

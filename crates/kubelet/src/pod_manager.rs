@@ -117,8 +117,8 @@ impl PodManager {
             if self.by_full_name.get(&name).is_some_and(|u| u == uid) {
                 self.by_full_name.remove(&name);
             }
-            crate::maps::release_spare(&mut self.pods);
-            crate::maps::release_spare(&mut self.by_full_name);
+            crate::spare_capacity::release_spare(&mut self.pods);
+            crate::spare_capacity::release_spare(&mut self.by_full_name);
             self.publish();
             return Some(pod);
         }
@@ -131,8 +131,8 @@ impl PodManager {
         {
             self.mirror_by_full_name.remove(&name);
         }
-        crate::maps::release_spare(&mut self.mirrors);
-        crate::maps::release_spare(&mut self.mirror_by_full_name);
+        crate::spare_capacity::release_spare(&mut self.mirrors);
+        crate::spare_capacity::release_spare(&mut self.mirror_by_full_name);
         self.publish_mirrors();
         Some(Arc::new(mirror))
     }
@@ -242,7 +242,6 @@ impl PodManager {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::types::{

@@ -217,7 +217,6 @@ fn statvfs_capacity(path: &Path) -> Option<u64> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

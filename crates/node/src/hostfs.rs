@@ -3,6 +3,7 @@
 //! device numbers and `du`-style directory usage. [`SystemFs`]
 //! reads the host; tests point the readers at temp-dir trees or use [`FakeFs`].
 
+use crate::sync;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -116,7 +117,7 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
     if !is_dir(&root) {
         return Ok(tally.usage);
     }
-    let Some(top) = crate::fsat::open_dir_at(rustix::fs::CWD, path)
+    let Some(top) = crate::nofollow::open_dir_at(rustix::fs::CWD, path)
         .ok()
         .filter(|fd| rustix::fs::fstat(fd).is_ok_and(|st| same_inode(&st, &root)))
     else {
@@ -131,7 +132,7 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
     // subdirectories on this filesystem to enter.
     let list = |fd: &OwnedFd, tally: &mut DuTally| {
         let mut subdirs = Vec::new();
-        for name in crate::fsat::list_dir(fd.as_fd()).unwrap_or_default() {
+        for name in crate::nofollow::list_dir(fd.as_fd()).unwrap_or_default() {
             let Ok(st) = statat(fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };
@@ -146,7 +147,7 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
     levels[0].pending = list(&current, &mut tally);
     while let Some(bottom) = levels.last_mut() {
         if let Some((name, id)) = bottom.pending.pop() {
-            let Ok(child) = crate::fsat::open_dir_at(&current, name.as_os_str()) else {
+            let Ok(child) = crate::nofollow::open_dir_at(&current, name.as_os_str()) else {
                 continue;
             };
             if !rustix::fs::fstat(&child).is_ok_and(|st| (st.st_dev, st.st_ino) == id) {
@@ -171,7 +172,7 @@ pub fn du(path: &Path) -> io::Result<DirUsage> {
 
 /// The parent of `dir` through `..`, when it is the directory `expected` names.
 fn climb(dir: &OwnedFd, expected: (u64, u64)) -> Option<OwnedFd> {
-    let up = crate::fsat::open_dir_at(dir, "..").ok()?;
+    let up = crate::nofollow::open_dir_at(dir, "..").ok()?;
     rustix::fs::fstat(&up)
         .is_ok_and(|st| (st.st_dev, st.st_ino) == expected)
         .then_some(up)
@@ -183,7 +184,7 @@ fn climb(dir: &OwnedFd, expected: (u64, u64)) -> Option<OwnedFd> {
 fn walk_down(top: &OwnedFd, levels: &mut Vec<DuLevel>) -> io::Result<OwnedFd> {
     let mut fd = top.try_clone()?;
     for i in 1..levels.len() {
-        let next = crate::fsat::open_dir_at(&fd, levels[i].name.as_os_str())
+        let next = crate::nofollow::open_dir_at(&fd, levels[i].name.as_os_str())
             .ok()
             .filter(|child| {
                 rustix::fs::fstat(child).is_ok_and(|st| (st.st_dev, st.st_ino) == levels[i].id)
@@ -268,7 +269,7 @@ struct FakeInner {
 
 impl FakeFs {
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner)
     }
     pub fn set_file(&self, path: impl Into<PathBuf>, content: &str) {
         self.lock().files.insert(path.into(), content.to_owned());
@@ -368,7 +369,6 @@ impl StatsFs for FakeFs {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -413,10 +413,10 @@ mod tests {
     fn du_walks_a_tree_deeper_than_a_path_could_name() {
         // 3000 levels of 2-byte names: 6000 bytes of path, past PATH_MAX (4096), built by fd.
         let top = tempfile::tempdir().unwrap();
-        let mut fd = crate::fsat::open_dir_at(rustix::fs::CWD, top.path()).unwrap();
+        let mut fd = crate::nofollow::open_dir_at(rustix::fs::CWD, top.path()).unwrap();
         for _ in 0..3000 {
             rustix::fs::mkdirat(&fd, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
-            fd = crate::fsat::open_dir_at(&fd, "d").unwrap();
+            fd = crate::nofollow::open_dir_at(&fd, "d").unwrap();
         }
         // A file at the bottom, 3000 levels down (1 MiB, written for real so it has blocks).
         let file = rustix::fs::openat(
@@ -445,14 +445,14 @@ mod tests {
     #[test]
     fn du_holds_a_bounded_number_of_fds_whatever_the_depth() {
         let top = tempfile::tempdir().unwrap();
-        let mut fd = crate::fsat::open_dir_at(rustix::fs::CWD, top.path()).unwrap();
+        let mut fd = crate::nofollow::open_dir_at(rustix::fs::CWD, top.path()).unwrap();
         for i in 0..5000 {
             // A side file per level and a second branch every 1000 levels.
             rustix::fs::mkdirat(&fd, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
             if i % 1000 == 0 {
                 rustix::fs::mkdirat(&fd, "e", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
             }
-            fd = crate::fsat::open_dir_at(&fd, "d").unwrap();
+            fd = crate::nofollow::open_dir_at(&fd, "d").unwrap();
         }
         drop(fd);
         let fds_before = std::fs::read_dir("/proc/self/fd").unwrap().count();

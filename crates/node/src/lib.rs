@@ -20,5 +20,5 @@ pub mod volumes;
 pub(crate) use rkubelet_client::objects;
 pub(crate) use rkubelet_config::{self as config, yaml};
 pub(crate) use rkubelet_core::{
-    admit, backoff, clock, container, env, events, fsat, gostr, qos, resources, types,
+    admit, backoff, clock, container, env, events, gostr, nofollow, qos, resources, sync, types,
 };

@@ -16,7 +16,7 @@ pub(crate) use rkubelet_client::{apiclient, objects, runtimeclass};
 #[cfg(test)]
 pub(crate) use rkubelet_core::log_capture;
 pub(crate) use rkubelet_core::{
-    backoff, clock, container, data_dirs, env, events, fsat, maps, metrics, qos, resources,
-    supervisor, types,
+    backoff, clock, container, data_dirs, env, events, metrics, nofollow, qos, resources,
+    spare_capacity, supervisor, sync, types,
 };
 pub(crate) use rkubelet_node::{allocation, cm, credentialprovider, images, security, volumes};

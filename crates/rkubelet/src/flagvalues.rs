@@ -185,7 +185,6 @@ pub(crate) fn parse_taints(s: &str) -> Result<Taints, String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::cli::Flags;

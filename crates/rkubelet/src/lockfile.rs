@@ -117,7 +117,6 @@ fn describe(mask: EventMask) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::Duration;

@@ -690,7 +690,6 @@ fn secure_config(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use kubelet::config::{Duration as GoDuration, load_config};

@@ -185,7 +185,6 @@ pub fn start_watchdog(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

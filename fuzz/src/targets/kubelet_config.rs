@@ -334,7 +334,6 @@ fn split<'a>(data: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -184,7 +184,6 @@ pub fn api_time(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use fake_apiserver::{FakeApiServer, Options};

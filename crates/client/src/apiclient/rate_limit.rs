@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::sync;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -180,10 +181,7 @@ where
         let delay = if req.is_event_write() || req.is_unthrottled() {
             Duration::ZERO
         } else {
-            self.bucket
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .reserve(Instant::now())
+            sync::lock(&self.bucket).reserve(Instant::now())
         };
         let inner = self.inner.clone();
         Box::pin(async move {
@@ -200,7 +198,6 @@ where
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::sync;
 use tokio::time::Instant;
 use tower::BoxError;
 use tracing::{info, warn};
@@ -109,7 +110,7 @@ fn jittered(d: Duration) -> Duration {
 impl Throttle {
     /// Admits a request at `now` (it is sent) or refuses it (it fails at once).
     pub fn admit(&self, now: Instant) -> Result<(), ThrottleError> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = sync::lock(&self.state);
         if let Some((retry_after, until)) = st.retry_after {
             if now < until {
                 return Err(ThrottleError::RetryAfter {
@@ -137,7 +138,7 @@ impl Throttle {
 
     /// Records the outcome of a sent request at `now`.
     pub fn observe(&self, outcome: Outcome, now: Instant) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = sync::lock(&self.state);
         match outcome {
             Outcome::Answered => {
                 if st.failures > 0 {
@@ -172,10 +173,7 @@ impl Throttle {
 
     /// Consecutive failures seen (0: the server answers).
     pub fn failures(&self) -> u32 {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failures
+        sync::lock(&self.state).failures
     }
 }
 
@@ -236,7 +234,6 @@ where
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -414,5 +414,4 @@ pub fn write_kubeconfig_from_bootstrap(
 
 #[cfg(test)]
 #[path = "bootstrap_tests.rs"]
-#[allow(clippy::unwrap_used)]
 mod tests;

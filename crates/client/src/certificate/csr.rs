@@ -434,7 +434,6 @@ pub fn issued_pair(cert_pem: &str, key_pem: &str) -> Result<CertKey, CertError> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::certificate::{CLIENT_USAGES, CertInfo};

@@ -26,6 +26,7 @@ use super::{CLIENT_SIGNER, CLIENT_USAGES, CertError, CertKey, SERVING_SIGNER, SE
 use crate::clock::Clock;
 use crate::events::{EventRecorder, EventType};
 use crate::metrics::registry::{Collector, Desc, Exposition, HistogramVec, MetricKind};
+use crate::sync;
 
 /// Which certificate a manager keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,10 +192,7 @@ impl CertificateManager {
 
     /// The pair in use (`None` before the first one).
     pub fn current(&self) -> Option<CertKey> {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        sync::read(&self.current).clone()
     }
 
     pub fn kind(&self) -> Kind {
@@ -206,7 +204,7 @@ impl CertificateManager {
     }
 
     fn stats(&self) -> std::sync::MutexGuard<'_, Stats> {
-        self.stats.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.stats)
     }
 
     /// Renewal failures so far (the `*_renew_errors` counter).
@@ -390,11 +388,7 @@ impl CertificateManager {
                 info!(path = %tmp.display(), error = %e, "Failed cleaning up private key file");
             }
         }
-        let old = self
-            .current
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(pair.clone());
+        let old = sync::write(&self.current).replace(pair.clone());
         if let Some(old) = old
             && self.cfg.kind == Kind::Serving
         {
@@ -511,5 +505,4 @@ impl Collector for CertificateManager {
 
 #[cfg(test)]
 #[path = "manager_tests.rs"]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -333,7 +333,6 @@ pub(crate) fn random_fraction() -> f64 {
 pub mod testutil;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

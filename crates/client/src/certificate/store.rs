@@ -153,14 +153,13 @@ fn load_pair(cert: &Path, key: &Path) -> Result<CertKey, CertError> {
 }
 
 /// Replaces `path` with `data`, mode 0600, atomically and flushed to disk
-/// ([`crate::fsat::atomic_write`]): a crash or a full disk leaves the old file whole.
+/// ([`crate::nofollow::atomic_write`]): a crash or a full disk leaves the old file whole.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<(), CertError> {
-    crate::fsat::atomic_write(path, data, crate::fsat::WriteOptions::durable(0o600))
+    crate::nofollow::atomic_write(path, data, crate::nofollow::WriteOptions::durable(0o600))
         .map_err(|e| CertError::io(path, e))
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::certificate::testutil::TestCa;
@@ -298,7 +297,7 @@ mod tests {
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert!(std::fs::symlink_metadata(&kubeconfig).unwrap().is_file());
         // A full disk keeps the old file and names it.
-        let fs = crate::fsat::testutil::Tmpfs::new("128k");
+        let fs = crate::nofollow::testutil::Tmpfs::new("128k");
         let pem = fs.path().join("kubelet-client-current.pem");
         write_private(&pem, b"old pair").unwrap();
         fs.fill();

@@ -21,6 +21,7 @@ use tracing::info;
 
 use super::{CertError, CertKey};
 use crate::apiclient::{ClientSettings, client_from_config};
+use crate::sync;
 
 /// One inner client and the token that ends its watches.
 #[derive(Clone)]
@@ -89,10 +90,7 @@ impl RotatingClient {
     }
 
     fn generation(&self) -> Generation {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        sync::read(&self.current).clone()
     }
 
     /// Moves every request after this call to a client presenting `pair`, and ends the
@@ -101,7 +99,7 @@ impl RotatingClient {
         let client = client_from_config(with_identity(&self.base, Some(pair)), &self.settings)
             .map_err(|e| CertError::Api(e.to_string()))?;
         let old = std::mem::replace(
-            &mut *self.current.write().unwrap_or_else(|e| e.into_inner()),
+            &mut *sync::write(&self.current),
             Generation {
                 client,
                 retired: CancellationToken::new(),
@@ -215,7 +213,6 @@ impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for GenerationBody<B> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

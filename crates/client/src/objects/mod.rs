@@ -5,6 +5,7 @@
 //! memory for tests, and [`NoApiServer`] answers standalone mode's "no kubeClient" errors.
 //! Receives pod registrations (which objects to keep fresh); emits objects on request.
 
+use crate::sync;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -168,7 +169,7 @@ struct FakeState {
 
 impl FakeObjects {
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// Adds or replaces a ConfigMap (`namespace`/`name` from its metadata).
@@ -271,7 +272,6 @@ impl PodObjects for FakeObjects {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -22,6 +22,7 @@ use tracing::{debug, warn};
 use super::{ObjectError, TokenGrant, TokenRequest};
 use crate::apiclient::bounded;
 use crate::clock::Clock;
+use crate::sync;
 
 /// A token is renewed at the latest this long after it was issued (upstream `maxTTL`).
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -121,7 +122,7 @@ impl TokenManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenRequest, CachedToken>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.cache)
     }
 
     /// Upstream `GetServiceAccountToken`: the cached token unless it needs a refresh; else a new
@@ -251,7 +252,6 @@ fn api_error(request: &TokenRequest, message: String) -> ObjectError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

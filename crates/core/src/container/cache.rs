@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::container::PodStatus;
+use crate::sync;
 use crate::types::PodUid;
 
 /// What the cache holds for one pod: its status, or why inspecting it failed.
@@ -105,7 +106,7 @@ impl PodCache {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent data behind (every mutation is a
         // single map operation), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// The cached status of `uid` as `(status, error)`: an inspection error gives
@@ -209,7 +210,6 @@ impl PodCache {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::time::Duration;
 

@@ -12,6 +12,7 @@ use crate::metrics::registry::{
     Collector, CounterVec, DEFAULT_BUCKETS, Desc, Exposition, GaugeVec, HistogramVec,
     exponential_buckets,
 };
+use crate::sync;
 
 /// Upstream `podStartupDurationBuckets`.
 pub const POD_START_BUCKETS: &[f64] = &[
@@ -481,15 +482,11 @@ impl KubeletMetrics {
 
     /// Adds a component's families to `/metrics` (e.g. the certificate managers').
     pub fn register(&self, collector: Arc<dyn Collector>) {
-        self.inner
-            .extra
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(collector);
+        sync::lock(&self.inner.extra).push(collector);
     }
 
     fn tracker(&self) -> std::sync::MutexGuard<'_, StartTracker> {
-        self.inner.tracker.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner.tracker)
     }
 
     // ---- runtime (CRI) operations ------------------------------------------------------------
@@ -904,12 +901,7 @@ impl Collector for KubeletMetrics {
             c.collect(out);
         }
         self.inner.process.collect(out);
-        let extra = self
-            .inner
-            .extra
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let extra = sync::lock(&self.inner.extra).clone();
         for c in extra {
             c.collect(out);
         }

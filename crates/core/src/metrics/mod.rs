@@ -6,7 +6,6 @@
 
 pub mod kubelet;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod kubelet_tests;
 pub mod process;
 pub mod registry;

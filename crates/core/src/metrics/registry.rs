@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::sync;
 use tracing::warn;
 
 /// `prometheus.DefBuckets`.
@@ -237,7 +238,7 @@ impl<V: Clone> Series<V> {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Vec<String>, V>> {
-        self.values.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.values)
     }
 
     /// Runs `f` on the series of `labels`, creating it with `init` first.

@@ -77,7 +77,6 @@ pub fn cri_call(op: &'static str, elapsed: Duration) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use tracing_subscriber::layer::SubscriberExt;

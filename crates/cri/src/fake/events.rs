@@ -207,7 +207,6 @@ impl State {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;

@@ -1,8 +1,6 @@
 //! Fault injection of the fake API server (issue 17, row 3): outage, 5xx, 429 with
 //! `Retry-After`, latency, dropped watches, and the request log with per-second rates.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use bytes::Bytes;
 use fake_apiserver::faults::{CONNECT, Failure};
 use fake_apiserver::{FakeApiServer, Options};

@@ -88,7 +88,6 @@ pub fn is_inactive(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -199,7 +199,6 @@ pub fn node_name_fits(pod: &Pod, node: &Node) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelectorTerm, PodSpec};

@@ -47,7 +47,6 @@ impl AdmitHandler for PodFeaturesAdmit {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

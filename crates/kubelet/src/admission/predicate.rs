@@ -195,7 +195,6 @@ impl AdmitHandler for NodePredicates {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::admission::Admission;

@@ -382,6 +382,5 @@ impl AdmitHandler for EvictionAdmit {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "manager_tests.rs"]
 mod tests;

@@ -336,6 +336,5 @@ pub fn local_storage_violation(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "rank_tests.rs"]
 mod tests;

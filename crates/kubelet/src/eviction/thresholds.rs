@@ -545,6 +545,5 @@ pub fn format_decimal(v: i64) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "thresholds_tests.rs"]
 mod tests;

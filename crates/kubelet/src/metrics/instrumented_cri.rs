@@ -423,7 +423,6 @@ impl ImageService for InstrumentedImages {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::metrics::process::ProcessCollector;
     use rkubelet_cri::fake::FakeRuntime;

@@ -9,13 +9,11 @@
 
 pub mod cadvisor;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod cadvisor_tests;
 pub mod instrumented_cri;
 pub use rkubelet_core::metrics::{kubelet, process, registry, rows, timeline};
 pub mod resource;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod resource_tests;
 
 pub use instrumented_cri::{InstrumentedImages, InstrumentedRuntime};

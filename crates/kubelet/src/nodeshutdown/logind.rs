@@ -257,10 +257,10 @@ pub fn override_inhibit_delay(dir: &Path, inhibit_delay_max: Duration) -> Result
         source,
     })?;
     let path = dir.join(DROP_IN_NAME);
-    crate::fsat::atomic_write(
+    crate::nofollow::atomic_write(
         &path,
         drop_in_content(inhibit_delay_max).as_bytes(),
-        crate::fsat::WriteOptions::durable(0o644),
+        crate::nofollow::WriteOptions::durable(0o644),
     )
     .map_err(|source| LogindError::WriteOverride {
         path: path.clone(),
@@ -271,7 +271,6 @@ pub fn override_inhibit_delay(dir: &Path, inhibit_delay_max: Duration) -> Result
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;

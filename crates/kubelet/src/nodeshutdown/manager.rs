@@ -564,7 +564,7 @@ impl NodeShutdownManager {
         );
     }
 
-    /// Upstream `storage.Store`: atomically ([`crate::fsat::atomic_write`]), mode 0644.
+    /// Upstream `storage.Store`: atomically ([`crate::nofollow::atomic_write`]), mode 0644.
     fn store_state(&self, start: Option<SystemTime>, end: Option<SystemTime>) {
         let state = StoredState {
             start_time: go_time(start),
@@ -573,7 +573,11 @@ impl NodeShutdownManager {
         let path = self.state_path();
         let write = || -> std::io::Result<()> {
             let bytes = serde_json::to_vec(&state).map_err(std::io::Error::other)?;
-            crate::fsat::atomic_write(&path, &bytes, crate::fsat::WriteOptions::durable(0o644))
+            crate::nofollow::atomic_write(
+                &path,
+                &bytes,
+                crate::nofollow::WriteOptions::durable(0o644),
+            )
         };
         if let Err(e) = write() {
             error!(path = %path.display(), error = %e, "failed to store graceful shutdown state");

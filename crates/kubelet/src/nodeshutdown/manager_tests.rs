@@ -2,8 +2,6 @@
 //! budgets (upstream `TestManager`, `Test_managerImpl_processShutdownEvent`), the lock's
 //! release, the final pod status, admission, the state file and the metrics.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::net::UnixStream;

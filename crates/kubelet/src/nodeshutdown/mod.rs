@@ -223,7 +223,6 @@ pub fn kill_grace_period(pod: &Pod, budget: &PriorityBudget) -> i64 {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodSpec;

@@ -255,7 +255,6 @@ impl HostNetwork for SystemNetwork {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,8 +1,6 @@
 //! Unit tests of the node status setters, the initial node, registration reconciliation and
 //! the runtime readiness state (all pure).
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -237,7 +237,6 @@ fn user_of_cert(cert: &CertificateDer<'_>) -> Result<UserInfo, AuthnError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::server::authz::Attributes;

@@ -169,7 +169,6 @@ impl Authorizer {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::server::review::AccessDecision;

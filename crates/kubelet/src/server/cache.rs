@@ -12,6 +12,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::sync;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -94,10 +95,7 @@ impl<K: Eq + Hash + Clone, V: Clone> ReviewCache<K, V> {
 
     /// The unexpired answer for `key` (marks it recently used).
     pub fn get(&self, key: &K) -> Option<V> {
-        self.lru
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .touch(key)
+        sync::lock(&self.lru).touch(key)
     }
 
     /// Stores `value` for `ttl`; a zero TTL stores nothing.
@@ -106,21 +104,12 @@ impl<K: Eq + Hash + Clone, V: Clone> ReviewCache<K, V> {
             return;
         }
         let expires = Instant::now() + ttl;
-        self.lru.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            key,
-            value,
-            expires,
-            self.max_entries,
-        );
+        sync::lock(&self.lru).insert(key, value, expires, self.max_entries);
     }
 
     /// How many answers are stored (expired ones included until touched or evicted).
     pub fn len(&self) -> usize {
-        self.lru
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entries
-            .len()
+        sync::lock(&self.lru).entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -139,7 +128,7 @@ impl<K: Eq + Hash + Clone, V: Clone> ReviewCache<K, V> {
             return Ok(v);
         }
         let flight = {
-            let mut m = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            let mut m = sync::lock(&self.inflight);
             m.entry(key.clone()).or_default().clone()
         };
         let guard = FlightGuard {
@@ -173,11 +162,7 @@ struct FlightGuard<'a, K: Eq + Hash + Clone, V: Clone> {
 
 impl<K: Eq + Hash + Clone, V: Clone> Drop for FlightGuard<'_, K, V> {
     fn drop(&mut self) {
-        let mut m = self
-            .cache
-            .inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut m = sync::lock(&self.cache.inflight);
         let ours = m.get(self.key).is_some_and(|f| Arc::ptr_eq(f, self.flight));
         // Clones are made under this lock: the map's and ours are the last two when nobody
         // else waits.

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::sync;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
@@ -55,7 +56,7 @@ impl Clock {
 
     fn lock(&self) -> MutexGuard<'_, Phase> {
         // The phase is a plain value: a panic elsewhere cannot leave it half-written.
-        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.phase)
     }
 
     /// Bytes arrived: an idle connection starts reading a request head.

@@ -1,6 +1,5 @@
 //! Tests of the connection timeouts: the phase clock alone (paused time) and whole
 //! connections over sockets (short configured timeouts).
-#![allow(clippy::unwrap_used)]
 
 use super::*;
 

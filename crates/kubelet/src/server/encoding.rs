@@ -102,7 +102,6 @@ pub fn gzip(body: &[u8]) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use http::HeaderValue;

@@ -75,7 +75,7 @@ pub fn bind_local(path: &Path) -> Result<UnixListener, ServerError> {
         ));
     }
     if meta.mode() & 0o077 != 0 {
-        let fd = crate::fsat::open_dir_at(rustix::fs::CWD, dir)
+        let fd = crate::nofollow::open_dir_at(rustix::fs::CWD, dir)
             .map_err(|e| refuse(dir, e.to_string()))?;
         rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o700))
             .map_err(|e| refuse(dir, format!("making the directory private: {e}")))?;
@@ -171,7 +171,6 @@ pub async fn serve_local(listener: UnixListener, state: ServerState, cancel: Can
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;

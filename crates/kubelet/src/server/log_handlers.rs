@@ -28,7 +28,7 @@ use tracing::{debug, warn};
 
 use super::logs::{self, LogChunk, LogOptions};
 use super::{Resp, text};
-use crate::fsat::{open_dir_at, open_regular_at};
+use crate::nofollow::{open_dir_at, open_regular_at};
 
 /// The body of a container log response: the reader's first chunk, then the rest of its
 /// channel. An error after the text started ends the body (it is logged).

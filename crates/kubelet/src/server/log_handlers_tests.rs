@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 use std::io::Write;
 use std::os::unix::fs::symlink;

@@ -632,7 +632,6 @@ impl serde::Serialize for ListedPod<'_> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use http_body_util::BodyExt;

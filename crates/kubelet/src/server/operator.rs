@@ -286,7 +286,6 @@ fn certificate(name: &str, path: &std::path::Path) -> Option<CertificateReport> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

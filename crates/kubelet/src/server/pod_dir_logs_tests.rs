@@ -1,8 +1,6 @@
 //! Tests of `logs::pod_dir` (finding a pod's log files without following links) read through
 //! the server's bounded log reader, as `/containerLogs` and `rkubelet logs` do.
 
-#![allow(clippy::unwrap_used)]
-
 use std::os::unix::fs::symlink;
 use std::path::Path;
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 use crate::container::cache::PodCache;
 use crate::container::{ContainerState, ContainerStatus, PodStatus as RtPodStatus};

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use super::*;
 use crate::container::cache::PodCache;
 use crate::container::{ContainerState, ContainerStatus, SandboxStatus};

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use crate::sync;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
@@ -220,10 +221,10 @@ pub fn serving_files(settings: &TlsSettings) -> Result<(PathBuf, PathBuf), TlsEr
     std::fs::create_dir_all(&settings.cert_dir).map_err(|e| gen_err(e.to_string()))?;
     // Each file whole or absent; the certificate last, so a pair is complete once both exist.
     let write = |path: &Path, data: &str, mode| {
-        crate::fsat::atomic_write(
+        crate::nofollow::atomic_write(
             path,
             data.as_bytes(),
-            crate::fsat::WriteOptions::durable(mode),
+            crate::nofollow::WriteOptions::durable(mode),
         )
         .map_err(|e| gen_err(format!("{}: {e}", path.display())))
     };
@@ -467,10 +468,7 @@ impl ServingTls {
     }
 
     fn read(&self) -> Arc<Loaded> {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        sync::read(&self.current).clone()
     }
 
     /// How often [`Self::watch`] looks at the files.
@@ -489,7 +487,7 @@ impl ServingTls {
             &self.crt,
             &self.key,
         )?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded);
+        *sync::write(&self.current) = Arc::new(loaded);
         Ok(())
     }
 
@@ -501,7 +499,7 @@ impl ServingTls {
             .map(stamp)
             .collect();
         {
-            let mut seen = self.stamps.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = sync::lock(&self.stamps);
             if *seen == now {
                 return None;
             }
@@ -637,7 +635,6 @@ impl super::authn::ClientCaSource for ServingTls {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -837,7 +834,6 @@ mod tests {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod bootstrap_tests {
     use super::*;
     use rustls::pki_types::pem::PemObject;

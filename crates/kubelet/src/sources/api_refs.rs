@@ -140,7 +140,6 @@ fn references_config_maps(spec: &PodSpec) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -145,7 +145,6 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::types::PodExt;

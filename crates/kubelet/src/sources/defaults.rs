@@ -210,7 +210,6 @@ fn set_volume_defaults(v: &mut Volume) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -508,6 +508,5 @@ async fn next_event(watcher: &mut Option<Watcher>) -> WatchOutcome {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "file_tests.rs"]
 mod tests;

@@ -280,6 +280,5 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 #[path = "http_tests.rs"]
 mod tests;

@@ -189,7 +189,6 @@ pub fn is_valid_port_name(p: &str) -> Vec<String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

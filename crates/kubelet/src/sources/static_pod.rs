@@ -171,7 +171,6 @@ pub fn static_pods_from_manifest(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::types::PodExt;

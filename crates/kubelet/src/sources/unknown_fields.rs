@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,6 +24,7 @@ use serde::{Deserialize, Deserializer};
 use tracing::warn;
 
 use crate::admit::{AdmitHandler, Rejection};
+use crate::sync;
 use crate::types::PodExt;
 
 /// The rejection reason of an API pod refused for an unknown field (rkubelet's own).
@@ -167,7 +168,7 @@ fn first_sighting(path: &str) -> bool {
             c => folded.push(c),
         }
     }
-    let mut logged = LOGGED.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut logged = sync::lock(&LOGGED);
     if logged.len() >= MAX_LOGGED || logged.contains(&folded) {
         return false;
     }
@@ -229,7 +230,7 @@ impl UnknownFields {
     pub fn observe(&self, checked: CheckedPod) -> Pod {
         let CheckedPod { pod, unknown } = checked;
         unknown.log_ignored(&pod.full_name());
-        let mut map = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = sync::lock(&self.refused);
         match unknown.refusal("") {
             Some(message) => {
                 map.insert(pod.uid().to_owned(), message);
@@ -243,27 +244,17 @@ impl UnknownFields {
 
     /// Forgets a pod the API source no longer has.
     pub fn forget(&self, uid: &str) {
-        self.refused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(uid);
+        sync::lock(&self.refused).remove(uid);
     }
 
     /// Keeps only the pods `keep` accepts (after a relist).
     pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
-        self.refused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|uid, _| keep(uid));
+        sync::lock(&self.refused).retain(|uid, _| keep(uid));
     }
 
     /// The refusal message of pod `uid`, if it has a refused field.
     pub fn refusal(&self, uid: &str) -> Option<String> {
-        self.refused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(uid)
-            .cloned()
+        sync::lock(&self.refused).get(uid).cloned()
     }
 }
 

@@ -700,7 +700,6 @@ fn validate_dns_config(spec: &PodSpec, dns_policy: &str, errs: &mut Vec<FieldErr
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::sources::defaults::set_pod_defaults;

@@ -673,5 +673,4 @@ async fn recv_probe(rx: &mut Option<mpsc::UnboundedReceiver<ProbeUpdate>>) -> Op
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -5,8 +5,6 @@
 //! certificate expired without a restart, and the serving certificate requested, served on
 //! the HTTPS port once approved, and rotated.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -4,8 +4,6 @@
 //! in `ephemeralContainerStatuses`; once it exits it is reported terminated and never started
 //! again. Real time, short periods.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

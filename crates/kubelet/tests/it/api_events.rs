@@ -4,8 +4,6 @@
 //! `eventRecordQPS`/`eventBurst` hold, a full queue drops without blocking, and an API outage
 //! costs a bounded number of attempts without panics.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

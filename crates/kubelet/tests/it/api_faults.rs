@@ -4,8 +4,6 @@
 //! a 429 with `Retry-After` holds every request back for that long; after recovery the
 //! lease and the node status converge at once and the pod watch does not relist in a storm.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -5,8 +5,6 @@
 //! a readiness-gate condition written by someone else moves `Ready` at once; a pod that sets
 //! pod-level resources is rejected with upstream's reason and never started.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -4,8 +4,6 @@
 //! for the grace period before the object goes, a static pod gets a mirror pod that comes
 //! back when deleted, and a pod that does not fit is rejected with OutOfcpu. Real time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::Path;

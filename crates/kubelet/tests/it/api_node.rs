@@ -3,8 +3,6 @@
 //! pre-existing Node), patch suppression and the report period, Ready following the runtime,
 //! lease creation/renewal/conflicts, and convergence after an API outage.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::sync::Arc;

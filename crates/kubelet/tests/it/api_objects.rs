@@ -5,8 +5,6 @@
 //! service and `enableServiceLinks: false`) and bound service account tokens with reuse,
 //! refresh and the failed-refresh fallback, and the projected token file following a refresh.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

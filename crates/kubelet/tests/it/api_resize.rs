@@ -5,8 +5,6 @@
 //! resize is not actuated (here: the runtime refused it once), cleared once it is, and
 //! `PodResizePending`/`Infeasible` for a request bigger than the node. Real time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -4,8 +4,6 @@
 //! API delete, replace on a hash change, delete orphans), and the sync loop keeping mirror pods
 //! away from pod workers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::HashMap;

@@ -4,8 +4,6 @@
 //! phase waits until no container could run, gracefully deleted pods are removed once
 //! reclaimed, and outages heal. Real time, short periods.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,8 +3,6 @@
 //! rejects the pod (`Failed`, reason `UnknownPodField`, the field's path in the message)
 //! without starting anything, while a pod with only an unknown metadata field runs.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -4,8 +4,6 @@
 //! destroyed by housekeeping (their processes killed first), a restarted kubelet adopts
 //! existing pod cgroups, and `cgroupsPerQOS: false` leaves the cgroup parent empty.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

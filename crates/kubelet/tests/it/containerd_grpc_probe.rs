@@ -3,8 +3,6 @@
 //! tonic-health server this test runs on the host (127.0.0.1:<port>). The binary name starts
 //! with `containerd`, so nextest runs it alone with the other containerd tests.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,8 +4,6 @@
 //! `promtool check metrics`. The binary name starts with `containerd`, so nextest runs it alone
 //! with the other containerd tests.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

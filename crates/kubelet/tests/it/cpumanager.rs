@@ -4,8 +4,6 @@
 //! `UpdateContainerResources`, a pod that does not fit is refused at admission, and a
 //! restarted kubelet keeps the assignments without restarting anything.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::time::Duration;
 

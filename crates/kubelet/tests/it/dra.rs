@@ -3,8 +3,6 @@
 //! `FailedPrepareDynamicResources` again on each retry and stays Pending/ContainerCreating,
 //! while a pod without claims beside it runs.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;

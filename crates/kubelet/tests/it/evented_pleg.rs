@@ -3,8 +3,6 @@
 //! (kubernetes#121003 / #123087), a container that dies is restarted once, and a runtime
 //! without events (containerd 1.6) still runs pods on the fallback relist.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

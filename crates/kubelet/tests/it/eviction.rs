@@ -3,8 +3,6 @@
 //! while the other keeps running, admission refuses BestEffort pods under memory pressure,
 //! and disk pressure tries node-level reclaim before evicting.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

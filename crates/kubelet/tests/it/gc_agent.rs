@@ -3,8 +3,6 @@
 //! disturbing its status; the handles the eviction manager uses (`delete_all_unused_containers`,
 //! `delete_unused_images`) work; removed pods leave no dead content; `for_tests` runs no GC.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::time::Duration;
 

@@ -6,8 +6,6 @@
 //! rkubelet-kubelet --test it log_rss:: --no-capture` (measured on the 2-core dev machine, dev profile: 1 GiB of
 //! log, 725 MiB of text, in 3.9 s; VmRSS 6 MiB → peak 7 MiB; 256 MiB: 0.9 s, 6 → 8 MiB).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;

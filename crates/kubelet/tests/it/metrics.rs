@@ -3,8 +3,6 @@
 //! and the text passes `promtool check metrics` (Debian package `prometheus`, installed by
 //! `dev/runtime.sh`; the tests fail, never skip, without it).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,8 +7,6 @@
 //! appear in the output.
 //! One test per binary: the subscriber is process-global.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::sync::Arc;

@@ -9,8 +9,6 @@
 //! Node, `kubelet_graceful_shutdown_*` gauges). Forged and malformed signals are ignored; a
 //! restarted bus is watched again.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 mod logind;
 

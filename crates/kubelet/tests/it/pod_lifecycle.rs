@@ -4,8 +4,6 @@
 //! shorter grace period ends a kill in flight at the new deadline, and a pod whose runtime
 //! status cannot be inspected is never synced with a guessed (empty) status.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;

@@ -4,8 +4,6 @@
 //! period restarts a kill, a pod re-added while terminating runs again, and static pods with
 //! one full name start in turn.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -89,10 +87,10 @@ impl PodSyncer for Recorder {
         }
         self.leave(&uid);
         if cancel.is_cancelled() {
-            return Err(SyncError("cancelled".into()));
+            return Err(SyncError::Cancelled);
         }
         if let Some(e) = self.fail_with.lock().unwrap().clone() {
-            return Err(SyncError(e));
+            return Err(SyncError::Other(e));
         }
         Ok(false)
     }

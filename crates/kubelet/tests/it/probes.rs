@@ -2,8 +2,6 @@
 //! agent (sync loop → pod workers → kuberuntime → prober) against the `FakeRuntime`, with
 //! paused time; plus 1,000 pod churns with probes that must leave no worker or result behind.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

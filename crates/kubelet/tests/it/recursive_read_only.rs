@@ -4,8 +4,6 @@
 //! to a plain read-only mount, and a runtime that reports the feature gets
 //! `Mount.recursive_read_only`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;

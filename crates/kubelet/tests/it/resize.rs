@@ -4,8 +4,6 @@
 //! is `NotRequired` and with one when it is `RestartContainer`; a resize bigger than the node is
 //! left pending as `Infeasible`; the allocation survives a kubelet restart.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

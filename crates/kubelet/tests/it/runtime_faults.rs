@@ -3,8 +3,6 @@
 //! times out at `runtimeRequestTimeout` on a stuck runtime) still terminates, because its
 //! sandbox is stopped anyway, as upstream's `killPodWithSyncResult` does.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use kubelet::agent::{Agent, AgentConfig};

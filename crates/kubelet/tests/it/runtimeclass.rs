@@ -6,8 +6,6 @@
 //! created (picked up by the watch, no restart), and a handler the runtime lacks fails the
 //! same way with the runtime's message.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::sync::Arc;

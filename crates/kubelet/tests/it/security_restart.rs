@@ -3,8 +3,6 @@
 //! `runAsUser`, and `runAsNonRoot` is verified against the image's user on every attempt
 //! (the fake's images have no user, so they run as root).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;

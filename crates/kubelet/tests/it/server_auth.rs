@@ -4,8 +4,6 @@
 //! over real sockets; stalled connections; certificate and client CA reload; client
 //! certificates that expire while connected.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::net::SocketAddr;

@@ -2,8 +2,6 @@
 //! image is looked up once per container (the pull-policy check's record also gives the
 //! image's user), and the Pulled/Created/Started events keep upstream's order.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use kubelet::agent::{Agent, AgentConfig};

@@ -4,8 +4,6 @@
 //! named, and `/healthz`'s `tasks` check reports it; an idle agent (standalone or API mode)
 //! has no dead task.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;

@@ -2,8 +2,6 @@
 //! against the `FakeRuntime`, with paused time: CrashLoopBackOff timing, the termination path,
 //! adoption after a kubelet restart, orphan clean-up, and 100-pod churn without leaks.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::time::Duration;
 

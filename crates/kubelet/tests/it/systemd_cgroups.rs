@@ -7,8 +7,6 @@
 //! with the setting and the bus address named. The in-process agent runs on the `FakeRuntime`
 //! with real time (the bus is a real process).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use crate::fsat::{WriteOptions, atomic_write};
+use crate::nofollow::{WriteOptions, atomic_write};
 
 /// Container name → resources.
 pub type PodResources = BTreeMap<String, ResourceRequirements>;
@@ -195,7 +195,6 @@ impl Checkpoint {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

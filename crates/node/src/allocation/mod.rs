@@ -30,6 +30,7 @@ use self::checkpoint::{
 };
 pub use self::feasibility::{ResizeVerdict, can_resize_pod, static_cpu_manager_forbids};
 use crate::allocation::resize_conditions::{REASON_INFEASIBLE, ResizeConditions};
+use crate::sync;
 use crate::types::PodExt;
 
 /// Failures of the allocation manager.
@@ -266,7 +267,7 @@ impl AllocationManager {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// The resources allocated to a container (upstream `GetContainerResourceAllocation`):

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::PodCondition;
 
 use crate::clock::k8s_time;
+use crate::sync;
 
 /// `PodResizePending`: the kubelet cannot allocate the desired resources (yet).
 pub const POD_RESIZE_PENDING: &str = "PodResizePending";
@@ -78,7 +79,7 @@ impl ResizeConditions {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, PodConds>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// Upstream `SetPodResizePendingCondition`; returns whether the condition changed.
@@ -170,7 +171,6 @@ impl ResizeConditions {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

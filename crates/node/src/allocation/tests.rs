@@ -1,7 +1,5 @@
 //! Allocation manager tests: admission records, resize verdicts, checkpoint recovery.
 
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 use k8s_openapi::api::core::v1::NodeStatus;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

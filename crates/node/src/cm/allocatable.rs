@@ -108,7 +108,6 @@ pub fn enforcement(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

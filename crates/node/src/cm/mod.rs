@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 use self::cgroups::{CgroupError, CgroupFs, CgroupName};
 use self::qos_containers::QosCgroups;
 use self::resources::{PodCgroupOptions, ResourceList};
+use crate::sync;
 
 /// The node allocatable cgroup's name below `cgroupRoot`.
 pub const KUBEPODS: &str = "kubepods";
@@ -332,11 +333,7 @@ impl ContainerManager {
     /// Upstream `UpdateCgroups`: burstable shares from the active pods (plus `extra`, a pod
     /// about to start), besteffort 2 shares.
     pub fn update_qos_cgroups(&self, extra: Option<&Pod>) -> Result<(), CmError> {
-        let _guard = self
-            .inner
-            .qos_lock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _guard = sync::lock(&self.inner.qos_lock);
         let snapshot = self
             .inner
             .pods
@@ -454,7 +451,6 @@ pub struct OrphanSweep {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::cgroups::CgroupVersion;
     use super::cgroups::fake::FakeCgroupFs;

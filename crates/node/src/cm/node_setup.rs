@@ -160,7 +160,6 @@ pub fn set_max_open_files(n: i64) -> Option<String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::load_config;

@@ -49,7 +49,6 @@ pub fn pods_on_host(fs: &dyn CgroupFs, qos_cgroups: &QosCgroups) -> BTreeMap<Str
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::cm::cgroups::fake::FakeCgroupFs;

@@ -264,7 +264,6 @@ pub fn resource_config_for_pod(pod: &Pod, opts: PodCgroupOptions) -> ResourceCon
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

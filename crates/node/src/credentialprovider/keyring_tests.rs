@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use super::*;
 use crate::credentialprovider::config::{DockerConfig, DockerConfigEntry};
 

@@ -27,6 +27,7 @@ use tracing::debug;
 use super::AuthConfig;
 use super::config::{ConfigError, DockerConfig, parse_docker_config_json, parse_dockercfg};
 use super::keyring::BasicDockerKeyring;
+use crate::sync;
 
 /// How long a search result is kept (upstream `CachingDockerConfigProvider` lifetime).
 pub const CACHE_LIFETIME: Duration = Duration::from_secs(5 * 60);
@@ -115,7 +116,7 @@ impl NodeDockerConfig {
     /// The config to use now: the cached one while it is fresh, else a new search.
     pub fn provide(&self) -> DockerConfig {
         let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = sync::lock(&self.cache);
         if let Some((read_at, cfg)) = cache.as_ref()
             && now < *read_at + self.lifetime
         {

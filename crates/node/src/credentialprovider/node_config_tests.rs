@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 
 /// A root dir, a working dir and a home dir under one temp dir.

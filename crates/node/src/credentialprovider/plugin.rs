@@ -34,6 +34,7 @@ use tracing::{debug, error};
 use super::AuthConfig;
 use super::config::{DockerConfig, DockerConfigEntry};
 use super::keyring::{BasicDockerKeyring, parse_schemeless_url, urls_match_str};
+use crate::sync;
 
 /// The exec protocol versions a provider may name (upstream `apiVersions`).
 pub const PLUGIN_API_VERSIONS: [&str; 3] = [
@@ -417,7 +418,7 @@ impl PluginProvider {
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.cache)
     }
 
     fn is_image_allowed(&self, image: &str) -> bool {
@@ -476,7 +477,7 @@ impl PluginProvider {
     /// Runs the plugin, or waits for the run already in flight for `image` (upstream's
     /// singleflight). A waiter whose leader was dropped mid-run takes over the run.
     async fn exec_shared(&self, image: &str) -> Result<Answer, String> {
-        let flights = || self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        let flights = || sync::lock(&self.inflight);
         let flight = Arc::clone(flights().entry(image.to_owned()).or_default());
         let result = flight
             .get_or_init(|| async { self.exec(image).await.map_err(|e| e.to_string()) })

@@ -1,6 +1,5 @@
 //! The image manager with credentials: pull secrets and plugins reach the runtime's
 //! `PullImage` as `AuthConfig`s, tried in turn (fake runtime that requires credentials).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

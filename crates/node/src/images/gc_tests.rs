@@ -1,5 +1,4 @@
 //! Tests of the image GC: selection tables and runs against the fake runtime.
-#![allow(clippy::unwrap_used)]
 
 use super::*;
 use crate::events::CollectingRecorder;

@@ -34,6 +34,7 @@ use crate::credentialprovider::node_config::NodeDockerConfig;
 use crate::credentialprovider::plugin::CredentialProviders;
 use crate::credentialprovider::secrets::make_docker_keyring;
 use crate::events::{EventRecorder, EventType};
+use crate::sync;
 use crate::types::PodExt;
 
 /// The waiting reason of a container whose image is not usable (upstream `images/types.go`).
@@ -438,7 +439,7 @@ impl ImageManager {
     }
 
     fn state(&self) -> MutexGuard<'_, PullState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.state)
     }
 
     fn event(&self, pod: &Pod, event_type: EventType, reason: &str, message: &str) {

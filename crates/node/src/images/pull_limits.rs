@@ -5,6 +5,7 @@
 
 use std::sync::Mutex;
 
+use crate::sync;
 use tokio::time::Instant;
 
 /// The error text of a refused pull, as upstream.
@@ -62,10 +63,7 @@ impl PullLimiter {
 
     /// Whether a pull may start now.
     pub fn try_accept(&self) -> bool {
-        self.bucket
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .try_accept(Instant::now())
+        sync::lock(&self.bucket).try_accept(Instant::now())
     }
 }
 

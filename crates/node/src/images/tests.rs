@@ -1,5 +1,4 @@
 //! Tests of the image manager: pull policies, events, back-off, concurrency and rate limits.
-#![allow(clippy::unwrap_used)]
 
 use super::*;
 use crate::events::CollectingRecorder;

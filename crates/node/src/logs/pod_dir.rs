@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, statat};
 use rustix::io::Errno;
 
-use crate::fsat::{list_dir, open_dir_at};
+use crate::nofollow::{list_dir, open_dir_at};
 
 /// Why a container log could not be found.
 #[derive(Debug, thiserror::Error)]

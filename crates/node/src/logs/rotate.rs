@@ -344,7 +344,6 @@ pub fn compress(log: &Path, aborted: &dyn Fn() -> bool) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use chrono::Utc;

@@ -2,7 +2,6 @@
 //! tests play the runtime's part by writing the live file), and against `FileRuntime`, a
 //! runtime that really writes (a writer thread per container, as containerd's log writer) and
 //! reopens its file on `ReopenContainerLog`, with a per-container reopen latency.
-#![allow(clippy::unwrap_used)]
 
 use super::*;
 use rkubelet_cri::api;

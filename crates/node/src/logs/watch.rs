@@ -165,7 +165,6 @@ pub(super) async fn next_opt(w: &mut Option<DirWatcher>) -> Batch {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::io::Write;

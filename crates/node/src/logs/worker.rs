@@ -381,7 +381,6 @@ async fn blocking<T: Send + 'static>(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

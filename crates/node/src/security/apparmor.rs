@@ -209,7 +209,6 @@ impl AdmitHandler for AppArmorAdmit {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

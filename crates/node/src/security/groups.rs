@@ -35,7 +35,6 @@ impl AdmitHandler for SupplementalGroupsPolicyAdmit {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

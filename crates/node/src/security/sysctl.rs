@@ -264,7 +264,6 @@ impl AdmitHandler for SysctlAllowlist {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

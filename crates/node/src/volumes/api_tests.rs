@@ -1,6 +1,5 @@
 //! Tests of the API-backed volume plugins (configMap, secret, projected) through the manager,
 //! with [`FakeObjects`] and the fake mounter of `tests.rs`.
-#![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 

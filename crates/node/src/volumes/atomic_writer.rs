@@ -23,7 +23,7 @@ use rustix::io::Errno;
 use tracing::warn;
 
 use super::removeall::{RemoveError, remove_entry_at};
-use crate::fsat::{list_dir, open_dir_at, open_regular_at};
+use crate::nofollow::{list_dir, open_dir_at, open_regular_at};
 
 /// One file of a payload: contents and mode.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::os::unix::fs::{PermissionsExt, symlink};
 
 use super::*;

@@ -73,7 +73,6 @@ pub fn payload(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, ObjectFieldSelector};

@@ -2,8 +2,6 @@
 //! running container holds is what is measured) and nothing planted at its name is followed or
 //! blocks the kubelet.
 
-#![allow(clippy::unwrap_used)]
-
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;

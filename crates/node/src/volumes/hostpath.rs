@@ -70,7 +70,6 @@ pub fn check_type(path: &Path, type_: Option<&str>) -> Result<(), HostPathError>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

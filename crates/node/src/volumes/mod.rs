@@ -35,6 +35,7 @@ use rkubelet_cri::api::{Mount, MountPropagation};
 use tracing::{info, warn};
 
 use crate::objects::{NoApiServer, PodObjects};
+use crate::sync;
 use crate::types::PodExt;
 
 /// Directory names of the plugins, as upstream escapes `kubernetes.io/empty-dir`.
@@ -267,9 +268,7 @@ impl VolumeManager {
     }
 
     fn actual(&self) -> MutexGuard<'_, HashMap<String, BTreeMap<String, MountedVolume>>> {
-        self.actual
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        sync::lock(&self.actual)
     }
 
     /// `<root>/pods/<uid>`.
@@ -756,7 +755,7 @@ fn ensure_volume_dir(dir: &Path) -> Result<(), String> {
 
 /// Opens a directory of the kubelet's tree, refusing a symlink in its place.
 fn open_dir_nofollow(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
-    crate::fsat::open_dir_at(rustix::fs::CWD, dir)
+    crate::nofollow::open_dir_at(rustix::fs::CWD, dir)
         .map_err(|e| format!("opening {}: {e}", dir.display()))
 }
 
@@ -806,7 +805,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
 }
 
 /// Replaces `path` with a file holding `data` and exactly `mode`, atomically and without
-/// following links ([`crate::fsat::atomic_write`]). Not flushed to disk: these files (a fresh
+/// following links ([`crate::nofollow::atomic_write`]). Not flushed to disk: these files (a fresh
 /// termination-log file) are written anew at every container start.
 fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
     let io = |source| VolumeError::Io {
@@ -816,11 +815,11 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), VolumeError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    let opts = crate::fsat::WriteOptions {
+    let opts = crate::nofollow::WriteOptions {
         mode,
         durable: false,
     };
-    crate::fsat::atomic_write(path, data, opts).map_err(io)
+    crate::nofollow::atomic_write(path, data, opts).map_err(io)
 }
 
 /// Upstream's message for the gitRepo plugin, disabled (and locked off) since 1.33

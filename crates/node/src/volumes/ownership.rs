@@ -14,7 +14,7 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Gid, Mode, Stat};
 use tracing::warn;
 
-use crate::fsat::{FILE_FLAGS, list_dir, open_dir_at};
+use crate::nofollow::{FILE_FLAGS, list_dir, open_dir_at};
 
 const RW_MASK: u32 = 0o660;
 const RO_MASK: u32 = 0o440;
@@ -115,7 +115,6 @@ fn walk(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 

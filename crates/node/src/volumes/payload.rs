@@ -103,7 +103,6 @@ pub fn file_mode(mode: i32) -> u32 {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
 use rustix::io::Errno;
 
-use crate::fsat::open_dir_at;
+use crate::nofollow::open_dir_at;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoveError {
@@ -329,7 +329,6 @@ fn unlink(dir: BorrowedFd<'_>, name: &[u8], flags: AtFlags) -> rustix::io::Resul
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use std::os::fd::AsRawFd;

@@ -31,7 +31,7 @@ use rustix::io::Errno;
 use tracing::{debug, warn};
 
 use super::Mounter;
-use crate::fsat::open_dir_at;
+use crate::nofollow::open_dir_at;
 
 /// `<pod dir>/volume-subpaths`.
 pub const SUBPATHS_DIR: &str = "volume-subpaths";

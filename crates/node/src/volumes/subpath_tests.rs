@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::sync::Arc;
 
@@ -571,9 +569,9 @@ fn deep_walks_hold_two_fds_and_links_cannot_pass_the_bound() {
         "{err}"
     );
     // Counted by fd: the deepest paths are longer than a path can name.
-    let mut fd = crate::fsat::open_dir_at(rustix::fs::CWD, vol.join(&down)).unwrap();
+    let mut fd = crate::nofollow::open_dir_at(rustix::fs::CWD, vol.join(&down)).unwrap();
     let mut created = 0;
-    while let Ok(next) = crate::fsat::open_dir_at(&fd, "d") {
+    while let Ok(next) = crate::nofollow::open_dir_at(&fd, "d") {
         fd = next;
         created += 1;
     }

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Mutex as StdMutex;
 
 use k8s_openapi::api::core::v1::{

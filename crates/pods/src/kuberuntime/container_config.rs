@@ -694,7 +694,6 @@ fn is_sidecar(pod: &Pod, container: &Container) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_cri::v1::Capability;

@@ -52,7 +52,6 @@ pub fn event_message(error: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
 

@@ -104,7 +104,6 @@ impl EnvObjects for EnvObjectsSnapshot {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::objects::FakeObjects;

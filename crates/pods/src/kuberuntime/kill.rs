@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use rkubelet_cri::CriError;
 use rkubelet_cri::api::{
     ContainerStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest,
     StopPodSandboxRequest,
@@ -27,8 +28,44 @@ use crate::kuberuntime::hooks::{HookTarget, run_pre_stop};
 use crate::kuberuntime::labels::legacy_log_name;
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::sandbox_config::pod_logs_directory;
-use crate::pod_workers::SyncError;
+use crate::pod_workers::{Failures, SyncError};
 use crate::types::PodExt;
+
+/// Stopping one container or sandbox failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KillError {
+    #[error("stopping container {name} ({id}): {source}")]
+    Container {
+        name: String,
+        id: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("stopping sandbox {id}: {source}")]
+    Sandbox {
+        id: String,
+        #[source]
+        source: CriError,
+    },
+}
+
+/// Removing one container or sandbox of a pod that is gone failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    #[error("removing container {name} ({id}): {source}")]
+    Container {
+        name: String,
+        id: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("removing sandbox {id}: {source}")]
+    Sandbox {
+        id: String,
+        #[source]
+        source: CriError,
+    },
+}
 
 /// Upstream always gives a container at least this long to stop.
 pub const MINIMUM_GRACE_PERIOD_SECONDS: i64 = 2;
@@ -194,7 +231,7 @@ pub async fn kill_containers(
     pod: Option<&Pod>,
     targets: Vec<KillTarget>,
     grace_override: Option<i64>,
-) -> Result<(), SyncError> {
+) -> Result<(), Failures<KillError>> {
     let ordering = pod.and_then(|p| TerminationOrdering::for_pod(p, &targets));
     let kills = targets.into_iter().map(|t| {
         let ordering = ordering.clone();
@@ -206,15 +243,14 @@ pub async fn kill_containers(
             result
         }
     });
-    let errors: Vec<String> = join_all(kills)
+    let errors: Vec<KillError> = join_all(kills)
         .await
         .into_iter()
         .filter_map(Result::err)
         .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(SyncError(errors.join("; ")))
+    match Failures::from_vec(errors) {
+        None => Ok(()),
+        Some(failures) => Err(failures),
     }
 }
 
@@ -224,7 +260,7 @@ async fn kill_one(
     t: &KillTarget,
     grace_override: Option<i64>,
     ordering: Option<&TerminationOrdering>,
-) -> Result<(), String> {
+) -> Result<(), KillError> {
     let mut grace = grace_override.unwrap_or(t.grace_period);
     if let Some(pod) = pod {
         let message = t
@@ -278,7 +314,11 @@ async fn kill_one(
     match result {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(format!("stopping container {} ({}): {e}", t.name, t.id)),
+        Err(source) => Err(KillError::Container {
+            name: t.name.clone(),
+            id: t.id.clone(),
+            source,
+        }),
     }
 }
 
@@ -291,9 +331,7 @@ pub async fn remove_pod_content(
     namespace: &str,
 ) -> Result<(), SyncError> {
     let rt = ctx.runtime.as_ref();
-    let status = get_pod_status(rt, uid, name, namespace)
-        .await
-        .map_err(|e| SyncError(e.to_string()))?;
+    let status = get_pod_status(rt, uid, name, namespace).await?;
     let mut errors = Vec::new();
     let mut links = Vec::new();
     for c in &status.container_statuses {
@@ -304,7 +342,11 @@ pub async fn remove_pod_content(
             .await
             && !e.is_not_found()
         {
-            errors.push(format!("removing container {} ({}): {e}", c.name, c.id));
+            errors.push(RemoveError::Container {
+                name: c.name.clone(),
+                id: c.id.clone(),
+                source: e,
+            });
         }
         if let Some(dir) = &ctx.config.container_log_symlink_dir {
             links.push(dir.join(legacy_log_name(name, namespace, &c.name, &c.id)));
@@ -334,11 +376,11 @@ pub async fn remove_pod_content(
         if let Err(e) = removed
             && !e.is_not_found()
         {
-            errors.push(format!("removing sandbox {id}: {e}"));
+            errors.push(RemoveError::Sandbox { id, source: e });
         }
     }
-    if !errors.is_empty() {
-        return Err(SyncError(errors.join("; ")));
+    if let Some(failures) = Failures::from_vec(errors) {
+        return Err(SyncError::Remove(failures));
     }
     let logs = pod_logs_directory(&ctx.config.pod_logs_dir, namespace, name, uid);
     // A pod's logs can be large: removed off the async worker threads.

@@ -329,7 +329,6 @@ pub fn legacy_log_name(pod: &str, namespace: &str, container: &str, id: &str) ->
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, PodSpec};

@@ -22,5 +22,4 @@ pub mod start;
 pub mod sync;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod security_tests;

@@ -117,7 +117,6 @@ pub async fn runtime_supports(runtime: &dyn RuntimeService, handler: &str) -> bo
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rkubelet_cri::fake::FakeRuntime;

@@ -238,9 +238,7 @@ impl<'a> Starter<'a> {
 
     /// Uses a sandbox that already runs (its config regenerated for container creation).
     pub fn existing_sandbox(&self, id: &str, attempt: u32) -> Result<SandboxInfo, SyncError> {
-        let config = self
-            .sandbox_config(attempt)
-            .map_err(|e| SyncError(e.to_string()))?;
+        let config = self.sandbox_config(attempt).map_err(SyncError::Sandbox)?;
         Ok(SandboxInfo {
             id: id.to_owned(),
             config,
@@ -655,10 +653,7 @@ impl<'a> Starter<'a> {
             backoff_key_prefix(self.pod, &container.name),
             hash_container(container)
         );
-        let mut backoff = ctx
-            .crash_backoff
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut backoff = crate::sync::lock(&ctx.crash_backoff);
         if backoff.is_in_backoff_since(&key, finished, now) {
             let delay = go_duration(backoff.get(&key));
             drop(backoff);

@@ -27,14 +27,14 @@ use crate::kuberuntime::actions::{
 };
 use crate::kuberuntime::ephemeral::ephemeral_containers;
 use crate::kuberuntime::kill::{
-    KillTarget, kill_containers, purge_init_containers, remove_pod_content,
+    KillError, KillTarget, kill_containers, purge_init_containers, remove_pod_content,
 };
 use crate::kuberuntime::runtime_status::get_pod_status;
 use crate::kuberuntime::start::{SandboxInfo, StartError, Starter};
 use crate::metrics::KubeletMetrics;
 use crate::metrics::kubelet::{CONTAINER, EPHEMERAL_CONTAINER, INIT_CONTAINER};
 use crate::pleg::RelistTrigger;
-use crate::pod_workers::{PodSyncer, SyncError, UpdateType};
+use crate::pod_workers::{Failures, PodCgroupError, PodSyncer, SyncError, UpdateType};
 use crate::prober::ProbeManager;
 use crate::runtimeclass::RuntimeClassManager;
 use crate::status::generate::{
@@ -218,15 +218,11 @@ impl Syncer {
     }
 
     fn changed_pods(&self) -> MutexGuard<'_, HashMap<PodUid, (String, String)>> {
-        self.changed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.changed)
     }
 
     fn reasons(&self) -> MutexGuard<'_, HashMap<PodUid, Reasons>> {
-        self.reasons
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.reasons)
     }
 
     /// Generates the pod's API status from the runtime view and hands it to the status manager.
@@ -305,7 +301,7 @@ impl Syncer {
             pod.namespace(),
         )
         .await
-        .map_err(|e| SyncError(e.to_string()))
+        .map_err(SyncError::Status)
     }
 
     /// Upstream `makePodDataDirs`: the pod directory and its subdirectories 0750, in one trip
@@ -317,18 +313,16 @@ impl Syncer {
             for sub in ["", "volumes", "plugins", "containers"] {
                 let dir = made.join(sub);
                 crate::data_dirs::create_dir_with_mode(&dir, crate::data_dirs::DATA_DIR_MODE)
-                    .map_err(|e| {
-                        SyncError(format!("creating pod directory {}: {e}", dir.display()))
-                    })?;
+                    .map_err(|source| SyncError::Dirs { dir, source })?;
             }
             Ok(())
         })
         .await
         .unwrap_or_else(|e| {
-            Err(SyncError(format!(
-                "creating pod directory {}: {e}",
-                base.display()
-            )))
+            Err(SyncError::Dirs {
+                dir: base,
+                source: std::io::Error::other(e),
+            })
         })
     }
 }
@@ -380,10 +374,10 @@ impl PodSyncer for Syncer {
                 "FailedToCreatePodContainer",
                 &e.to_string(),
             );
-            return Err(SyncError(format!(
-                "failed to ensure that the pod: {} cgroups exist and are correctly applied: {e}",
-                pod.uid()
-            )));
+            return Err(SyncError::Cgroup {
+                uid: pod.uid().to_owned(),
+                source: Box::new(e),
+            });
         }
 
         let mut actions = compute_pod_actions_with_probes(pod, status, self.probes());
@@ -436,14 +430,14 @@ impl PodSyncer for Syncer {
             self.runtime_changed(pod);
         }
         if cancel.is_cancelled() {
-            return Err(SyncError("sync cancelled: pod is terminating".into()));
+            return Err(SyncError::Cancelled);
         }
         if !resize.is_empty() {
             let resized = self.ctx.do_pod_resize_action(pod, &resize).await;
             // Report the new allocation/actuation (and conditions) at once.
             let fresh = self.ctx.allocated_pod(pod, status);
             self.update_status(fresh.as_ref().unwrap_or(pod), status, false);
-            resized.map_err(SyncError)?;
+            resized.map_err(SyncError::Resize)?;
         }
 
         // Upstream `WaitForAttachAndMount`, on every sync: containers start only with their
@@ -455,10 +449,10 @@ impl PodSyncer for Syncer {
                 self.ctx
                     .events
                     .event(pod, EventType::Warning, "FailedMount", &e.to_string());
-                return Err(SyncError(format!(
-                    "Unable to attach or mount volumes for pod {}: {e}",
-                    pod.full_name()
-                )));
+                return Err(SyncError::Mount {
+                    pod: pod.full_name(),
+                    source: Box::new(e),
+                });
             }
         };
         if !actions.create_sandbox
@@ -479,9 +473,7 @@ impl PodSyncer for Syncer {
                 crate::kuberuntime::dra::FAILED_PREPARE_DYNAMIC_RESOURCES,
                 &crate::kuberuntime::dra::event_message(&e),
             );
-            return Err(SyncError(format!(
-                "failed to prepare dynamic resources: {e}"
-            )));
+            return Err(SyncError::DynamicResources(e));
         }
         let starter = Starter::new(&self.ctx, pod, status, &volumes);
         let sandbox = if actions.create_sandbox {
@@ -491,7 +483,7 @@ impl PodSyncer for Syncer {
             }
             match created {
                 Ok(s) => s,
-                Err(e) => return Err(SyncError(e.to_string())),
+                Err(e) => return Err(SyncError::Sandbox(e)),
             }
         } else {
             match actions.sandbox_id.as_deref() {
@@ -522,7 +514,7 @@ impl PodSyncer for Syncer {
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 let sidecar = c.restart_policy.as_deref() == Some("Always");
-                failed.push(e.to_string());
+                failed.push(e);
                 if !sidecar {
                     break;
                 }
@@ -541,14 +533,13 @@ impl PodSyncer for Syncer {
             self.count_container_start(false, result.as_ref().map(|_| ()));
             self.record_start_result(pod, &c.name, result.as_ref().map(|_| ()));
             if let Err(e) = result {
-                failed.push(e.to_string());
+                failed.push(e);
             }
         }
         self.runtime_changed(pod);
-        if failed.is_empty() {
-            Ok(false)
-        } else {
-            Err(SyncError(failed.join("; ")))
+        match Failures::from_vec(failed) {
+            None => Ok(false),
+            Some(failures) => Err(SyncError::Start(failures)),
         }
     }
 
@@ -571,10 +562,9 @@ impl PodSyncer for Syncer {
             .map(|c| c.name.as_str())
             .collect();
         if !still_running.is_empty() {
-            return Err(SyncError(format!(
-                "containers still running after kill: {}",
-                still_running.join(", ")
-            )));
+            return Err(SyncError::StillRunning(
+                still_running.into_iter().map(str::to_owned).collect(),
+            ));
         }
         self.update_status(pod, &after, true);
         info!(pod = %pod.full_name(), uid = %pod.uid(), "pod terminated: all containers stopped");
@@ -627,11 +617,7 @@ impl PodSyncer for Syncer {
             warn!(pod = %pod.full_name(), uid = %pod.uid(), dir = %base.display(), error = %e, "failed to remove pod directory");
         }
         self.forget_pod(pod);
-        self.ctx
-            .crash_backoff
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .gc(tokio::time::Instant::now());
+        crate::sync::lock(&self.ctx.crash_backoff).gc(tokio::time::Instant::now());
         info!(pod = %pod.full_name(), uid = %pod.uid(), "pod removed: containers, sandboxes and directories cleaned up");
         Ok(())
     }
@@ -647,7 +633,7 @@ impl Syncer {
         pod: &Pod,
         actions: &PodActions,
         cancel: &CancellationToken,
-        failed: &mut Vec<String>,
+        failed: &mut Vec<StartError>,
     ) {
         let ephemeral = ephemeral_containers(pod);
         for &idx in &actions.ephemeral_containers_to_start {
@@ -657,8 +643,8 @@ impl Syncer {
             if cancel.is_cancelled() {
                 break;
             }
-            let result = starter.start_ephemeral_container(sandbox, ec).await;
-            let result = result.as_ref().map(|_| ());
+            let started = starter.start_ephemeral_container(sandbox, ec).await;
+            let result = started.as_ref().map(|_| ());
             if let Some(m) = &self.metrics {
                 match result {
                     Err(StartError::CrashLoopBackOff(_)) => {}
@@ -667,8 +653,8 @@ impl Syncer {
                 }
             }
             self.record_start_result(pod, &ec.name, result);
-            if let Err(e) = result {
-                failed.push(e.to_string());
+            if let Err(e) = started {
+                failed.push(e);
             }
         }
     }
@@ -678,7 +664,7 @@ impl Syncer {
             .volumes
             .unmount_pod_volumes(uid)
             .await
-            .map_err(|e| SyncError(e.to_string()))
+            .map_err(|e| SyncError::Unmount(Box::new(e)))
     }
 
     /// Upstream `killPodWithSyncResult`: stops `targets`, then every sandbox even when a
@@ -696,14 +682,21 @@ impl Syncer {
         let stopped = self.stop_sandboxes(pod, status).await;
         match (killed, stopped) {
             (Ok(()), Ok(())) => Ok(()),
-            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-            (Err(a), Err(b)) => Err(SyncError(format!("{}; {}", a.0, b.0))),
+            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(SyncError::Kill(e)),
+            (Err(Failures(mut a)), Err(Failures(b))) => {
+                a.extend(b);
+                Err(SyncError::Kill(Failures(a)))
+            }
         }
     }
 
     /// Stops every sandbox of the pod, ready or not (upstream `killPodWithSyncResult`): a
     /// sandbox whose pause process died still holds its network until stopped.
-    async fn stop_sandboxes(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
+    async fn stop_sandboxes(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+    ) -> Result<(), Failures<KillError>> {
         for sb in &status.sandbox_statuses {
             let req = rkubelet_cri::api::StopPodSandboxRequest {
                 pod_sandbox_id: sb.id.clone(),
@@ -717,7 +710,10 @@ impl Syncer {
                     "FailedKillPod",
                     &format!("error killing pod: failed to \"KillPodSandbox\" for \"{}\" with KillPodSandboxError: \"{e}\"", pod.uid()),
                 );
-                return Err(SyncError(format!("stopping sandbox {}: {e}", sb.id)));
+                return Err(Failures(vec![KillError::Sandbox {
+                    id: sb.id.clone(),
+                    source: e,
+                }]));
             }
         }
         Ok(())
@@ -730,11 +726,11 @@ async fn ensure_pod_cgroup(
     cm: &ContainerManager,
     pod: &Pod,
     exclusive_cpus: bool,
-) -> Result<(), String> {
+) -> Result<(), PodCgroupError> {
     let (cm, pod) = (cm.clone(), pod.clone());
     match tokio::task::spawn_blocking(move || cm.ensure_pod_cgroup_with(&pod, exclusive_cpus)).await
     {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("pod cgroup task failed: {e}")),
+        Ok(r) => r.map_err(PodCgroupError::Manager),
+        Err(e) => Err(PodCgroupError::Task(e)),
     }
 }

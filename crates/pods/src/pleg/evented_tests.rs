@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use rkubelet_cri::fake::FakeRuntime;
 use tokio::sync::mpsc;
 

@@ -27,6 +27,7 @@ use crate::kuberuntime::runtime_status::{
     list_runtime,
 };
 use crate::metrics::KubeletMetrics;
+use crate::sync;
 use crate::types::PodUid;
 
 pub mod evented;
@@ -269,12 +270,12 @@ impl PlegHealth {
     }
 
     fn record(&self, at: Instant) {
-        *self.last_relist.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+        *sync::lock(&self.last_relist) = Some(at);
     }
 
     /// When the last successful relist started.
     pub fn last_relist(&self) -> Option<Instant> {
-        *self.last_relist.lock().unwrap_or_else(|e| e.into_inner())
+        *sync::lock(&self.last_relist)
     }
 
     /// `Err` with upstream's message when no relist has succeeded yet or the last one started
@@ -382,7 +383,7 @@ impl RelistTrigger {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, PendingRelist> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.pending)
     }
 
     fn take(&self) -> PendingRelist {
@@ -779,11 +780,9 @@ fn log_exit_code(status: Option<&PodStatus>, event: &PodLifecycleEvent) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod relist_tests;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use rkubelet_cri::api;
     use rkubelet_cri::fake::FakeRuntime;

@@ -5,6 +5,7 @@
 //! runtime status from the PLEG's pod cache; emits `FailedSync` events when that status cannot
 //! be determined.
 
+mod error;
 mod grace;
 mod static_pods;
 mod worker;
@@ -27,6 +28,7 @@ use crate::events::EventRecorder;
 use crate::metrics::KubeletMetrics;
 use crate::types::{PodExt, PodUid};
 
+pub use error::{Failures, PodCgroupError, SyncError};
 pub use grace::{DEFAULT_TERMINATION_GRACE_PERIOD, effective_grace_period};
 use static_pods::{StaticPodStarts, is_static_pod, static_full_name};
 use worker::Worker;
@@ -105,11 +107,6 @@ impl PodWork {
         }
     }
 }
-
-/// A failed sync; the worker logs it and retries after a backoff.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct SyncError(pub String);
 
 /// The side of the kubelet that makes a pod's runtime state match its spec.
 /// Implemented by `kuberuntime::sync::Syncer`; tests use recording fakes.
@@ -339,10 +336,7 @@ impl PodWorkers {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug; recovering the data is still the best we can do.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.inner.state)
     }
 
     /// Hands work to the pod's worker, starting one if needed. Never blocks (upstream
@@ -509,8 +503,8 @@ impl PodWorkers {
                 state.work_queue.remove(&uid);
                 forgotten.push(uid);
             }
-            crate::maps::release_spare(&mut state.workers);
-            crate::maps::release_spare(&mut state.work_queue);
+            crate::spare_capacity::release_spare(&mut state.workers);
+            crate::spare_capacity::release_spare(&mut state.work_queue);
         }
         for uid in to_kill {
             let pod = self.lock().workers.get(&uid).and_then(|s| s.pod.clone());

@@ -16,6 +16,7 @@ use crate::metrics::registry::{
     Collector, DEFAULT_BUCKETS, Desc, Exposition, HistogramVec, MetricKind,
 };
 use crate::prober::results::ProbeKind;
+use crate::sync;
 use crate::types::PodExt;
 
 /// The labels of one `prober_probe_total` series.
@@ -68,7 +69,7 @@ impl ProbeMetrics {
             namespace: pod.namespace().to_owned(),
             pod_uid: pod.uid().to_owned(),
         };
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = sync::lock(&self.inner);
         *m.entry(labels).or_default() += 1;
     }
 
@@ -89,7 +90,7 @@ impl ProbeMetrics {
 
     /// Every series and its count.
     pub fn snapshot(&self) -> Vec<(ProbeLabels, u64)> {
-        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let m = sync::lock(&self.inner);
         m.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
@@ -98,7 +99,7 @@ impl ProbeMetrics {
     pub fn forget_pod(&self, pod_uid: &str) {
         let mut gone = Vec::new();
         {
-            let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut m = sync::lock(&self.inner);
             m.retain(|k, _| {
                 if k.pod_uid == pod_uid {
                     gone.push((k.pod.clone(), k.namespace.clone()));
@@ -131,7 +132,7 @@ impl Collector for ProbeMetrics {
             let mut w = out.family(TOTAL_NAME, TOTAL_HELP, MetricKind::Counter);
             // Label names sorted: container, namespace, pod, pod_uid, probe_type, result.
             let mut rows: Vec<([&str; 6], u64)> = Vec::new();
-            let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let m = sync::lock(&self.inner);
             for (l, v) in m.iter() {
                 rows.push((
                     [

@@ -25,6 +25,7 @@ use crate::events::EventRecorder;
 use crate::kuberuntime::actions::{ProbeResult, ProbeResults, is_restartable_init_container};
 use crate::types::{PodExt, PodUid};
 
+use crate::sync;
 pub use metrics::{ProbeLabels, ProbeMetrics};
 pub use results::{ProbeKind, ProbeUpdate, ResultsManager};
 use worker::{Worker, WorkerInput};
@@ -83,7 +84,7 @@ impl ProbeManager {
     }
 
     fn workers(&self) -> MutexGuard<'_, HashMap<WorkerKey, WorkerHandle>> {
-        self.inner.workers.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner.workers)
     }
 
     /// The results, for `compute_pod_actions_with_probes` and status generation.

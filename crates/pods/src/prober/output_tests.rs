@@ -2,8 +2,6 @@
 //! probe's body, and the events they become, each bounded as upstream bounds them (10 KiB of
 //! output) and every event message within `MAX_EVENT_MESSAGE_LENGTH`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::mpsc;
 
 use crate::kuberuntime::actions::{ProbeResult, ProbeResults};
+use crate::sync;
 use crate::types::PodUid;
 
 /// The three probe kinds (upstream `probeType`).
@@ -75,9 +76,7 @@ impl ResultsManager {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<(String, ProbeKind), ProbeResult>> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// Records a result; notifies only when it differs from the previous one.

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use super::worker::{Counter, ProbeTimings};
 use super::*;
 use crate::container::{ContainerStatus, PodStatus};

@@ -259,7 +259,6 @@ pub fn read_pid_stats(fs: &dyn StatsFs, proc: &Path) -> Option<(u64, u64)> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::fs::SystemFs;
     use super::*;

@@ -170,7 +170,6 @@ impl PodHousekeeping {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::stats::cgroup::MemorySample;

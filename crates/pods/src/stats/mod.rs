@@ -769,5 +769,4 @@ fn pod_stats(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -178,7 +178,6 @@ fn find_cgroup_network(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::fs::FakeFs;
     use super::*;

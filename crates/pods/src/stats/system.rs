@@ -247,5 +247,4 @@ pub fn system_containers(
 
 #[cfg(test)]
 #[path = "system_tests.rs"]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use crate::status::terminate::terminated_pod_status;
+use crate::sync;
 use crate::types::{PodExt, PodUid};
 
 /// Pod conditions the kubelet owns (upstream `PodConditionsByKubelet` with the default feature
@@ -91,9 +92,7 @@ impl StatusManager {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        sync::lock(&self.inner)
     }
 
     /// Records the pod's newest status. A terminal phase is never replaced by a non-terminal
@@ -221,14 +220,14 @@ impl StatusManager {
     pub fn remove_orphaned_statuses(&self, keep: &HashSet<PodUid>) {
         let mut inner = self.lock();
         inner.statuses.retain(|uid, _| keep.contains(uid));
-        crate::maps::release_spare(&mut inner.statuses);
+        crate::spare_capacity::release_spare(&mut inner.statuses);
     }
 
     /// Forgets one pod's status.
     pub fn delete(&self, uid: &str) {
         let mut inner = self.lock();
         inner.statuses.remove(uid);
-        crate::maps::release_spare(&mut inner.statuses);
+        crate::spare_capacity::release_spare(&mut inner.statuses);
     }
 
     /// Carries the newest status version; changes whenever any status changes.
@@ -247,7 +246,6 @@ impl StatusManager {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -106,7 +106,6 @@ fn has_pod_initialized(pod: &Pod) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{

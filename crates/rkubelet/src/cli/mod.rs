@@ -447,8 +447,6 @@ fn resolve_with(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod upstream_tests;

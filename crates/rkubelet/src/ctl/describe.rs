@@ -640,7 +640,6 @@ fn events(w: &mut TabWriter, evs: &[RingEvent], now: DateTime<Utc>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::ctl::printers::tests::{golden, now};

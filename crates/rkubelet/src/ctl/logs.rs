@@ -263,7 +263,6 @@ pub async fn run(args: LogsArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use clap::Parser;
 

@@ -530,7 +530,6 @@ async fn describe_pod(args: &DescribePodArgs) -> Result<(), CtlError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

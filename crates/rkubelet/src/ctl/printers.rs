@@ -576,7 +576,6 @@ pub fn node_text(r: &NodeReport, wide: bool, now: DateTime<Utc>) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
     use super::*;
 

@@ -1,8 +1,6 @@
 //! Black-box checks of the binary's start-up: bad configuration stops it with a non-zero exit
 //! and an error that names the file, the field and the expected form.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::Command;
 
 fn run_with_config(body: &str) -> (i32, String) {

@@ -2,8 +2,6 @@
 //! `dev/runtime.sh up` (`RKUBELET_CRI_ENDPOINT`). They run one at a time (nextest test group
 //! `containerd`) because a kubelet kills runtime pods that none of its sources has.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::{Duration, Instant};

@@ -10,8 +10,6 @@
 //! UID is upstream's hash of a Go struct dump, which rkubelet does not reproduce, so they are
 //! replaced exactly once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::{BTreeMap, HashMap};

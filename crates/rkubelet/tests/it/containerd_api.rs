@@ -3,8 +3,6 @@
 //! registration and lease, an API pod's life (running, status in the API, graceful delete),
 //! a static pod's mirror pod, admission by resources, and a 60 s API outage.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -5,8 +5,6 @@
 //! the mounted files,
 //! and a pod whose ConfigMap is missing waiting in ContainerCreating until it appears.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

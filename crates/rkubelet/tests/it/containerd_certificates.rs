@@ -4,8 +4,6 @@
 //! it; the Node registers; the serving CSR waits for a manual approval and, once approved, the
 //! HTTPS port serves the issued certificate. Real containerd (the binary needs a runtime).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::sync::Arc;

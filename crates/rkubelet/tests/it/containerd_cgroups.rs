@@ -5,8 +5,6 @@
 //! kubepods memory limit is the node allocatable; a container over its memory limit is
 //! `OOMKilled` and restarted; pod cgroups disappear once the pod is deleted.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -6,8 +6,6 @@
 //! `<rootDir>/cpu_manager_state`, and restarts the kubelet to see the containers keep their
 //! cpusets and keep running.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

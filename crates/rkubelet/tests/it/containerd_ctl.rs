@@ -2,8 +2,6 @@
 //! a static pod shows up in `rkubelet get pods` Running with SOURCE `file`, and
 //! `rkubelet describe pod` shows its container, its events and the pod worker's step.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -2,8 +2,6 @@
 //! (`RKUBELET_CRI_ENDPOINT`): logs read with the kubelet stopped, doctor against the dev
 //! runtime and against an endpoint where nothing listens.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::io::{BufRead, BufReader};

@@ -4,8 +4,6 @@
 //! process as PID 1, read from its log file under `podLogsDir`), is reported in
 //! `ephemeralContainerStatuses`, and is not restarted after it exits.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

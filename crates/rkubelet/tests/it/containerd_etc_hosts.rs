@@ -7,8 +7,6 @@
 //! Before, the second start renamed a new file over the first container's, which went on
 //! writing an unlinked file that no stats or eviction saw.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::os::unix::fs::MetadataExt;

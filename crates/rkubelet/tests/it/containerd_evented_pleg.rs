@@ -2,8 +2,6 @@
 //! `GetContainerEvents`: the kubelet logs the fallback once, with containerd's reason, keeps
 //! relisting, and a static pod still runs and is restarted after its container is killed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -5,8 +5,6 @@
 //! emptyDir is evicted (Failed / Evicted, message naming ephemeral-storage), the node reports
 //! DiskPressure, and an idle pod keeps running.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

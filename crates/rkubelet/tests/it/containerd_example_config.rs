@@ -4,8 +4,6 @@
 //! certificate runs a command in a real container on containerd. A certificate from any other
 //! CA is refused too.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

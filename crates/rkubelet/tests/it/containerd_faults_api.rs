@@ -13,8 +13,6 @@
 //! The test talks to the server only through the fixture's store (no HTTP): every request the
 //! server logs is the kubelet's.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

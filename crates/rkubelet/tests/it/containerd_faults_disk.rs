@@ -17,8 +17,6 @@
 //!   kubelet stays healthy (rotation cannot write), and once space is freed the pod's log
 //!   grows again.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

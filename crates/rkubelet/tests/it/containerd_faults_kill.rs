@@ -11,8 +11,6 @@
 //! Kill moments come from a seeded generator (seed printed; `RKUBELET_FAULTS_SEED` replays).
 //! Short form: 3 kills; full form (`RKUBELET_FAULTS=full`): 20.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 use crate::common::churn;
 

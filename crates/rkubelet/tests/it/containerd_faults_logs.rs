@@ -5,8 +5,6 @@
 //! the live file and the total stay bounded, never more than 2 files (plus a transient
 //! `.tmp`), and the slow pod's log still rotates.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -13,8 +13,6 @@
 //! `calcRestartCountByLogDir`: with the runtime's containers gone the count continues from the
 //! highest `<n>.log` in the container's log directory, so every container reports 1.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 use crate::common::churn;
 

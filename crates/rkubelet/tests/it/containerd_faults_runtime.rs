@@ -10,8 +10,6 @@
 //! message `container runtime is down` (upstream `maxWaitForContainerRuntime`, 30 s) and goes
 //! back to `Ready=True` ≤ 10 s after containerd answers again.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -17,8 +17,6 @@
 //! sandbox is stopped anyway and the pod goes, while another pod starts; running pods are left
 //! alone throughout.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 use crate::common::cri_proxy;
 

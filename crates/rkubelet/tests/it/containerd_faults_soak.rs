@@ -18,8 +18,6 @@
 //! needs it, early or late, and steady file work keeps its threads awake, but it cannot grow
 //! with the number of pods started); and at the very end nothing of any pod is left.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 /// The kubelet's threads at most: main, two async workers, and the blocking pool's ceiling
 /// (`worker_threads` and `BLOCKING_THREADS` in `crates/rkubelet/src/main.rs`).
 const THREAD_CEILING: u64 = 1 + 2 + 16;

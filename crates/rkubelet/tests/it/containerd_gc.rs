@@ -4,8 +4,6 @@
 //! the binary's log rotation keeps at most `containerLogMaxFiles` files (older ones gzipped)
 //! while a pod writes fast, and the live file stays readable.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

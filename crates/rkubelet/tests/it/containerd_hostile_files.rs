@@ -6,8 +6,6 @@
 //! with an explanatory message, the container's termination is reported, other pods keep
 //! their statuses, `/healthz` stays ok, and a restarted kubelet does the same.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

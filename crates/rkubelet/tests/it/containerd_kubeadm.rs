@@ -14,8 +14,6 @@
 //! thresholds, and a `--root-dir` outside the private mounts: containerd runs in the host's
 //! mount namespace and must see the pod directories it bind-mounts into containers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

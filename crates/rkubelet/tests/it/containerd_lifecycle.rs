@@ -3,8 +3,6 @@
 //! takes seconds), and a manifest moved out of the static pod dir and back while its pod is
 //! still terminating runs again once the termination finished.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -10,8 +10,6 @@
 //! The whole scenario is one test: it removes the registry image from containerd first, so the
 //! pull really goes to the registry, and parallel tests would race on that image.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -2,8 +2,6 @@
 //! the `rkubelet` binary on the real containerd of `dev/runtime.sh up`, with busybox `sh`,
 //! `httpd` as targets. Short grace periods and 1 s probe periods keep each test brief.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::{Duration, Instant};

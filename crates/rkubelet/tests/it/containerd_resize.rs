@@ -4,8 +4,6 @@
 //! container (same container ID, restartCount 0), and the API status reports the new
 //! `resources` with no resize condition left.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -5,8 +5,6 @@
 //! the writer's cgroup) shows a working set of at least 50 MiB, `/metrics/cadvisor` has both
 //! containers under their cgroup ids, runtime IDs and images, and promtool accepts both texts.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::io::Write;

@@ -5,8 +5,6 @@
 //! particular none with the default runc), stays Pending and gets a `FailedCreatePodSandBox`
 //! event carrying containerd's reason.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::collections::HashMap;

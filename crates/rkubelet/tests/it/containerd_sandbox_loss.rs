@@ -3,8 +3,6 @@
 //! init containers and runs every init container again before the main container (upstream
 //! `purgeInitContainers`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::{Duration, Instant};

@@ -4,8 +4,6 @@
 //! sysctls. Each test looks inside the containers with CRI ExecSync. They run one at a time
 //! (nextest test group `containerd`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

@@ -5,8 +5,6 @@
 //! in for a runtime that let a write through), the kubelet's next refresh rebuilds it without
 //! following the planted links: a host-side canary directory survives untouched.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -4,8 +4,6 @@
 //! previous after a restart, tailLines, timestamps, follow), `/run`, `/checkpoint` (containerd 1.6
 //! does not implement it), `/runningpods/`, `/configz`, and `kubectl get --raw`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

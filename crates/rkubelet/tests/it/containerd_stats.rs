@@ -4,8 +4,6 @@
 //! `eth0` counters and start times, and the node with its boot time, network and the `pods`,
 //! `kubelet` and `runtime` system containers — all within two stats periods.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::{Duration, Instant};

@@ -12,8 +12,6 @@
 //! server's request counters record both attempts (`GET pods/exec` = websocket, `POST
 //! pods/exec` = SPDY).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::Path;

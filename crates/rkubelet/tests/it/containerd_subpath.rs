@@ -4,8 +4,6 @@
 //! subPaths work through bind mounts under `volume-subpaths/`, reused on a container restart;
 //! nothing stays mounted under the pod directory once the pod is gone.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::path::Path;

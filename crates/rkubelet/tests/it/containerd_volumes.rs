@@ -4,8 +4,6 @@
 //! DNS, a kubelet restart with mounted volumes (no double mounts, orphans cleaned), and
 //! `recursiveReadOnly` on a runtime without the feature.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::common;
 
 use std::time::Duration;

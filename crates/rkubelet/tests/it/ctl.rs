@@ -4,8 +4,6 @@
 //! and kept out entirely by the socket's mode); a clear error when no kubelet runs; and the
 //! completion scripts and man page generated from the CLI definition.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

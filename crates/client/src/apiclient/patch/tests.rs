@@ -1,7 +1,6 @@
 //! Patch generation checked two ways: exact bodies for the shapes the kubelet relies on, and
 //! differentially: the generated patch, applied by the real upstream merge code
 //! (`kubectl patch --local --type strategic`), must turn the old object into the new one.
-#![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 

@@ -37,6 +37,7 @@ use super::tokens::{GC_PERIOD, TokenManager};
 use super::{ObjectError, PodObjects, TokenGrant, TokenRequest};
 use crate::apiclient::bounded;
 use crate::clock::Clock;
+use crate::sync;
 
 /// Timing of [`ApiObjects`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,7 +281,7 @@ impl PodObjects for ApiObjects {
             refs: PodReferences::of(pod),
         };
         let shared = &self.shared;
-        let mut registered = shared.registered.lock().unwrap_or_else(|p| p.into_inner());
+        let mut registered = sync::lock(&shared.registered);
         shared.add_refs(&registration);
         if let Some(previous) = registered.insert(pod_key(pod), registration) {
             shared.remove_refs(&previous);
@@ -291,11 +292,7 @@ impl PodObjects for ApiObjects {
     /// `DeleteServiceAccountToken` for the pod's tokens.
     fn unregister_pod(&self, uid: &str) {
         let shared = &self.shared;
-        let previous = shared
-            .registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        let previous = sync::lock(&shared.registered).remove(uid);
         if let Some(previous) = previous {
             shared.remove_refs(&previous);
         }
@@ -328,11 +325,7 @@ impl PodObjects for ApiObjects {
             .as_ref()
             .and_then(|s| s.enable_service_links)
             .unwrap_or(true);
-        let set = self
-            .shared
-            .services
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let set = sync::read(&self.shared.services);
         services::service_env(set.current.values(), namespace, links)
     }
 }
@@ -407,11 +400,7 @@ async fn services_informer(shared: Arc<Shared>, stop: CancellationToken) {
                     info!(failures, "service list/watch recovered");
                     failures = 0;
                 }
-                let listed = shared
-                    .services
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .apply(event);
+                let listed = sync::write(&shared.services).apply(event);
                 if listed {
                     shared.services_synced.send_replace(true);
                 }
@@ -442,7 +431,6 @@ async fn token_cleanup(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

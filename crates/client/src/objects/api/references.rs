@@ -116,7 +116,6 @@ impl PodReferences {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::objects::ObjectError;
+use crate::sync;
 
 /// A task for the `ApiObjectsTask` to run (it ends when its watch is stopped or the task's
 /// cancellation fires).
@@ -118,7 +119,7 @@ impl<K: Watched> ObjectCache<K> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry<K>>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.entries)
     }
 
     /// One more pod refers to `namespace/name`; the first reference starts its watch

@@ -3,7 +3,7 @@
 //! exactly as `--kubeconfig` builds one; `agent`: the fake-runtime agent helpers; `dbus`: a
 //! private D-Bus bus; [`LogCapture`]: what the kubelet logged, for a test to read.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 pub mod agent;
 pub mod dbus;

@@ -5,7 +5,7 @@
 //! TEMPORARY cgroupfs directory (never the host's), records every call with the properties it
 //! received, and emits `JobRemoved` for each job as systemd does.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -195,7 +195,6 @@ pub fn child_of_slice(parent: &CgroupName, dir: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

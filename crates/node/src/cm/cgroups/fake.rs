@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::{CgroupFs, CgroupName, CgroupVersion, ResourceConfig, Result};
+use crate::sync;
 
 #[derive(Debug)]
 pub struct FakeCgroupFs {
@@ -30,7 +31,7 @@ impl FakeCgroupFs {
     }
 
     fn state(&self) -> MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.state)
     }
 
     /// The settings of `path` (`/kubepods/pod<uid>`), if it exists.

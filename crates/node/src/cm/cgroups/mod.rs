@@ -431,7 +431,6 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::unwrap_used)]
     fn kill_pid_sends_sigkill_and_never_a_group_signal() {
         use std::os::unix::process::ExitStatusExt;
         assert!(!kill_pid(0), "0 would signal the own process group");

@@ -207,7 +207,6 @@ impl CgroupFs for V1Fs {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;

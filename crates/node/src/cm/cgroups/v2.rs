@@ -172,7 +172,6 @@ impl CgroupFs for V2Fs {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;

@@ -170,7 +170,6 @@ pub fn take_by_topology(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

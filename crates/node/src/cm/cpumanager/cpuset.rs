@@ -137,7 +137,6 @@ impl fmt::Display for CpuSet {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

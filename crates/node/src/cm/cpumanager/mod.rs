@@ -33,6 +33,7 @@ use crate::admit::{AdmitHandler, Rejection};
 use crate::container::cache::PodCache;
 use crate::types::PodExt;
 
+use crate::sync;
 use cpuset::CpuSet;
 use policy_static::StaticPolicy;
 use reconcile::{ContainerKey, RunningContainer, cpusets_to_push, stale_assignments};
@@ -212,7 +213,7 @@ impl CpuManager {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Every mutation completes before the lock is released; a poisoned lock is usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.inner)
     }
 
     pub fn policy(&self) -> CpuManagerPolicy {
@@ -469,5 +470,4 @@ impl AdmitHandler for CpuManagerAdmit {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -187,7 +187,6 @@ pub fn guaranteed_cpus(pod: &Pod, container: &Container) -> usize {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

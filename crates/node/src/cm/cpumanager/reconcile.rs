@@ -58,7 +58,6 @@ pub fn cpusets_to_push(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::cpuset::CpuSet;
-use crate::fsat::{WriteOptions, atomic_write};
+use crate::nofollow::{WriteOptions, atomic_write};
 
 /// File name of the checkpoint inside the kubelet root directory.
 pub const CHECKPOINT_FILE: &str = "cpu_manager_state";
@@ -220,7 +220,6 @@ impl Checkpoint {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -358,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_full_disk_keeps_the_old_checkpoint() {
-        let fs = crate::fsat::testutil::Tmpfs::new("128k");
+        let fs = crate::nofollow::testutil::Tmpfs::new("128k");
         let cp = Checkpoint::new(fs.path(), "static");
         let mut state = State {
             default_cpu_set: set("0,3"),

@@ -224,7 +224,6 @@ pub fn discover(root: &Path) -> Result<CpuTopology, TopologyError> {
 /// Test helper: writes a sysfs-like CPU directory for `(cpu, numa, socket, core_id)` entries.
 #[cfg(test)]
 pub(crate) fn write_fake_sysfs(root: &Path, cpus: &[(u32, u32, u32, u32)]) {
-    #![allow(clippy::unwrap_used)]
     let online: CpuSet = cpus.iter().map(|c| c.0).collect();
     std::fs::create_dir_all(root).unwrap();
     std::fs::write(root.join("online"), format!("{online}\n")).unwrap();
@@ -242,7 +241,6 @@ pub(crate) fn write_fake_sysfs(root: &Path, cpus: &[(u32, u32, u32, u32)]) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,8 +1,6 @@
 //! Pure tests of the resize decisions: which containers update, which restart, and the order
 //! of pod cgroup and container changes.
 
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 use crate::container::{ContainerState, ContainerStatus};
 use serde_json::json;

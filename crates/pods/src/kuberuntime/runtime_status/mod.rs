@@ -771,7 +771,6 @@ fn listed_container(c: &api::Container) -> ContainerStatus {
 pub mod testutil;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use rkubelet_cri::fake::FakeRuntime;
 

@@ -27,8 +27,8 @@ use rustix::fs::FileType;
 use tracing::{debug, warn};
 
 use crate::container::ContainerStatus;
-use crate::fsat::{self, ByReference};
 use crate::kuberuntime::labels::ContainerAnnotationInfo;
+use crate::nofollow::{self, ByReference};
 
 /// Upper bound of a termination message read from the file (upstream
 /// `MaxContainerTerminationMessageLength`): its last 4 KiB are kept.
@@ -98,10 +98,10 @@ fn file_type_name(kind: FileType) -> &'static str {
 }
 
 /// Opens `path` for reading if, and only if, it is a regular file, never opening anything
-/// else ([`fsat::open_regular_by_reference`]): the pod may have put any file type there, or
+/// else ([`nofollow::open_regular_by_reference`]): the pod may have put any file type there, or
 /// swap it meanwhile.
 pub fn open_pod_file(path: &Path) -> Result<File, PodFileError> {
-    match fsat::open_regular_by_reference(path).map_err(|e| PodFileError::io(path, e))? {
+    match nofollow::open_regular_by_reference(path).map_err(|e| PodFileError::io(path, e))? {
         ByReference::Opened(fd) => Ok(File::from(fd)),
         ByReference::NotRegular(kind) => Err(PodFileError::NotRegular {
             path: path.display().to_string(),

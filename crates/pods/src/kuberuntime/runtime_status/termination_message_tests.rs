@@ -1,8 +1,6 @@
 //! The termination message readers against hostile files: FIFOs, links, devices, sockets,
 //! directories, huge files and logs, a read that never answers; and the pod-wide budget.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use super::*;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, PodResourceClaimStatus};
 use k8s_openapi::jiff::Timestamp;

@@ -443,7 +443,6 @@ pub(super) fn throttle_hold(e: &ApiSyncError) -> Option<Duration> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -1,7 +1,5 @@
 //! Scheduler decisions without an API server: which pods get pushed when.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 

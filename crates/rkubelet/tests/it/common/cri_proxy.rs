@@ -7,7 +7,7 @@
 //! runtime's answers (errors mapped back to statuses), and counts of the calls it held.
 //! Owns the socket and its server task (stopped on drop).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

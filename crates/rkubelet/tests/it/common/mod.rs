@@ -2,7 +2,7 @@
 //! `dev/runtime.sh up` starts: temp dirs, a config file, the process, `/pods` polling, and a CRI
 //! client for looking behind the kubelet's back.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 pub mod api;
 pub mod churn;
