@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dev/build-times.sh: how long an edit takes to become a binary and a test target.
 #
-# Owns:     nothing; touches (mtime only) one source file per layer and restores nothing else.
+# Owns:     nothing; edits one source file per layer (appends an unused function, so the crate's
+#           code and metadata change as in a real edit) and restores it afterwards.
 # Receives: [DIR] a checkout (default: this one), built once before (`cargo build -p rkubelet
 #           --bin rkubelet` and `cargo build --workspace --tests`) so only the edit is measured;
 #           env CARGO_TARGET_DIR as cargo reads it.
@@ -33,14 +34,24 @@ timed() {
 	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }'
 }
 
-cargo build -p rkubelet --bin rkubelet >/dev/null 2>&1
+SAVED=$(mktemp)
+FILE=""
+restore() { [[ -z $FILE ]] || cp "$SAVED" "$FILE"; rm -f "$SAVED"; }
+trap restore EXIT
+# edit N: one more unused function at the end of $FILE.
+edit() { printf '\n#[allow(dead_code)]\nfn build_times_probe_%s() {}\n' "$1" >>"$FILE"; }
+
 for rel in server/mod.rs kuberuntime/sync.rs volumes/mod.rs; do
-	file=$(find crates -path "*/src/$rel" | head -n 1)
-	[[ -n $file ]] || { echo "no $rel under crates/" >&2; exit 1; }
-	pkg=$(package_of "$file")
+	FILE=$(find crates -path "*/src/$rel" | head -n 1)
+	[[ -n $FILE ]] || { echo "no $rel under crates/" >&2; exit 1; }
+	cp "$FILE" "$SAVED"
+	pkg=$(package_of "$FILE")
+	cargo build -p rkubelet --bin rkubelet >/dev/null 2>&1
 	cargo build -p "$pkg" --tests >/dev/null 2>&1
-	touch "$file"
-	printf '%s binary %s\n' "$file" "$(timed cargo build -p rkubelet --bin rkubelet)"
-	touch "$file"
-	printf '%s tests(%s) %s\n' "$file" "$pkg" "$(timed cargo build -p "$pkg" --tests)"
+	edit 1
+	printf '%s binary %s\n' "$FILE" "$(timed cargo build -p rkubelet --bin rkubelet)"
+	edit 2
+	printf '%s tests(%s) %s\n' "$FILE" "$pkg" "$(timed cargo build -p "$pkg" --tests)"
+	cp "$SAVED" "$FILE"
 done
+FILE=""
