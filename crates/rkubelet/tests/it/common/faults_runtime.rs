@@ -220,7 +220,7 @@ impl Kubelet {
             .arg("--v")
             .arg("4")
             .args(&self.extra_args)
-            .env("RUST_LOG", "info,kubelet=debug");
+            .env("RUST_LOG", super::KUBELET_LOG_FILTER);
         for (k, v) in envs {
             cmd.env(k, v);
         }

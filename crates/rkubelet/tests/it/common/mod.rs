@@ -18,6 +18,10 @@ use rkubelet_cri::RemoteRuntime;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// The test kubelets' log filter: info, and debug for the library crates (the log lines the
+/// tests read, e.g. "rotated container log", are debug).
+pub const KUBELET_LOG_FILTER: &str = "info,kubelet=debug,rkubelet_config=debug,rkubelet_core=debug,rkubelet_client=debug,rkubelet_node=debug,rkubelet_pods=debug";
+
 pub const NODE: &str = "test-node";
 
 /// The CRI endpoint of the dev containerd; tests fail (never skip) without it, and fail when
@@ -232,7 +236,7 @@ impl Kubelet {
             .arg("--v")
             .arg("4")
             .args(&self.extra_args)
-            .env("RUST_LOG", "info,kubelet=debug")
+            .env("RUST_LOG", KUBELET_LOG_FILTER)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
