@@ -18,15 +18,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
 use k8s_openapi::api::core::v1::Pod;
+use kubelet::env::EnvContext;
 use kubelet::kuberuntime::container_config::{
     ContainerContext, ImageUser, RuntimeOptions, generate_container_config,
 };
-use kubelet::kuberuntime::env::EnvContext;
 use kubelet::kuberuntime::labels::POD_UID_LABEL;
 use kubelet::kuberuntime::sandbox_config::{SandboxContext, generate_pod_sandbox_config};
+use kubelet::qos::pod_qos_class;
 use kubelet::sources::decode::decode_manifest;
 use kubelet::sources::defaults::set_pod_defaults;
-use kubelet::status::qos::pod_qos_class;
 use rkubelet_cri::api::{ContainerConfig, ImageSpec, ImageStatusRequest, Mount, PodSandboxConfig};
 use rkubelet_cri::{ImageService, RemoteRuntime};
 

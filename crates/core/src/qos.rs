@@ -1,9 +1,8 @@
-//! status::qos — the pod QoS class (upstream `v1qos.GetPodQOS` / `ComputePodQOS`). Receives a
+//! core::qos — the pod QoS class (upstream `v1qos.GetPodQOS` / `ComputePodQOS`). Receives a
 //! `Pod`, emits `"Guaranteed" | "Burstable" | "BestEffort"`. Pure.
 //!
-//! Also holds a small resource-quantity parser (exact, in nano-units) used here and by
-//! `kuberuntime::env` for the downward API; it stays private to the crate until the shared
-//! `config` quantity type can replace it.
+//! Also holds a small resource-quantity parser (exact, in nano-units) used here, by `core::env`
+//! for the downward API, and by the container manager, volumes and allocation.
 
 use std::collections::BTreeMap;
 

@@ -28,6 +28,7 @@ pub use rkubelet_core::events;
 pub mod events_ring;
 pub mod eviction;
 pub use rkubelet_core::gostr;
+pub use rkubelet_core::health;
 #[cfg(test)]
 use rkubelet_core::log_capture;
 pub use rkubelet_core::nofollow;

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::mirror::is_mirror_pod;
 use crate::types::{PodExt, PodUid};
 
-pub use rkubelet_core::types::{PodsSnapshot, pods_snapshot};
+use crate::types::PodsSnapshot;
 
 /// Mirror pods by full name (`namespace/name`), as published to readers.
 pub type MirrorSnapshot = Arc<HashMap<String, Pod>>;

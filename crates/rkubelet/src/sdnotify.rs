@@ -10,7 +10,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use kubelet::server::HealthCheck;
+use kubelet::health::HealthCheck;
 use tokio_util::sync::CancellationToken;
 
 /// Why a notification could not be sent.

@@ -1,7 +1,7 @@
 //! Target `quantity`: resource quantities and the other scalar grammars of configuration and
 //! runtime files — `config::Quantity::parse` (upstream `resource.ParseQuantity`),
 //! `config::ThresholdValue::parse` (`100Mi` or `10%`), the pod-resource parser
-//! `status::qos::parse_quantity_nanos`, `nodestatus::resources::parse_milli` and
+//! `qos::parse_quantity_nanos`, `nodestatus::resources::parse_milli` and
 //! `cm::cpumanager::cpuset::CpuSet::parse` (`0-3,5`). Properties: no panic; where both
 //! quantity parsers accept a (whitespace-free) string within ±2⁶³ units they agree exactly;
 //! milli values round up; a parsed CPU set prints back to a string that parses to the same set.
@@ -9,7 +9,7 @@
 use kubelet::cm::cpumanager::cpuset::CpuSet;
 use kubelet::config::{Quantity, ThresholdValue};
 use kubelet::nodestatus::resources::parse_milli;
-use kubelet::status::qos::parse_quantity_nanos;
+use kubelet::qos::parse_quantity_nanos;
 
 use super::Target;
 use crate::mutate::mutate;

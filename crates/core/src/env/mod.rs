@@ -1,4 +1,4 @@
-//! kuberuntime::env — a container's environment and `$(VAR)` expansion. Receives the pod, the
+//! core::env — a container's environment and `$(VAR)` expansion. Receives the pod, the
 //! container and an [`EnvContext`] (node/pod IPs, node allocatable, optional API objects);
 //! emits the ordered `(name, value)` list handed to CRI, expanded command/args and subPathExpr.
 //! Pure: everything the kubelet would look up is passed in.

@@ -1,4 +1,4 @@
-//! Tests for `kuberuntime::env`: upstream's expansion table and environment generation.
+//! Tests for `core::env`: upstream's expansion table and environment generation.
 
 use std::collections::BTreeMap;
 

@@ -13,7 +13,6 @@ pub mod node_affinity;
 pub mod pod_features;
 pub mod ports;
 pub mod predicate;
-pub use rkubelet_core::resources;
 pub mod taints;
 
 pub use predicate::{NodePredicates, PredicateOptions};
@@ -23,9 +22,9 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use crate::clock::k8s_time;
 use crate::pod_workers::WorkerPhase;
-use crate::status::qos::pod_qos_class;
+use crate::qos::pod_qos_class;
 
-pub use rkubelet_core::admit::{AdmitHandler, Rejection};
+use crate::admit::{AdmitHandler, Rejection};
 
 /// The ordered list of admission rules.
 #[derive(Default)]

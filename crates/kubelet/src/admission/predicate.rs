@@ -13,9 +13,9 @@ use tokio::sync::watch;
 
 use super::node_affinity::{node_name_fits, required_node_affinity_matches};
 use super::ports::conflicting_port;
-use super::resources::{Allocatable, RequestOptions, Resource, fits, fits_pod_count, pod_requests};
 use super::taints::untolerated_no_execute;
 use super::{AdmitHandler, Rejection};
+use crate::resources::{Allocatable, RequestOptions, Resource, fits, fits_pod_count, pod_requests};
 use crate::types::PodExt;
 
 /// Reason: the pod's `kubernetes.io/os` label is not this node's OS.
@@ -330,7 +330,8 @@ mod tests {
 
     #[test]
     fn pods_per_core_limits_admission_through_the_node_status() {
-        use crate::nodestatus::{HostInfo, NodeStatusSettings, StatusInputs, initial_node};
+        use crate::host::HostInfo;
+        use crate::nodestatus::{NodeStatusSettings, StatusInputs, initial_node};
         // maxPods 110 but podsPerCore 1 on 2 cores: the third pod is refused.
         let mut settings = NodeStatusSettings::new("n1");
         settings.pods_per_core = 1;

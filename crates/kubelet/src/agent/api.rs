@@ -15,13 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::EventRecorder;
 use crate::events_api::{ApiEventRecorder, EventSettings};
+use crate::health::HealthCheck;
+use crate::host::HostInfo;
 use crate::mirror::MirrorPodReconciler;
 use crate::nodelease::NodeLease;
 use crate::nodestatus::NodeStatusSettings;
-use crate::nodestatus::host::HostInfo;
 use crate::nodestatus::manager::NodeStatusManager;
 use crate::pod_workers::{PodWorkers, WorkerPhase};
-use crate::server::HealthCheck;
 use crate::sources::api::ApiSource;
 use crate::status::api_sync::{ApiStatusSyncer, ApiSyncSettings, StatusTarget};
 use crate::status::manager::StatusManager;

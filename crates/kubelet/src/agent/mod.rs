@@ -8,7 +8,7 @@
 pub mod api;
 mod assemble;
 pub mod cgroup_driver;
-pub use rkubelet_core::data_dirs;
+use crate::data_dirs;
 pub mod gc;
 
 pub use crate::cm::CmConfig;
@@ -31,6 +31,7 @@ use tracing::info;
 use crate::cm::cpumanager::{CpuManagerConfig, CpuManagerError};
 use crate::events::EventRecorder;
 use crate::eviction::{EvictionManager, EvictionWiring, NodeReclaimer, StatsSource, WorkerEvictor};
+use crate::health::HealthCheck;
 use crate::images::gc::ImageGc;
 use crate::kuberuntime::gc::ContainerGc;
 use crate::metrics::KubeletMetrics;
@@ -38,7 +39,7 @@ use crate::nodestatus::NodeStatusSettings;
 use crate::nodestatus::setters::NodePressure;
 use crate::pod_workers::PodWorkers;
 use crate::prober::ProbeManager;
-use crate::server::{self, HealthCheck};
+use crate::server;
 use crate::status::manager::StatusManager;
 use crate::supervisor::Supervisor;
 use crate::sync_loop::LoopTimings;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::config::Duration as ConfigDuration;
 use crate::config::ThresholdValue;
 
-pub use rkubelet_core::types::EVICTED_REASON as REASON;
+use crate::types::EVICTED_REASON as REASON;
 /// The condition upstream adds to pods evicted for node pressure (`PodDisruptionConditions`).
 pub const DISRUPTION_REASON: &str = "TerminationByKubelet";
 /// Upstream `immediateEvictionGracePeriodSeconds`.

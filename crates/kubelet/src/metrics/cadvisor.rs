@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cm::cgroups::CgroupDriver;
 use crate::container::PodStatus;
-use crate::nodestatus::HostInfo;
+use crate::host::HostInfo;
 use crate::stats::{
     CpuStats, FsStats, MemoryStats, NetworkStats, Summary, kubepods_path, pod_cgroup_path,
 };

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::cadvisor::{CADVISOR_METRIC_NAMES, CadvisorInput, render};
 use super::resource_tests::{at, fixture};
 use crate::container::{ContainerState, ContainerStatus, PodStatus, SandboxStatus};
-use crate::nodestatus::HostInfo;
+use crate::host::HostInfo;
 use crate::stats::Summary;
 
 fn pod(ns: &str, name: &str, uid: &str, container: &str, cpu_request: Option<&str>) -> Pod {

@@ -20,16 +20,18 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::NodeStatusSettings;
 use super::register::{LABEL_ARCH, LABEL_OS, initial_node_with_events, try_register};
 use super::setters::{
     NodeEvent, NodePressure, StatusInputs, node_status_has_changed, set_node_status,
 };
-use super::{HostInfo, NodeStatusSettings, api_time, bounded};
 use crate::apiclient::RetryBackoff;
 use crate::apiclient::patch::{PatchError, node_status_patch};
+use crate::apiclient::{api_time, bounded};
 use crate::clock::Clock;
 use crate::events::{EventRecorder, EventType, LoggingRecorder};
-use crate::server::HealthCheck;
+use crate::health::HealthCheck;
+use crate::host::HostInfo;
 
 /// Upstream `nodeStatusUpdateRetry`: attempts per status update before waiting a period.
 pub const NODE_STATUS_UPDATE_RETRY: usize = 5;

@@ -1,6 +1,6 @@
 //! Node registration and node status (upstream `kubelet_node_status.go` and
 //! `pkg/kubelet/nodestatus`): owns this kubelet's Node object in the API server. Receives the
-//! settings below, host facts ([`HostInfo`]), CRI version/status/images, kubelet health checks
+//! settings below, host facts ([`crate::host::HostInfo`]), CRI version/status/images, kubelet health checks
 //! (PLEG) and node pressure; registers the Node (POST, or reconcile an existing one), computes
 //! its status every `nodeStatusUpdateFrequency` with pure setters and emits a strategic-merge
 //! `PATCH nodes/{name}/status` when it changed or `nodeStatusReportFrequency` elapsed. The
@@ -8,7 +8,6 @@
 //! labels/taints/allocatable for admission). [`initial_node`] alone serves standalone mode.
 
 pub mod addresses;
-pub use crate::host;
 pub mod manager;
 pub mod register;
 pub mod resources;
@@ -22,7 +21,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Taint;
 
-pub use host::{HostInfo, HugePages};
 pub use manager::{NodeStatusManager, PressureFn};
 pub use register::{initial_node, reconcile_existing_node};
 pub use resources::Reservations;
@@ -124,5 +122,3 @@ impl NodeStatusSettings {
         }
     }
 }
-
-pub use crate::apiclient::{RequestTimeout, api_time, bounded};

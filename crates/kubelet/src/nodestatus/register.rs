@@ -13,11 +13,12 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use tracing::info;
 
-use super::host::HostInfo;
+use super::NodeStatusSettings;
 use super::resources::{is_huge_page_resource, quantities_equal};
 use super::setters::{NodeEvent, StatusInputs, set_node_status, status_mut};
-use super::{NodeStatusSettings, bounded};
+use crate::apiclient::bounded;
 use crate::apiclient::patch::{PatchError, node_status_patch};
+use crate::host::HostInfo;
 
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 pub const LABEL_OS: &str = "kubernetes.io/os";

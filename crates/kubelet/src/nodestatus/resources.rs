@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::{Node, NodeSwapStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::NodeStatusSettings;
-use super::host::HostInfo;
 use super::setters::{NodeEvent, node_info_mut, status_mut};
 use crate::config::{Quantity, ThresholdValue};
 use crate::events::EventType;
+use crate::host::HostInfo;
 
 pub use rkubelet_core::resources::{
     CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, MEMORY, PODS, QuantityFormat, format_of,

@@ -15,9 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::warn;
 
 use super::NodeStatusSettings;
-use super::host::HostInfo;
 use super::resources::{self, CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use crate::events::EventType;
+use crate::host::HostInfo;
 
 /// Upstream `MaxNamesPerImageInNodeStatus`.
 pub const MAX_NAMES_PER_IMAGE: usize = 5;

@@ -18,7 +18,8 @@ use super::setters::*;
 use super::*;
 use crate::config::{Quantity, ThresholdValue};
 use crate::events::EventType;
-use crate::server::HealthCheck;
+use crate::health::HealthCheck;
+use crate::host::{HostInfo, HugePages};
 
 const GI: u64 = 1 << 30;
 

@@ -60,7 +60,7 @@ use self::authn::{Authenticator, AuthnError, UserInfo};
 use self::authz::Authorizer;
 
 /// A named health check (`ping`, `syncloop`, `pleg`…).
-pub use rkubelet_core::health::HealthCheck;
+use crate::health::HealthCheck;
 
 /// Response type of every handler.
 pub type Resp = Response<BoxBody<Bytes, Infallible>>;
@@ -100,7 +100,7 @@ pub struct ServerState {
     /// `cgroupDriver` (how the pod cgroups under `pod_cgroup_root` are named).
     pub pod_cgroup_driver: crate::cm::cgroups::CgroupDriver,
     /// Host facts read at start-up (`machine_*` of `/metrics/cadvisor`).
-    pub machine: Option<Arc<crate::nodestatus::HostInfo>>,
+    pub machine: Option<Arc<crate::host::HostInfo>>,
     /// Proxied streaming connections; a server ends them (and waits) when it stops.
     pub streams: streaming::StreamTasks,
     /// How long a client may take to send a request head, from its first byte (from the

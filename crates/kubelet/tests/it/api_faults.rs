@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use fake_apiserver::faults::{CONNECT, Failure, Record};
 use fake_apiserver::{FakeApiServer, Options};
+use kubelet::host::HostInfo;
 use kubelet::nodelease::NodeLease;
-use kubelet::nodestatus::{HostInfo, NodeStatusManager, NodeStatusSettings};
+use kubelet::nodestatus::{NodeStatusManager, NodeStatusSettings};
 use kubelet::sources::api::ApiSource;
 use rkubelet_cri::fake::FakeRuntime;
 use serde_json::json;

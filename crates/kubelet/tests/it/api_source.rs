@@ -395,7 +395,7 @@ fn static_pod(name: &str, image: &str) -> Pod {
 /// Sources → merger → a pod manager (as the sync loop keeps it) → mirror reconciler.
 struct MirrorHarness {
     file_tx: mpsc::Sender<PodUpdate>,
-    pods: watch::Receiver<kubelet::pod_manager::PodsSnapshot>,
+    pods: watch::Receiver<kubelet::types::PodsSnapshot>,
     mirrors: watch::Receiver<Arc<HashMap<String, Pod>>>,
     _node_tx: watch::Sender<Option<Arc<Node>>>,
     cancel: CancellationToken,
@@ -622,7 +622,7 @@ async fn mirror_reconciler_waits_for_the_node_and_the_sources() {
     let f = fixture().await;
     let cancel = CancellationToken::new();
     let web = static_pod("web", "busybox:1");
-    let (_pods_tx, pods_rx) = watch::channel(kubelet::pod_manager::pods_snapshot([web]));
+    let (_pods_tx, pods_rx) = watch::channel(kubelet::types::pods_snapshot([web]));
     let (_mirrors_tx, mirrors_rx) = watch::channel(Arc::new(HashMap::new()));
     let (node_tx, node_rx) = watch::channel(None);
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -160,7 +160,7 @@ async fn server_state(log_dir: &Path) -> ServerState {
             ..Default::default()
         },
     );
-    let (_tx, rx) = watch::channel(kubelet::pod_manager::pods_snapshot([pod]));
+    let (_tx, rx) = watch::channel(kubelet::types::pods_snapshot([pod]));
     let mut state = ServerState::basic(rx, status, Vec::new());
     state.runtime = Some(Arc::new(rt));
     state

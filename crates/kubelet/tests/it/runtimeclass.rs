@@ -136,7 +136,7 @@ async fn pod_overhead_counts_in_admission_and_the_pod_cgroup() {
     .await
     .unwrap();
     // Admission sees the host's cores as allocatable cpu (no reservations in tests).
-    let cores = kubelet::nodestatus::host::HostInfo::read(dir.path()).num_cores;
+    let cores = kubelet::host::HostInfo::read(dir.path()).num_cores;
     let fits_alone = format!("{}m", cores * 1000 - 100);
     let resources = |cpu: &str| format!("    resources: {{requests: {{cpu: {cpu}}}}}\n");
     let with_overhead = {

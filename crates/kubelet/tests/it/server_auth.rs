@@ -171,7 +171,7 @@ async fn auth_matrix_against_token_and_subject_access_reviews() {
     let (tls, auth) = setup::build(&cfg, Some(setup::kube_reviews(api.client.clone()))).unwrap();
     let listener = server::bind(cfg.addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (_pods_tx, pods_rx) = watch::channel(kubelet::pod_manager::pods_snapshot([]));
+    let (_pods_tx, pods_rx) = watch::channel(kubelet::types::pods_snapshot([]));
     let mut state = ServerState::basic(pods_rx, StatusManager::new(), Vec::new());
     state.node_name = "node-1".into();
     let cancel = CancellationToken::new();
@@ -331,7 +331,7 @@ async fn raw_tls(
 /// every call: a routed `/run/ns/p/c` shows up as `ExecSync`.
 fn exec_state() -> (
     ServerState,
-    watch::Sender<kubelet::pod_manager::PodsSnapshot>,
+    watch::Sender<kubelet::types::PodsSnapshot>,
     Arc<FakeRuntime>,
 ) {
     use k8s_openapi::api::core::v1::{
@@ -354,7 +354,7 @@ fn exec_state() -> (
         }),
         status: None,
     };
-    let (tx, rx) = watch::channel(kubelet::pod_manager::pods_snapshot([pod.clone()]));
+    let (tx, rx) = watch::channel(kubelet::types::pods_snapshot([pod.clone()]));
     let mut state = ServerState::basic(rx, StatusManager::new(), Vec::new());
     state.node_name = "node-1".into();
     state.status.set_pod_status(

@@ -1,4 +1,4 @@
-//! status::resize_conditions — the pod resize conditions the kubelet owns (upstream status
+//! allocation::resize_conditions — the pod resize conditions the kubelet owns (upstream status
 //! manager's `podResizeConditions`): `PodResizePending` (reasons `Deferred`/`Infeasible`) and
 //! `PodResizeInProgress` (reason empty, or `Error` when actuation failed). Receives set/clear
 //! calls from the allocation manager and the resize actuation; emits the conditions that status

@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::{
     Container, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
 };
 
-use super::env::{EnvContext, EnvError, expand_command_and_args, make_environment};
 use super::hash::hash_container;
 use super::labels;
 use super::sandbox_config::{
@@ -25,6 +24,7 @@ use super::sandbox_config::{
     supplemental_groups_policy,
 };
 use crate::cm::cgroups::hugepage_size_name;
+use crate::env::{EnvContext, EnvError, expand_command_and_args, make_environment};
 use crate::qos::{nanos_to_milli, nanos_to_units, parse_quantity_nanos};
 use crate::security::{apparmor, capabilities};
 use crate::types::{CONFIG_MIRROR_ANNOTATION, PodExt};

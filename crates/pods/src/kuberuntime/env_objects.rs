@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::env::EnvObjects;
+use crate::env::EnvObjects;
 use crate::objects::PodObjects;
 
 type Key = (String, String);

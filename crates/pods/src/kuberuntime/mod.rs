@@ -6,7 +6,6 @@ pub mod actions;
 pub mod container_config;
 pub mod context;
 pub mod dra;
-pub use rkubelet_core::env;
 pub mod env_objects;
 pub mod ephemeral;
 pub mod gc;

@@ -76,13 +76,6 @@ pub enum SyncError {
     Other(String),
 }
 
-impl SyncError {
-    /// The message the worker records (what the former `SyncError(String).0` held).
-    pub fn message(&self) -> String {
-        self.to_string()
-    }
-}
-
 /// Why a pod's cgroup could not be ensured.
 #[derive(Debug, thiserror::Error)]
 pub enum PodCgroupError {

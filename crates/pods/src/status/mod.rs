@@ -5,6 +5,4 @@
 pub mod api_sync;
 pub mod generate;
 pub mod manager;
-pub use rkubelet_core::qos;
-pub use rkubelet_node::allocation::resize_conditions;
 pub mod terminate;

@@ -520,7 +520,7 @@ fn is_v6(ip: &str) -> bool {
     ip.contains(':')
 }
 
-pub use rkubelet_core::clock::k8s_time;
+use crate::clock::k8s_time;
 
 fn waiting(reason: Option<&str>, message: Option<&str>) -> ApiState {
     ApiState {
