@@ -4,7 +4,7 @@
 # Owns:     everything under $RKUBELET_DEV_DIR (default /tmp/rkubelet-dev): containerd's
 #           config/root/state/socket/log, the CNI config and IPAM data, the cached image tars;
 #           plus the CNI bridge rkubelet0 and the iptables rules CNI made for our network.
-# Receives: one command: up | down | env | status | purge (see usage below).
+# Receives: one command: up | down | env | status | purge | images (see usage below).
 # Emits:    `up` prints the CRI endpoint (unix:///…/containerd.sock) as the LAST line of stdout;
 #           `env` prints export lines for eval. All other chatter goes to stderr.
 #
@@ -14,7 +14,7 @@ set -euo pipefail
 
 usage() {
 	cat >&2 <<'EOF'
-usage: dev/runtime.sh up|down|env|status|purge
+usage: dev/runtime.sh up|down|env|status|purge|images
 
   up      install missing packages, write config, build+import images, start containerd
           (idempotent); prints the CRI endpoint as the last line of stdout
@@ -23,6 +23,8 @@ usage: dev/runtime.sh up|down|env|status|purge
   env     print `export RKUBELET_CRI_ENDPOINT=… RKUBELET_DEV_DIR=…` for eval
   status  say whether containerd is running and list the images it has
   purge   down, then delete the whole dev dir (images are rebuilt on the next up)
+  images  build the cached image tars only (no containerd); prints their directory last
+          (dev/vm.sh imports them into the guest's containerd)
 
 env: RKUBELET_DEV_DIR (default /tmp/rkubelet-dev), RKUBELET_POD_SUBNET (default 10.222.0.0/16),
      RKUBELET_UP_TIMEOUT (seconds to wait for containerd, default 60),
@@ -660,6 +662,16 @@ cmd_up() {
 	echo "$ENDPOINT"
 }
 
+cmd_images() {
+	[[ $(id -u) == 0 ]] || die "dev/runtime.sh images must run as root"
+	ensure_packages
+	lock
+	mkdir -p "$IMG_DIR"
+	build_pause
+	build_busybox
+	echo "$IMG_DIR"
+}
+
 cmd_down() {
 	[[ $(id -u) == 0 ]] || die "dev/runtime.sh down must run as root"
 	if [[ ! -d $DIR ]]; then
@@ -720,6 +732,7 @@ down) cmd_down ;;
 env) cmd_env ;;
 status) cmd_status ;;
 purge) cmd_purge ;;
+images) cmd_images ;;
 -h | --help | help)
 	usage
 	;;

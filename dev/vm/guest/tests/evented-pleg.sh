@@ -1,0 +1,62 @@
+# Guest test (Debian 13 flavour: containerd 1.7 serves CRI GetContainerEvents): the EventedPLEG
+# gate against a real event stream. With events flowing the fallback relist runs only every
+# 300 s, so a container killed behind the kubelet's back and seen within seconds was seen through
+# its event. The same kill with the gate off (relist every second) gives the comparison figure.
+# shellcheck shell=bash
+. /mnt/share/guest/lib.sh
+set -u
+[[ $(cat "$S/flavour") == trixie ]] || skip "needs containerd 1.7 (dev/vm.sh test --flavour trixie)"
+start_containerd systemd
+
+# run_once GATE: start the kubelet, run a pod, kill its container's process; sets START (manifest
+# to Running) and EXIT (kill to the terminated status), in seconds.
+run_once() {
+	local gate=$1 t0 t1 t2 pid
+	start_kubelet_standalone <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+staticPodPath: $MANIFESTS
+fileCheckFrequency: 1s
+readOnlyPort: 10255
+$STANDALONE_AUTH
+featureGates:
+  EventedPLEG: $gate
+YAML
+	t0=$(date +%s.%N)
+	static_pod pleg '{}' '["sh", "-c", "exec sleep 3600"]'
+	until pod_running pleg; do
+		sleep 0.2
+		awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a > 240) }' && fail "pleg not Running after 240s (EventedPLEG=$gate)"
+	done
+	t1=$(date +%s.%N)
+	pid=$(pgrep -x sleep | head -n1)
+	[[ -n $pid ]] || fail "no sleep process"
+	kill -9 "$pid"
+	local t_kill
+	t_kill=$(date +%s.%N)
+	until [[ $(pod_field pleg '.status.containerStatuses[0].state.terminated.exitCode // empty') == 137 ]]; do
+		sleep 0.2
+		awk -v a="$t_kill" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a > 60) }' && fail "the kill was not seen within 60s (EventedPLEG=$gate)"
+	done
+	t2=$(date +%s.%N)
+	START=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+	EXIT=$(awk -v k="$t_kill" -v c="$t2" 'BEGIN { printf "%.2f", c - k }')
+	rm -f "$MANIFESTS/pleg.json"
+	wait_for 120 "pleg gone" pod_gone pleg
+	systemctl stop kubelet
+}
+
+run_once true
+start_ev=$START exit_ev=$EXIT
+journalctl -u kubelet --no-pager | grep -q "Evented PLEG: consuming container events from the runtime" ||
+	fail "the kubelet did not report consuming container events"
+if journalctl -u kubelet --no-pager | grep -q "does not serve GetContainerEvents"; then
+	fail "the kubelet fell back to relisting: containerd $(containerd --version | awk '{print $3}') did not serve events"
+fi
+awk -v e="$exit_ev" 'BEGIN { exit !(e < 30) }' || fail "exit seen after ${exit_ev}s with events (the fallback relist is 300 s)"
+run_once false
+start_re=$START exit_re=$EXIT
+log "pod start to Running: ${start_ev}s with events, ${start_re}s with relist"
+log "container kill to status: ${exit_ev}s with events, ${exit_re}s with relist"
+echo "evented-pleg: start ${start_ev}s/${exit_ev}s (events) vs ${start_re}s/${exit_re}s (relist)" >>"$OUT/figures"
