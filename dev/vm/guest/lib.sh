@@ -143,7 +143,10 @@ start_kubelet_unit() {
 reset_node() {
 	systemctl stop kubelet fake-apiserver 2>/dev/null
 	systemctl reset-failed kubelet 2>/dev/null
-	rm -rf /etc/systemd/system/kubelet.service.d "$MANIFESTS"
+	rm -rf /etc/systemd/system/kubelet.service.d /etc/systemd/system/kubelet.service "$MANIFESTS" \
+		/etc/kubernetes /etc/default/kubelet "$API_CREDS"
+	if dpkg-query -W rkubelet >/dev/null 2>&1; then dpkg --purge rkubelet >/dev/null 2>&1; fi
+	rm -f /usr/bin/kubelet /usr/bin/rkubelet
 	systemctl stop containerd 2>/dev/null
 	pkill -9 -f containerd-shim 2>/dev/null
 	sleep 1
@@ -210,21 +213,37 @@ weight_of_millis() {
 # ---------------------------------------------------------------------------------------------
 # API mode: the fake API server in the guest, the kubelet as kubeadm runs it
 
-API=http://127.0.0.1:6443
+API=https://127.0.0.1:6443
+API_CREDS=/run/fake-api
 
-# start_fake_apiserver: fake-apiserver.service (plain HTTP on 127.0.0.1:6443), which writes the
-# kubelet's kubeconfig to /etc/kubernetes/kubelet.conf.
+# acurl ARGS...: curl to the API server with the admin credentials of its kubeconfig.
+acurl() {
+	curl --cacert "$API_CREDS/ca.crt" --cert "$API_CREDS/admin.crt" --key "$API_CREDS/admin.key" "$@"
+}
+
+# kubeconfig_field KEY: a base64 field of /etc/kubernetes/kubelet.conf, decoded.
+kubeconfig_field() { awk -v k="$1:" '$1 == k { print $2 }' /etc/kubernetes/kubelet.conf | base64 -d; }
+
+# start_fake_apiserver: fake-apiserver.service (HTTPS on 127.0.0.1:6443, client certificates),
+# which writes an admin kubeconfig to /etc/kubernetes/kubelet.conf: a client certificate, as
+# the kubelet requires of a kubeconfig when a bootstrap kubeconfig is configured (upstream
+# treats one without a certificate as invalid and bootstraps instead).
 start_fake_apiserver() {
 	cat >/etc/systemd/system/fake-apiserver.service <<UNIT
 [Unit]
 Description=fake API server (guest test)
 [Service]
-ExecStart=$S/bin/fake-apiserver --port 6443 --insecure-http --write-kubeconfig /etc/kubernetes/kubelet.conf
+ExecStart=$S/bin/fake-apiserver --port 6443 --write-kubeconfig /etc/kubernetes/kubelet.conf
 UNIT
 	rm -f /etc/kubernetes/kubelet.conf
 	systemctl daemon-reload
 	systemctl start fake-apiserver
-	wait_for 60 "the fake API server answers" curl -sf "$API/api/v1/namespaces"
+	wait_for 60 "the fake API server wrote its kubeconfig" test -s /etc/kubernetes/kubelet.conf
+	mkdir -p "$API_CREDS"
+	kubeconfig_field certificate-authority-data >"$API_CREDS/ca.crt"
+	kubeconfig_field client-certificate-data >"$API_CREDS/admin.crt"
+	kubeconfig_field client-key-data >"$API_CREDS/admin.key"
+	wait_for 60 "the fake API server answers" acurl -sf "$API/api/v1/namespaces"
 }
 
 # start_kubelet_kubeadm: /var/lib/kubelet/config.yaml (stdin) and the kubelet run exactly by
@@ -240,7 +259,7 @@ start_kubelet_kubeadm() {
 }
 
 node_ready() {
-	curl -sf "$API/api/v1/nodes/$NODE" | jq -e '.status.conditions[] | select(.type == "Ready" and .status == "True")'
+	acurl -sf "$API/api/v1/nodes/$NODE" | jq -e '.status.conditions[] | select(.type == "Ready" and .status == "True")'
 }
 
 # api_pod NAME POD-EXTRA-JSON SCRIPT [RESOURCES-JSON [CONTAINER-EXTRA-JSON]]: a busybox pod bound
@@ -254,10 +273,10 @@ api_pod() {
 	  spec: ({nodeName: $node,
 	    containers: [({name: "c", image: "docker.io/library/busybox:latest",
 	      imagePullPolicy: "IfNotPresent", command: ["sh", "-c", $s], resources: $r} + $ce)]} + $extra)}' |
-		curl -sf -X POST -H 'Content-Type: application/json' --data-binary @- \
+		acurl -sf -X POST -H 'Content-Type: application/json' --data-binary @- \
 			"$API/api/v1/namespaces/default/pods" >/dev/null || fail "creating pod $name failed"
 }
-api_pod_field() { curl -sf "$API/api/v1/namespaces/default/pods/$1" | jq -r "$2"; }
+api_pod_field() { acurl -sf "$API/api/v1/namespaces/default/pods/$1" | jq -r "$2"; }
 api_running() { [[ $(api_pod_field "$1" .status.phase) == Running ]]; }
 
 # A standalone kubelet has no API server to ask, so (as upstream, whose v1beta1 defaults are

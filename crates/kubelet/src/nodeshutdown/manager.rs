@@ -283,11 +283,30 @@ impl NodeShutdownManager {
                     if cancel.is_cancelled() {
                         return;
                     }
-                    error!("ended watching the node for shutdown events; watching again");
+                    if self.inputs.state.is_shutting_down() {
+                        // After the lock is released the node goes down and the system bus
+                        // with it: expected, not an error (the watch resumes should the
+                        // shutdown be cancelled).
+                        info!("the system bus went away while the node shuts down; watching again in case the shutdown is cancelled");
+                    } else {
+                        error!("ended watching the node for shutdown events; watching again");
+                    }
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         _ = tokio::time::sleep(self.settings.reconnect_period) => {}
                     }
+                }
+                Err(e) if self.inputs.state.is_shutting_down() => {
+                    // The node is going down (logind and the bus stop after the lock is
+                    // released): no Warning event, no error; keep trying in case the shutdown
+                    // is cancelled.
+                    info!(error = %e, "node shutting down: logind unreachable (expected); retrying");
+                    self.set_lock_metrics(false, None);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(retry) => {}
+                    }
+                    retry = (retry * 2).min(MAX_RETRY);
                 }
                 Err(e) => {
                     self.report_failure(&e);

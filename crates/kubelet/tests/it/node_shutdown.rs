@@ -584,3 +584,46 @@ async fn a_restarted_bus_is_watched_again() {
     assert!(agent.task_health().is_ok(), "{:?}", agent.task_health());
     agent.shutdown().await;
 }
+
+/// On a real node the system bus and logind stop once the kubelet releases its lock (seen in
+/// the guest test, dev/vm/guest/tests/shutdown.sh): the lost bus is expected then, so the
+/// kubelet neither posts `GracefulNodeShutdownUnprotected` nor reports the lock unprotected as
+/// a failure while the node shuts down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_going_away_during_a_shutdown_is_expected() {
+    let bus = BusDaemon::start().await;
+    let conf = tempfile::tempdir().unwrap();
+    let logind = FakeLogind::start(&bus, Duration::from_secs(30), conf.path()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let events = CollectingRecorder::default();
+    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
+    cfg.node_shutdown = Some(settings(&bus, conf.path()));
+    let agent = Agent::start(
+        cfg,
+        common::agent::fake_deps(&fake, &events),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    eventually(10, "the lock", || (logind.held().len() == 1).then_some(())).await;
+    logind.prepare_for_shutdown(true).await;
+    eventually(10, "the shutdown handled", || {
+        (!events.with_reason("NodeShutdown").is_empty() && logind.held().is_empty()).then_some(())
+    })
+    .await;
+    // The node goes down: logind and the bus stop.
+    drop(logind);
+    drop(bus);
+    // Several reconnection attempts (1 s, then 2 s) pass without a Warning.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        events
+            .with_reason("GracefulNodeShutdownUnprotected")
+            .is_empty(),
+        "{:?}",
+        events.with_reason("GracefulNodeShutdownUnprotected")
+    );
+    assert!(agent.task_health().is_ok(), "{:?}", agent.task_health());
+    agent.shutdown().await;
+}

@@ -10,6 +10,7 @@ set -u
 deb=$(ls "$S"/deb/rkubelet_*.deb 2>/dev/null | head -n1)
 [[ -n $deb ]] || fail "no .deb in the share (dev/vm.sh builds it with cargo deb when this test runs)"
 log "package: $(dpkg-deb -f "$deb" Package Version Architecture Depends | tr '\n' ' ')"
+rm -f /usr/bin/kubelet /usr/bin/rkubelet
 printf '#!/bin/sh\necho go-kubelet "$@"\n' >/usr/bin/kubelet
 chmod 0755 /usr/bin/kubelet
 dpkg -i "$deb" || fail "dpkg -i $deb failed"
