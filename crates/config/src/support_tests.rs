@@ -164,6 +164,27 @@ fn every_named_test_exists() {
     assert!(missing.is_empty(), "named tests not found: {missing:?}");
 }
 
+/// Notes may name the guest test that proves a row on a real node (`dev/vm.sh test`); each
+/// named script exists.
+#[test]
+fn every_named_guest_test_exists() {
+    let mut named = 0;
+    for row in FIELDS {
+        for word in row.note.split([' ', ',', ';', '(', ')']) {
+            if let Some(rest) = word.strip_prefix("dev/vm/guest/tests/") {
+                assert!(rest.ends_with(".sh"), "{}: {word}", row.path);
+                assert!(
+                    workspace_root().join(word).is_file(),
+                    "{}: the note names {word}, which does not exist",
+                    row.path
+                );
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= 6, "only {named} guest tests named");
+}
+
 #[test]
 fn every_flag_field_is_a_table_row() {
     for (flag, target) in FLAGS {

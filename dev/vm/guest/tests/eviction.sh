@@ -52,8 +52,6 @@ log "ok: hog message: $msg"
 api_pod_field hog '.status.conditions[]? | select(.type == "DisruptionTarget")' | grep -q TerminationByKubelet ||
 	fail "hog has no DisruptionTarget/TerminationByKubelet condition"
 expect "bystander still Running" Running "$(api_pod_field bystander .status.phase)"
-seen_pressure=$(journalctl -u kubelet --no-pager | grep -ci "memory.available" || true)
-log "kubelet log lines naming memory.available: $seen_pressure"
 # The hog's memory is freed with its emptyDir; the pressure condition clears after the
 # transition period.
 no_pressure() { [[ $(pressure) == False ]]; }
