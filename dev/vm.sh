@@ -27,6 +27,8 @@ CPUS=${RKUBELET_VM_CPUS:-2}
 ACCEL=${RKUBELET_VM_ACCEL:-tcg}
 # The whole guest run, boot included (TCG on a loaded 2-core machine is slow).
 RUN_TIMEOUT=${RKUBELET_VM_TIMEOUT:-2400}
+# One guest test (it fails when it takes longer).
+TEST_TIMEOUT=${RKUBELET_VM_TEST_TIMEOUT:-900}
 
 # Tests: the CI smoke set (`test`) and the rest (`test --full`). Each names
 # dev/vm/guest/tests/<name>.sh. `shutdown` powers the guest off, so it always runs last.
@@ -75,10 +77,8 @@ EOF
 # QEMU: Debian 12's qemu-system-x86 conflicts with the backported qemu-utils some machines have,
 # so its packages are unpacked into the cache instead of installed.
 
-QEMU_DEPS=(seabios ipxe-qemu libcapstone4 libfdt1 libibverbs1 libpmem1 librdmacm1 libslirp0
-	libvdeplug2 libaio1 liburing2 libpixman-1-0 libglib2.0-0 libgnutls30 libjpeg62-turbo libpng16-16
-	libnuma1 libseccomp2 libusb-1.0-0 libzstd1 zlib1g libfuse3-3 libndctl6 libdaxctl1
-	debootstrap e2fsprogs)
+# The guest image's tools; QEMU's own libraries come from its packages' Depends (deps_of).
+HOST_DEPS=(debootstrap e2fsprogs seabios ipxe-qemu)
 
 apt_install() {
 	local missing=() p
@@ -96,29 +96,43 @@ apt_install() {
 
 QEMU=
 QEMU_DATA=()
+# deps_of DEB...: the packages the given .debs depend on (first alternative, no versions),
+# without the qemu-system-* packages unpacked beside them.
+deps_of() {
+	local f
+	for f in "$@"; do dpkg-deb -f "$f" Depends; done | tr ',' '\n' | sed -E 's/\|.*//; s/\(.*\)//; s/:any//; s/[[:space:]]//g' |
+		grep -v -E '^(qemu-system-|$)' | sort -u
+}
+
 ensure_qemu() {
-	apt_install "${QEMU_DEPS[@]}"
+	apt_install "${HOST_DEPS[@]}"
 	if command -v qemu-system-x86_64 >/dev/null; then
 		QEMU=$(command -v qemu-system-x86_64)
 		return 0
 	fi
 	local dir=$CACHE/qemu
-	if [[ ! -x $dir/usr/bin/qemu-system-x86_64 ]]; then
+	if [[ ! -x $dir/usr/bin/qemu-system-x86_64 || ! -f $dir/deps ]]; then
 		log "unpacking qemu-system-x86 from Debian's packages into $dir"
-		local dl
+		local dl f
 		dl=$(mktemp -d "$CACHE/dl.XXXXXX")
 		(cd "$dl" && apt-get download qemu-system-x86 qemu-system-common qemu-system-data >&2) ||
 			die "apt-get download qemu-system-x86 failed"
 		rm -rf "$dir.new"
 		mkdir -p "$dir.new"
-		local f
 		for f in "$dl"/*.deb; do dpkg-deb -x "$f" "$dir.new"; done
+		deps_of "$dl"/*.deb >"$dir.new/deps"
 		rm -rf "$dl" "$dir"
 		mv "$dir.new" "$dir"
 	fi
+	local deps
+	mapfile -t deps <"$dir/deps"
+	apt_install "${deps[@]}"
 	QEMU=$dir/usr/bin/qemu-system-x86_64
 	QEMU_DATA=(-L "$dir/usr/share/qemu" -L /usr/share/seabios)
 	"$QEMU" --version >/dev/null || die "$QEMU does not run (missing libraries? ldd $QEMU)"
+	if ldd "$QEMU" | grep -q 'not found'; then
+		die "$QEMU lacks libraries: $(ldd "$QEMU" | grep 'not found' | tr '\n' ' ')"
+	fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +275,7 @@ prepare_share() {
 	done
 	printf '%s\n' "${tests[@]}" >"$SHARE/tests"
 	echo "$FLAVOUR" >"$SHARE/flavour"
+	echo "$TEST_TIMEOUT" >"$SHARE/test-timeout"
 	chmod -R a+rX "$SHARE"
 }
 

@@ -26,12 +26,20 @@ date -u +%FT%TZ >"$OUT/booted"
 say "guest up: $(tr '\n' ';' <"$OUT/facts")"
 
 node_network
+# A live view for a hung test: the journal's tail in the share every 20 s (dev/vm.sh --keep).
+(while sleep 20; do journalctl -b --no-pager -n 300 -o short-monotonic >"$OUT/live.journal.tmp" 2>&1 &&
+	mv -f "$OUT/live.journal.tmp" "$OUT/live.journal"; done) &
+# Each test gets at most this long (a hung test fails; it does not stall the whole run).
+TEST_TIMEOUT=$(cat "$S/test-timeout" 2>/dev/null || echo 900)
 while read -r t; do
 	[[ -n $t ]] || continue
 	say "=== RUN $t"
 	t0=$SECONDS
-	bash "$S/guest/tests/$t.sh" 2>&1 | tee "$OUT/$t.log" | sed -u "s/^/[$t] /" >/dev/console
+	timeout -k 10 "$TEST_TIMEOUT" bash "$S/guest/tests/$t.sh" 2>&1 | tee "$OUT/$t.log" | sed -u "s/^/[$t] /" >/dev/console
 	rc=${PIPESTATUS[0]}
+	if ((rc == 124 || rc == 137)); then
+		echo "FAIL: timed out after ${TEST_TIMEOUT}s" >>"$OUT/$t.log"
+	fi
 	secs=$((SECONDS - t0))
 	journalctl -b --no-pager -o short-monotonic >"$OUT/$t.journal" 2>&1
 	case $rc in

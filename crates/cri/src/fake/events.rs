@@ -249,16 +249,22 @@ mod tests {
         assert!(err.is_unimplemented(), "{err}");
 
         fake.serve_container_events();
-        let mut stream = rt
-            .get_container_events(api::GetEventsRequest::default())
-            .await
-            .unwrap();
+        // As from containerd, the open is answered with the first event: it waits.
+        let open = tokio::spawn({
+            let rt = rt.clone();
+            async move {
+                rt.get_container_events(api::GetEventsRequest::default())
+                    .await
+            }
+        });
         for _ in 0..100 {
             if fake.open_event_streams() == 1 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!open.is_finished(), "the open was answered before any event");
         let id = fake
             .run_pod_sandbox(api::RunPodSandboxRequest {
                 config: Some(api::PodSandboxConfig {
@@ -275,6 +281,7 @@ mod tests {
             .await
             .unwrap()
             .pod_sandbox_id;
+        let mut stream = open.await.unwrap().unwrap();
         for want in [E::ContainerCreatedEvent, E::ContainerStartedEvent] {
             let ev = next(&mut stream).await.unwrap().unwrap();
             assert_eq!(ev.container_id, id);

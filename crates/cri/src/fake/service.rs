@@ -397,18 +397,30 @@ impl RuntimeService for FakeRuntime {
         _req: api::GetEventsRequest,
     ) -> Result<ContainerEventStream, CriError> {
         self.enter("GetContainerEvents").await?;
-        let mut s = self.lock();
-        if !s.events.enabled {
-            return Err(CriError::unimplemented(
-                "GetContainerEvents",
-                "unknown method GetContainerEvents for service runtime.v1.RuntimeService",
-            ));
+        let rx = {
+            let mut s = self.lock();
+            if !s.events.enabled {
+                return Err(CriError::unimplemented(
+                    "GetContainerEvents",
+                    "unknown method GetContainerEvents for service runtime.v1.RuntimeService",
+                ));
+            }
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            s.subscribe(tx);
+            rx
+        };
+        // containerd serves the stream from Go's gRPC server, which sends the response headers
+        // with the first message: a client's open returns only once the first event exists
+        // (or with the error that ends the stream before any).
+        let mut rx = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        match tokio_stream::StreamExt::next(&mut rx).await {
+            Some(Err(e)) => Err(e),
+            Some(Ok(first)) => Ok(Box::pin(tokio_stream::StreamExt::chain(
+                tokio_stream::once(Ok(first)),
+                rx,
+            ))),
+            None => Ok(Box::pin(tokio_stream::empty())),
         }
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        s.subscribe(tx);
-        Ok(Box::pin(
-            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
-        ))
     }
 }
 

@@ -11,6 +11,9 @@
 //!   so nothing that happened while the stream was down is missed;
 //! - `Unimplemented` (containerd 1.6) switches to the fallback at once, logged once, and is
 //!   never retried (upstream retries five times, relisting each time);
+//! - opening the stream never holds up the relist: containerd 1.7 answers the open only with
+//!   the first event (found on the real node, `dev/vm/guest/tests/evented-pleg.sh`), so until
+//!   then the PLEG relists every relist period;
 //! - the cache is only ever written with a status inspected *after* the event arrived and
 //!   stamped with the kubelet's clock at the start of that inspection, never with the event's
 //!   own copy of the status, its runtime timestamp, or a periodic bump of the cache's global
@@ -20,6 +23,8 @@
 //!   waiting for a status newer than its sync (events during the sync are older) gets it from
 //!   a relist within one relist period instead; with no worker waiting, nothing is relisted.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,10 +45,23 @@ pub const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest wait between attempts to re-open the stream.
 pub const MAX_REOPEN_BACKOFF: Duration = Duration::from_secs(30);
 
+/// The runtime's answer to opening the stream, still to come.
+type Opening = Pin<Box<dyn Future<Output = Result<ContainerEventStream, CriError>> + Send>>;
+
 /// Where the events come from right now.
 enum Source {
     /// The stream is open: relist every [`EVENTED_RELIST_PERIOD`].
     Events(ContainerEventStream),
+    /// The open is under way; relist every relist period meanwhile. containerd answers it only
+    /// with the first event (Go's gRPC server sends the response headers with the first
+    /// message), so on an idle node this lasts until something happens: the PLEG must never
+    /// wait for it. `backoff` is the wait before the next attempt should this one fail;
+    /// `reopen` says whether the stream was open before.
+    Opening {
+        call: Opening,
+        backoff: Duration,
+        reopen: bool,
+    },
     /// The stream is down: relist every relist period, try to re-open at `retry_at`.
     Fallback {
         retry_at: Instant,
@@ -51,6 +69,12 @@ enum Source {
     },
     /// The runtime has no event stream: plain generic PLEG until the kubelet restarts.
     Unsupported,
+}
+
+/// What the stream side of the loop produced.
+enum Step {
+    Event(Option<Result<api::ContainerEventResponse, CriError>>),
+    Opened(Result<ContainerEventStream, CriError>),
 }
 
 /// The evented PLEG around a `GenericPleg` (build the generic one first and take its health
@@ -76,14 +100,35 @@ impl EventedPleg {
         self.generic.rt.clone()
     }
 
-    /// Opens the stream: the source to use from now on.
-    async fn open(&self, backoff: Duration) -> Source {
-        match self
-            .rt()
-            .get_container_events(api::GetEventsRequest::default())
-            .await
-        {
-            Ok(stream) => Source::Events(stream),
+    /// Starts opening the stream; the loop polls the answer beside everything else.
+    fn open(&self, backoff: Duration, reopen: bool) -> Source {
+        let rt = self.rt();
+        Source::Opening {
+            call: Box::pin(async move {
+                rt.get_container_events(api::GetEventsRequest::default())
+                    .await
+            }),
+            backoff,
+            reopen,
+        }
+    }
+
+    /// The runtime answered the open: the source to use from now on.
+    fn opened(
+        &self,
+        answer: Result<ContainerEventStream, CriError>,
+        backoff: Duration,
+        reopen: bool,
+    ) -> Source {
+        match answer {
+            Ok(stream) => {
+                if reopen {
+                    info!("Evented PLEG: container event stream re-opened; back to events");
+                } else {
+                    info!("Evented PLEG: consuming container events from the runtime");
+                }
+                Source::Events(stream)
+            }
             Err(CriError::Unimplemented { message, .. }) => {
                 warn!(reason = %message, "Evented PLEG: the container runtime does not serve GetContainerEvents; relisting every {:?} instead (until the kubelet restarts)", self.generic.relist_period);
                 Source::Unsupported
@@ -100,10 +145,7 @@ impl EventedPleg {
 
     /// Runs until `cancel` fires.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut source = self.open(REOPEN_BACKOFF).await;
-        if matches!(source, Source::Events(_)) {
-            info!("Evented PLEG: consuming container events from the runtime");
-        }
+        let mut source = self.open(REOPEN_BACKOFF, false);
         let _ = self.generic.relist().await;
         let mut next_relist = Instant::now() + self.period(&source);
         // While events flow the PLEG is healthy as long as its channel has room (upstream's
@@ -116,18 +158,19 @@ impl EventedPleg {
                 Source::Fallback { retry_at, .. } => Some(*retry_at),
                 _ => None,
             };
-            let event = async {
+            let step = async {
                 match &mut source {
-                    Source::Events(stream) => stream.next().await,
+                    Source::Events(stream) => Step::Event(stream.next().await),
+                    Source::Opening { call, .. } => Step::Opened(call.await),
                     _ => std::future::pending().await,
                 }
             };
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                item = event => match item {
-                    Some(Ok(event)) => self.handle_event(event).await,
-                    end => {
+                step = step => match step {
+                    Step::Event(Some(Ok(event))) => self.handle_event(event).await,
+                    Step::Event(end) => {
                         match end {
                             Some(Err(e)) => warn!(error = %e, "Evented PLEG: the container event stream failed; relisting until it can be re-opened"),
                             _ => warn!("Evented PLEG: the runtime closed the container event stream; relisting until it can be re-opened"),
@@ -136,18 +179,26 @@ impl EventedPleg {
                         let _ = self.generic.relist().await;
                         next_relist = Instant::now() + self.period(&source);
                     }
+                    Step::Opened(answer) => {
+                        let (backoff, reopen) = match &source {
+                            Source::Opening { backoff, reopen, .. } => (*backoff, *reopen),
+                            _ => (REOPEN_BACKOFF, true),
+                        };
+                        source = self.opened(answer, backoff, reopen);
+                        if matches!(source, Source::Events(_)) {
+                            // Catch up on the time without events; the event that came with
+                            // the answer (containerd's) is the stream's first item.
+                            let _ = self.generic.relist().await;
+                            next_relist = Instant::now() + self.period(&source);
+                        }
+                    }
                 },
                 _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
                     let backoff = match &source {
                         Source::Fallback { backoff, .. } => *backoff,
                         _ => REOPEN_BACKOFF,
                     };
-                    source = self.open(backoff).await;
-                    if matches!(source, Source::Events(_)) {
-                        info!("Evented PLEG: container event stream re-opened; back to events");
-                        let _ = self.generic.relist().await;
-                        next_relist = Instant::now() + self.period(&source);
-                    }
+                    source = self.open(backoff, true);
                 }
                 _ = tokio::time::sleep_until(next_relist) => {
                     let _ = self.generic.relist().await;
