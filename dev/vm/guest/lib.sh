@@ -182,12 +182,14 @@ pod_gone() { [[ -z $(pod_field "$1" .metadata.uid) ]]; }
 static_pod() {
 	local name=$1 resources=$2 cmd=${3:-'["sleep","3600"]'}
 	mkdir -p "$MANIFESTS"
-	cat >"$MANIFESTS/$name.json" <<EOF
+	# Written aside and renamed in (the kubelet ignores dot files), so it never reads half a file.
+	cat >"$MANIFESTS/.$name.json.tmp" <<EOF
 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "$name", "namespace": "default"},
  "spec": {"terminationGracePeriodSeconds": 2, "restartPolicy": "Never",
   "containers": [{"name": "c", "image": "docker.io/library/busybox:latest",
    "imagePullPolicy": "IfNotPresent", "command": $cmd, "resources": $resources}]}}
 EOF
+	mv -f "$MANIFESTS/.$name.json.tmp" "$MANIFESTS/$name.json"
 }
 
 # ---------------------------------------------------------------------------------------------

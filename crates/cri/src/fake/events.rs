@@ -264,7 +264,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!open.is_finished(), "the open was answered before any event");
+        assert!(
+            !open.is_finished(),
+            "the open was answered before any event"
+        );
         let id = fake
             .run_pod_sandbox(api::RunPodSandboxRequest {
                 config: Some(api::PodSandboxConfig {

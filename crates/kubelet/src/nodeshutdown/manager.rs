@@ -287,7 +287,9 @@ impl NodeShutdownManager {
                         // After the lock is released the node goes down and the system bus
                         // with it: expected, not an error (the watch resumes should the
                         // shutdown be cancelled).
-                        info!("the system bus went away while the node shuts down; watching again in case the shutdown is cancelled");
+                        info!(
+                            "the system bus went away while the node shuts down; watching again in case the shutdown is cancelled"
+                        );
                     } else {
                         error!("ended watching the node for shutdown events; watching again");
                     }

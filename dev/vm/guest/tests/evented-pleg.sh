@@ -24,26 +24,33 @@ featureGates:
   EventedPLEG: $gate
 YAML
 	t0=$(date +%s.%N)
-	static_pod pleg '{}' '["sh", "-c", "exec sleep 3600"]'
-	until pod_running pleg; do
+	static_pod "pleg-$gate" '{}' '["sh", "-c", "exec sleep 3600"]'
+	until pod_running "pleg-$gate"; do
 		sleep 0.2
-		awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a > 240) }' && fail "pleg not Running after 240s (EventedPLEG=$gate)"
+		awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a > 240) }' && fail "pleg-$gate not Running after 240s (EventedPLEG=$gate)"
 	done
 	t1=$(date +%s.%N)
-	pid=$(pgrep -x sleep | head -n1)
-	[[ -n $pid ]] || fail "no sleep process"
+	# The container's own process, from its scope in the pod's slice (BestEffort).
+	local uid
+	uid=$(pod_uid "pleg-$gate")
+	# (The sandbox's pause process has a scope there too.)
+	pid=
+	for p in $(cat "$CGROOT"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"${uid//-/_}".slice/cri-containerd-*.scope/cgroup.procs 2>/dev/null); do
+		[[ $(cat "/proc/$p/comm" 2>/dev/null) == sleep ]] && pid=$p
+	done
+	[[ -n $pid ]] || fail "no sleep process in pleg-$gate's container scopes"
 	kill -9 "$pid"
 	local t_kill
 	t_kill=$(date +%s.%N)
-	until [[ $(pod_field pleg '.status.containerStatuses[0].state.terminated.exitCode // empty') == 137 ]]; do
+	until [[ $(pod_field "pleg-$gate" '.status.containerStatuses[0].state.terminated.exitCode // empty') == 137 ]]; do
 		sleep 0.2
 		awk -v a="$t_kill" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a > 60) }' && fail "the kill was not seen within 60s (EventedPLEG=$gate)"
 	done
 	t2=$(date +%s.%N)
 	START=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 	EXIT=$(awk -v k="$t_kill" -v c="$t2" 'BEGIN { printf "%.2f", c - k }')
-	rm -f "$MANIFESTS/pleg.json"
-	wait_for 120 "pleg gone" pod_gone pleg
+	rm -f "$MANIFESTS/pleg-$gate.json"
+	wait_for 120 "pleg-$gate gone" pod_gone "pleg-$gate"
 	systemctl stop kubelet
 }
 
