@@ -21,6 +21,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 CACHE=${RKUBELET_VM_CACHE:-/var/cache/rkubelet-vm}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 MIRROR=${RKUBELET_VM_MIRROR:-http://deb.debian.org/debian}
 MEM=${RKUBELET_VM_MEM:-2048}
 CPUS=${RKUBELET_VM_CPUS:-2}
@@ -263,7 +264,7 @@ prepare_share() {
 	local tests=("$@") t
 	SHARE=$(mktemp -d /tmp/rkubelet-vm.XXXXXX)
 	mkdir -p "$SHARE/bin" "$SHARE/images" "$SHARE/out"
-	cp "$ROOT/target/release/rkubelet" "$ROOT/target/release/fake-apiserver" "$SHARE/bin/"
+	cp "$TARGET/release/rkubelet" "$TARGET/release/fake-apiserver" "$SHARE/bin/"
 	local imgs
 	imgs=$("$ROOT/dev/runtime.sh" images | tail -n1)
 	cp "$imgs/pause.tar" "$imgs/busybox.tar" "$SHARE/images/"
@@ -396,7 +397,7 @@ build_binaries() {
 	fi
 	local b
 	for b in rkubelet fake-apiserver; do
-		[[ -x $ROOT/target/release/$b ]] || die "target/release/$b missing (build it or drop --no-build)"
+		[[ -x $TARGET/release/$b ]] || die "target/release/$b missing (build it or drop --no-build)"
 	done
 }
 

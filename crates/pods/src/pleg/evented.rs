@@ -71,9 +71,10 @@ enum Source {
     Unsupported,
 }
 
-/// What the stream side of the loop produced.
+/// What the stream side of the loop produced (an event is boxed: it is far larger than an
+/// answer).
 enum Step {
-    Event(Option<Result<api::ContainerEventResponse, CriError>>),
+    Event(Option<Result<Box<api::ContainerEventResponse>, CriError>>),
     Opened(Result<ContainerEventStream, CriError>),
 }
 
@@ -160,7 +161,9 @@ impl EventedPleg {
             };
             let step = async {
                 match &mut source {
-                    Source::Events(stream) => Step::Event(stream.next().await),
+                    Source::Events(stream) => {
+                        Step::Event(stream.next().await.map(|r| r.map(Box::new)))
+                    }
                     Source::Opening { call, .. } => Step::Opened(call.await),
                     _ => std::future::pending().await,
                 }
@@ -169,7 +172,7 @@ impl EventedPleg {
                 biased;
                 _ = cancel.cancelled() => break,
                 step = step => match step {
-                    Step::Event(Some(Ok(event))) => self.handle_event(event).await,
+                    Step::Event(Some(Ok(event))) => self.handle_event(*event).await,
                     Step::Event(end) => {
                         match end {
                             Some(Err(e)) => warn!(error = %e, "Evented PLEG: the container event stream failed; relisting until it can be re-opened"),
