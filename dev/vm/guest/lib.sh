@@ -14,6 +14,13 @@ NODE_IP=10.0.2.15
 MANIFESTS=/etc/kubernetes/manifests
 RO=http://127.0.0.1:10255
 CGROOT=/sys/fs/cgroup
+# A standalone kubelet has no API server to ask, so (as upstream, whose v1beta1 defaults are
+# webhook authentication and authorization) its config turns both off.
+STANDALONE_AUTH='authentication:
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow'
 
 say() { echo "[guest $(date -u +%T)] $*" >/dev/console; }
 log() { echo "$(date -u +%T) $*"; }
@@ -117,17 +124,39 @@ install_kubelet() {
 	mkdir -p /etc/systemd/system/kubelet.service.d "$MANIFESTS" /var/lib/kubelet
 }
 
-# start_kubelet_standalone: /var/lib/kubelet/config.yaml (stdin) and a drop-in running the
-# kubelet with it and no kubeconfig. `systemctl start` returns when READY=1 arrived.
+# standalone_config [DRIVER [EXTRA-YAML]]: the KubeletConfiguration of a standalone test kubelet
+# (static pods from $MANIFESTS, the read-only port for the checks), EXTRA-YAML appended.
+standalone_config() {
+	cat <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: ${1:-systemd}
+staticPodPath: $MANIFESTS
+fileCheckFrequency: 2s
+readOnlyPort: 10255
+$STANDALONE_AUTH
+${2:-}
+YAML
+}
+
+# standalone_unit [SERVICE-LINE...]: /var/lib/kubelet/config.yaml (stdin) and a drop-in running
+# the kubelet with it and no kubeconfig; the lines (default `Restart=no`, so a crash shows) end
+# the drop-in's [Service] section.
+standalone_unit() {
+	mkdir -p /etc/systemd/system/kubelet.service.d /var/lib/kubelet "$MANIFESTS"
+	cat >/var/lib/kubelet/config.yaml
+	{
+		printf '[Service]\nExecStart=\n'
+		printf 'ExecStart=/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml --container-runtime-endpoint=unix:///run/containerd/containerd.sock --hostname-override=%s --node-ip=%s\n' "$NODE" "$NODE_IP"
+		if (($#)); then printf '%s\n' "$@"; else echo Restart=no; fi
+	} >/etc/systemd/system/kubelet.service.d/20-guest.conf
+}
+
+# start_kubelet_standalone: install the kubelet, standalone_unit (config on stdin), start it.
+# `systemctl start` returns when READY=1 arrived.
 start_kubelet_standalone() {
 	install_kubelet
-	cat >/var/lib/kubelet/config.yaml
-	cat >/etc/systemd/system/kubelet.service.d/20-guest.conf <<EOF
-[Service]
-ExecStart=
-ExecStart=/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml --container-runtime-endpoint=unix:///run/containerd/containerd.sock --hostname-override=$NODE --node-ip=$NODE_IP
-Restart=no
-EOF
+	standalone_unit
 	start_kubelet_unit
 }
 
@@ -280,11 +309,3 @@ api_pod() {
 }
 api_pod_field() { acurl -sf "$API/api/v1/namespaces/default/pods/$1" | jq -r "$2"; }
 api_running() { [[ $(api_pod_field "$1" .status.phase) == Running ]]; }
-
-# A standalone kubelet has no API server to ask, so (as upstream, whose v1beta1 defaults are
-# webhook authentication and authorization) its config turns both off.
-STANDALONE_AUTH='authentication:
-  webhook:
-    enabled: false
-authorization:
-  mode: AlwaysAllow'

@@ -18,18 +18,9 @@ set -u
 [[ $(ps -p 1 -o comm=) == systemd ]] || fail "PID 1 is $(ps -p 1 -o comm=), not systemd"
 
 start_containerd "$DRIVER"
-start_kubelet_standalone <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: $DRIVER
-staticPodPath: $MANIFESTS
-fileCheckFrequency: 2s
-readOnlyPort: 10255
-$STANDALONE_AUTH
-podPidsLimit: 1024
+start_kubelet_standalone < <(standalone_config "$DRIVER" 'podPidsLimit: 1024
 systemReserved:
-  memory: 256Mi
-YAML
+  memory: 256Mi')
 
 # The cgroup directory of a QoS class / pod, for this driver.
 qos_dir() {

@@ -51,6 +51,27 @@ fn settings(bus: &BusDaemon, conf_dir: &std::path::Path) -> NodeShutdownSettings
     }
 }
 
+/// A standalone agent on the fake runtime with graceful shutdown on `bus` (logind's drop-ins in
+/// `conf`); the temporary root directory lives as long as the returned guard.
+async fn standalone_agent(
+    bus: &BusDaemon,
+    conf: &std::path::Path,
+) -> (Agent, FakeRuntime, CollectingRecorder, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::with_images(&[IMAGE]);
+    let events = CollectingRecorder::default();
+    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
+    cfg.node_shutdown = Some(settings(bus, conf));
+    let agent = Agent::start(
+        cfg,
+        common::agent::fake_deps(&fake, &events),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    (agent, fake, events, dir)
+}
+
 /// Polls `f` every 50 ms for up to `secs`.
 async fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -480,18 +501,7 @@ async fn forged_and_malformed_signals_are_ignored() {
     let bus = BusDaemon::start().await;
     let conf = tempfile::tempdir().unwrap();
     let logind = FakeLogind::start(&bus, Duration::from_secs(30), conf.path()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeRuntime::with_images(&[IMAGE]);
-    let events = CollectingRecorder::default();
-    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
-    cfg.node_shutdown = Some(settings(&bus, conf.path()));
-    let agent = Agent::start(
-        cfg,
-        common::agent::fake_deps(&fake, &events),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (agent, _fake, events, _dir) = standalone_agent(&bus, conf.path()).await;
     let web = common::agent::static_pod(
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: default}}\nspec:\n  containers: [{{name: c, image: {IMAGE}}}]\n"
@@ -548,18 +558,7 @@ async fn a_restarted_bus_is_watched_again() {
     let bus = BusDaemon::start().await;
     let conf = tempfile::tempdir().unwrap();
     let logind = FakeLogind::start(&bus, Duration::from_secs(30), conf.path()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeRuntime::with_images(&[IMAGE]);
-    let events = CollectingRecorder::default();
-    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
-    cfg.node_shutdown = Some(settings(&bus, conf.path()));
-    let agent = Agent::start(
-        cfg,
-        common::agent::fake_deps(&fake, &events),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (agent, _fake, events, _dir) = standalone_agent(&bus, conf.path()).await;
     eventually(10, "the first lock", || {
         (logind.held().len() == 1).then_some(())
     })
@@ -594,18 +593,7 @@ async fn the_bus_going_away_during_a_shutdown_is_expected() {
     let bus = BusDaemon::start().await;
     let conf = tempfile::tempdir().unwrap();
     let logind = FakeLogind::start(&bus, Duration::from_secs(30), conf.path()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeRuntime::with_images(&[IMAGE]);
-    let events = CollectingRecorder::default();
-    let mut cfg = AgentConfig::for_tests(dir.path(), NODE);
-    cfg.node_shutdown = Some(settings(&bus, conf.path()));
-    let agent = Agent::start(
-        cfg,
-        common::agent::fake_deps(&fake, &events),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (agent, _fake, events, _dir) = standalone_agent(&bus, conf.path()).await;
     eventually(10, "the lock", || (logind.held().len() == 1).then_some(())).await;
     logind.prepare_for_shutdown(true).await;
     eventually(10, "the shutdown handled", || {

@@ -25,21 +25,7 @@ log "ok: /usr/bin/kubelet --version: $ver"
 # The packaged unit, as shipped in the examples, runs the packaged binary.
 start_containerd systemd
 install -m 0644 /usr/share/doc/rkubelet/examples/kubelet.service /etc/systemd/system/kubelet.service
-mkdir -p /etc/systemd/system/kubelet.service.d /var/lib/kubelet "$MANIFESTS"
-cat >/var/lib/kubelet/config.yaml <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: systemd
-staticPodPath: $MANIFESTS
-readOnlyPort: 10255
-$STANDALONE_AUTH
-YAML
-cat >/etc/systemd/system/kubelet.service.d/20-guest.conf <<EOF2
-[Service]
-ExecStart=
-ExecStart=/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml --container-runtime-endpoint=unix:///run/containerd/containerd.sock --hostname-override=$NODE --node-ip=$NODE_IP
-Restart=no
-EOF2
+standalone_unit < <(standalone_config systemd)
 start_kubelet_unit
 static_pod deb-pod '{}'
 wait_for 240 "deb-pod Running under the packaged kubelet" pod_running deb-pod

@@ -12,17 +12,8 @@ start_containerd systemd
 # to Running) and EXIT (kill to the terminated status), in seconds.
 run_once() {
 	local gate=$1 t0 t1 t2 pid
-	start_kubelet_standalone <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: systemd
-staticPodPath: $MANIFESTS
-fileCheckFrequency: 1s
-readOnlyPort: 10255
-$STANDALONE_AUTH
-featureGates:
-  EventedPLEG: $gate
-YAML
+	start_kubelet_standalone < <(standalone_config systemd "featureGates:
+  EventedPLEG: $gate")
 	t0=$(date +%s.%N)
 	static_pod "pleg-$gate" '{}' '["sh", "-c", "exec sleep 3600"]'
 	until pod_running "pleg-$gate"; do

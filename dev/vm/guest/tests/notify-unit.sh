@@ -7,21 +7,8 @@
 set -u
 start_containerd systemd
 install_kubelet
-cat >/var/lib/kubelet/config.yaml <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: systemd
-staticPodPath: $MANIFESTS
-readOnlyPort: 10255
-$STANDALONE_AUTH
-YAML
-cat >/etc/systemd/system/kubelet.service.d/20-guest.conf <<EOF2
-[Service]
-ExecStart=
-ExecStart=/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml --container-runtime-endpoint=unix:///run/containerd/containerd.sock --hostname-override=$NODE --node-ip=$NODE_IP
-WatchdogSec=12
-RestartSec=1
-EOF2
+# The unit's own Restart=always stays: the watchdog's kill must be followed by a restart.
+standalone_unit WatchdogSec=12 RestartSec=1 < <(standalone_config systemd)
 start_kubelet_unit
 expect "kubelet.service Type" notify "$(systemctl show kubelet -p Type --value)"
 expect "kubelet.service ActiveState after start" active "$(systemctl show kubelet -p ActiveState --value)"

@@ -4,15 +4,7 @@
 . /mnt/share/guest/lib.sh
 set -u
 start_containerd systemd
-start_kubelet_standalone <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: systemd
-staticPodPath: $MANIFESTS
-fileCheckFrequency: 2s
-readOnlyPort: 10255
-$STANDALONE_AUTH
-YAML
+start_kubelet_standalone < <(standalone_config systemd)
 static_pod oom-hog '{"requests": {"memory": "32Mi"}, "limits": {"memory": "32Mi"}}' \
 	'["sh", "-c", "a=xxxxxxxxxxxxxxxx; while true; do a=$a$a; done"]'
 terminated() { [[ -n $(pod_field oom-hog '.status.containerStatuses[0].state.terminated.reason // empty') ]]; }
