@@ -458,15 +458,13 @@ struct Source {
 /// Opens a log file for reading: never through a symlink in its place (`O_NOFOLLOW`), never
 /// blocking on a FIFO; anything but a regular file is refused.
 fn open_log_file(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(path, crate::nofollow::FILE_FLAGS, rustix::fs::Mode::empty())?;
-    let file = File::from(fd);
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
+    match crate::nofollow::open_regular_at(rustix::fs::CWD, path)? {
+        Some((fd, _)) => Ok(File::from(fd)),
+        None => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a regular file",
-        ));
+        )),
     }
-    Ok(file)
 }
 
 impl Source {
