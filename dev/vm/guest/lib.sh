@@ -309,3 +309,7 @@ api_pod() {
 }
 api_pod_field() { acurl -sf "$API/api/v1/namespaces/default/pods/$1" | jq -r "$2"; }
 api_running() { [[ $(api_pod_field "$1" .status.phase) == Running ]]; }
+
+# The shutdown test's budget per priority group (tests/shutdown.sh configures it,
+# shutdown-verdict.sh judges against it).
+SHUTDOWN_BUDGET=8

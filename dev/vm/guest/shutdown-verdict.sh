@@ -12,7 +12,6 @@
 . /mnt/share/guest/lib.sh
 set -u
 MESSAGE="Pod was terminated in response to imminent node shutdown."
-BUDGET=8
 SLACK=${SHUTDOWN_SLACK:-15}
 now=$(date +%s.%N)
 start=$(cat "$OUT/shutdown.start")
@@ -55,8 +54,8 @@ problems=()
 	[[ $(jq -r .status <<<"$ready") == False ]] || problems+=("Node Ready is not False during shutdown: $ready")
 	# "low" ignores SIGTERM, so its group takes (nearly) its whole budget; the three groups must
 	# end within the total grace period (plus slack for this emulated machine).
-	awk -v e="$elapsed" -v b="$BUDGET" 'BEGIN { exit !(e >= b - 4) }' || problems+=("lock released after ${elapsed}s, before the SIGTERM-ignoring pod's budget (~$((BUDGET - 3))s)")
-	awk -v e="$elapsed" -v m=$((3 * BUDGET + SLACK)) 'BEGIN { exit !(e <= m) }' || problems+=("lock released after ${elapsed}s, past the grace period $((3 * BUDGET))s + ${SLACK}s")
+	awk -v e="$elapsed" -v b="$SHUTDOWN_BUDGET" 'BEGIN { exit !(e >= b - 4) }' || problems+=("lock released after ${elapsed}s, before the SIGTERM-ignoring pod's budget (~$((SHUTDOWN_BUDGET - 3))s)")
+	awk -v e="$elapsed" -v m=$((3 * SHUTDOWN_BUDGET + SLACK)) 'BEGIN { exit !(e <= m) }' || problems+=("lock released after ${elapsed}s, past the grace period $((3 * SHUTDOWN_BUDGET))s + ${SLACK}s")
 	journalctl -u kubelet --no-pager -o short-monotonic >"$OUT/shutdown.kubelet-journal" 2>&1
 	for p in "${problems[@]}"; do echo "problem: $p"; done
 } >"$OUT/shutdown.verdict" 2>&1

@@ -298,18 +298,6 @@ impl NodeShutdownManager {
                         _ = tokio::time::sleep(self.settings.reconnect_period) => {}
                     }
                 }
-                Err(e) if self.inputs.state.is_shutting_down() => {
-                    // The node is going down (logind and the bus stop after the lock is
-                    // released): no Warning event, no error; keep trying in case the shutdown
-                    // is cancelled.
-                    info!(error = %e, "node shutting down: logind unreachable (expected); retrying");
-                    self.set_lock_metrics(false, None);
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(retry) => {}
-                    }
-                    retry = (retry * 2).min(MAX_RETRY);
-                }
                 Err(e) => {
                     self.report_failure(&e);
                     tokio::select! {
@@ -522,6 +510,14 @@ impl NodeShutdownManager {
     }
 
     fn report_failure(&mut self, e: &LogindError) {
+        if self.inputs.state.is_shutting_down() {
+            // The node is going down (logind and the bus stop after the lock is released): no
+            // Warning event, no error; the caller keeps trying in case the shutdown is
+            // cancelled.
+            info!(error = %e, "node shutting down: logind unreachable (expected); retrying");
+            self.set_lock_metrics(false, None);
+            return;
+        }
         error!(error = %e, "failed to start node shutdown manager: pods will not be stopped gracefully when the node shuts down");
         self.set_lock_metrics(false, None);
         if let Some(m) = &self.inputs.metrics {

@@ -75,7 +75,8 @@ enum Source {
 /// answer).
 enum Step {
     Event(Option<Result<Box<api::ContainerEventResponse>, CriError>>),
-    Opened(Result<ContainerEventStream, CriError>),
+    /// The answer, with the attempt's `backoff` and `reopen` (see [`Source::Opening`]).
+    Opened(Result<ContainerEventStream, CriError>, Duration, bool),
 }
 
 /// The evented PLEG around a `GenericPleg` (build the generic one first and take its health
@@ -164,7 +165,11 @@ impl EventedPleg {
                     Source::Events(stream) => {
                         Step::Event(stream.next().await.map(|r| r.map(Box::new)))
                     }
-                    Source::Opening { call, .. } => Step::Opened(call.await),
+                    Source::Opening {
+                        call,
+                        backoff,
+                        reopen,
+                    } => Step::Opened(call.await, *backoff, *reopen),
                     _ => std::future::pending().await,
                 }
             };
@@ -182,11 +187,7 @@ impl EventedPleg {
                         let _ = self.generic.relist().await;
                         next_relist = Instant::now() + self.period(&source);
                     }
-                    Step::Opened(answer) => {
-                        let (backoff, reopen) = match &source {
-                            Source::Opening { backoff, reopen, .. } => (*backoff, *reopen),
-                            _ => (REOPEN_BACKOFF, true),
-                        };
+                    Step::Opened(answer, backoff, reopen) => {
                         source = self.opened(answer, backoff, reopen);
                         if matches!(source, Source::Events(_)) {
                             // Catch up on the time without events; the event that came with

@@ -15,7 +15,7 @@
 # shellcheck shell=bash
 . /mnt/share/guest/lib.sh
 set -u
-BUDGET=8
+
 [[ $(ps -p 1 -o comm=) == systemd ]] || fail "PID 1 is not systemd"
 systemctl is-active systemd-logind >/dev/null || systemctl start systemd-logind || fail "systemd-logind does not run"
 delay_usec() { busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec | awk '{print $2}'; }
@@ -46,17 +46,17 @@ cgroupDriver: systemd
 readOnlyPort: 10255
 shutdownGracePeriodByPodPriority:
 - priority: 0
-  shutdownGracePeriodSeconds: $BUDGET
+  shutdownGracePeriodSeconds: $SHUTDOWN_BUDGET
 - priority: 1000
-  shutdownGracePeriodSeconds: $BUDGET
+  shutdownGracePeriodSeconds: $SHUTDOWN_BUDGET
 - priority: 2000000000
-  shutdownGracePeriodSeconds: $BUDGET
+  shutdownGracePeriodSeconds: $SHUTDOWN_BUDGET
 YAML
 
 wait_for 180 "Node $NODE registered and Ready" node_ready
 
 # logind's delay raised to the total grace period through the kubelet's drop-in
-want=$((3 * BUDGET * 1000000))
+want=$((3 * SHUTDOWN_BUDGET * 1000000))
 delay_ok() { [[ $(delay_usec) -ge $want ]]; }
 wait_for 60 "logind InhibitDelayMaxUSec >= $want" delay_ok
 [[ -f /etc/systemd/logind.conf.d/99-kubelet.conf ]] || fail "no /etc/systemd/logind.conf.d/99-kubelet.conf"
